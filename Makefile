@@ -1,0 +1,30 @@
+# The two Quickstart commands: `make demo` and `make test`. Each creates or
+# updates the local venv first (idempotent: reinstalls only when pyproject.toml changed).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip "packaging<26"
+	# torch first, from the local CPU wheel: a later resolve then keeps it.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[cpu,dev,trl]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/rlvr-run specs/matrix.yaml --dry-run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m ""
+
+clean:
+	rm -rf $(VENV) runs

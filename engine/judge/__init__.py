@@ -1,0 +1,1 @@
+"""Code-execution judge: extraction, sandboxed execution, verdicts, backends."""
