@@ -54,3 +54,5 @@ class Problem(_Model):
     tags: list[str] = Field(default_factory=list)
     license: Optional[str] = None
     checker: Optional[str] = None  # name of a per-problem output checker (judge hook)
+    name: Optional[str] = None  # human title (CodeContests `name`), when the source has one
+    origin: Optional[str] = None  # upstream platform (codeforces, codechef, ...) where known
