@@ -1,0 +1,294 @@
+"""`sandbox_fusion` backend: judge through SandboxFusion's `POST /run_code` over HTTP.
+
+Same verdict model as the local backend. The remote service only runs code; every
+decision stays in this process:
+
+- stdio tests: one request per test (the program, the test's stdin); the stdout
+  is compared here with the local judge's comparator.
+- function tests: one request per assert unit. The program is wrapped in a
+  harness (`engine.judge.remote_harness`) that evaluates the operands of the
+  assertion in the sample's process, serialises them as plain values and writes
+  them, tagged with a nonce that arrives on stdin, to a private copy of stdout.
+  The comparison itself runs here on rebuilt builtin values, so an object whose
+  `__eq__` always says True cannot pass, and exit code 0 alone never is a pass
+  (SandboxFusion reports `os._exit(0)` as `Success`).
+
+A server that is down, keeps failing, answers `SandboxError` or too slowly gives
+INTERNAL_ERROR with the reason, never a model-side verdict. Connection errors,
+5xx and `SandboxError` are retried with exponential backoff (bounded attempts);
+a request that gets no answer within its timeout is not retried (it would only
+double the wait).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.judge import remote_harness
+from engine.judge.verdict import TestResult, Verdict
+from engine.problem import Problem
+
+_TAIL = 2000  # characters of stdout/stderr kept for repair feedback
+
+
+class RunCodeRequest(BaseModel):
+    """The body of `POST /run_code` (SandboxFusion's RunCodeRequest)."""
+
+    code: str
+    language: str = "python"
+    stdin: str = ""
+    compile_timeout: float = 10.0
+    run_timeout: float = 10.0
+    memory_limit_MB: int = -1
+    files: dict[str, str] = Field(default_factory=dict)
+    fetch_files: list[str] = Field(default_factory=list)
+
+
+class CommandRunResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    status: str  # Finished | Error | TimeLimitExceeded
+    execution_time: Optional[float] = None
+    return_code: Optional[int] = None
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
+
+
+class RunCodeResponse(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    status: str  # Success | Failed | SandboxError
+    message: str = ""
+    compile_result: Optional[CommandRunResult] = None
+    run_result: Optional[CommandRunResult] = None
+
+
+@dataclass(kw_only=True)
+class SandboxFusionSettings:
+    url: str  # http://host:port or http://host:port/run_code
+    max_concurrent: int = 16  # requests in flight from this process
+    attempts: int = 4  # tries per request (connection errors, 5xx, SandboxError)
+    backoff_s: float = 0.5  # first wait; doubles per retry
+    backoff_max_s: float = 8.0
+    http_slack_s: float = 10.0  # HTTP timeout = compile + run timeouts + this
+
+    @property
+    def run_code_url(self) -> str:
+        base = self.url.rstrip("/")
+        return base if base.endswith("/run_code") else base + "/run_code"
+
+
+@dataclass(kw_only=True)
+class RunOutcome:
+    """A response, or why there is none (the judge's fault, never the model's)."""
+
+    response: Optional[RunCodeResponse] = None
+    error: Optional[str] = None
+    attempts: int = 0
+    wall_s: float = 0.0
+
+
+class SandboxFusionClient:
+    """Thread-safe client of `/run_code` with bounded concurrency and retries."""
+
+    def __init__(self, settings: SandboxFusionSettings, *, sleep: Callable[[float], None] = time.sleep):
+        self.settings = settings
+        n = max(1, settings.max_concurrent)
+        self._http = httpx.Client(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+        self._gate = threading.BoundedSemaphore(n)
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._http.close()
+
+    def run_code(self, request: RunCodeRequest) -> RunOutcome:
+        start = time.monotonic()
+        timeout = request.compile_timeout + request.run_timeout + self.settings.http_slack_s
+        reason = "no attempt made"
+        attempts = max(1, self.settings.attempts)
+        for attempt in range(1, attempts + 1):
+            with self._gate:
+                response, reason, retry = self._post_once(request, timeout)
+            if response is not None:
+                return RunOutcome(response=response, attempts=attempt, wall_s=time.monotonic() - start)
+            if not retry or attempt == attempts:
+                break
+            self._sleep(min(self.settings.backoff_max_s, self.settings.backoff_s * 2 ** (attempt - 1)))
+        url = self.settings.run_code_url
+        return RunOutcome(
+            error=f"sandbox_fusion {url}: {reason} (after {attempt} attempt{'s' if attempt > 1 else ''})",
+            attempts=attempt,
+            wall_s=time.monotonic() - start,
+        )
+
+    def _post_once(self, request: RunCodeRequest, timeout: float) -> tuple[Optional[RunCodeResponse], str, bool]:
+        """One POST: (response, "", _) on success, else (None, reason, retryable)."""
+        try:
+            r = self._http.post(self.settings.run_code_url, json=request.model_dump(), timeout=timeout)
+        except httpx.TimeoutException:
+            return None, f"no answer within {timeout:.0f}s", False
+        except httpx.TransportError as exc:  # refused, reset, DNS...
+            return None, f"connection error: {type(exc).__name__}: {exc}", True
+        if r.status_code >= 500:
+            return None, f"HTTP {r.status_code}: {r.text[:200]}", True
+        if r.status_code != 200:
+            return None, f"HTTP {r.status_code}: {r.text[:200]}", False
+        try:
+            response = RunCodeResponse.model_validate_json(r.content)
+        except ValueError as exc:
+            return None, f"malformed response: {str(exc)[:200]}", False
+        if response.status == "SandboxError":
+            return None, f"SandboxError: {response.message[:200]}", True
+        return response, "", False
+
+
+# ---------------------------------------------------------------- verdicts from one run
+
+
+def _failure_verdict(response: RunCodeResponse) -> Optional[Verdict]:
+    """The verdict of a run that did not finish cleanly; None when it did."""
+    rr = response.run_result or response.compile_result
+    if rr is None:
+        return Verdict.INTERNAL_ERROR
+    stderr = rr.stderr or ""
+    if rr.status == "TimeLimitExceeded":
+        return Verdict.TIMEOUT
+    if "MemoryError" in stderr:
+        return Verdict.MEMORY_LIMIT
+    if rr.status == "Finished" and rr.return_code == 0:
+        return None
+    last = stderr.strip().splitlines()[-1:] or [""]
+    if last[0].startswith(("SyntaxError", "IndentationError", "TabError")):
+        return Verdict.SYNTAX_ERROR
+    return Verdict.RUNTIME_ERROR
+
+
+def _tail(text: Optional[str]) -> str:
+    return (text or "")[-_TAIL:]
+
+
+@dataclass(kw_only=True)
+class TestRun:
+    """One test's outcome plus what repair feedback needs from its run."""
+
+    result: TestResult
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass(kw_only=True)
+class RemoteLimits:
+    timeout_s: float
+    memory_mb: int
+    max_output_bytes: int
+
+
+def _internal(index: int, reason: str) -> TestRun:
+    return TestRun(result=TestResult(index=index, verdict=Verdict.INTERNAL_ERROR, message=reason))
+
+
+class SandboxFusionRunner:
+    """Runs a sample's tests on SandboxFusion, one request per test unit, concurrently."""
+
+    def __init__(self, settings: SandboxFusionSettings, *, compare: Callable[[str, str], bool]):
+        self.client = SandboxFusionClient(settings)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent), thread_name_prefix="sfusion")
+        self._compare = compare  # (expected, got) -> bool, the local judge's stdio comparator
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+
+    def run_tests(self, problem: Problem, code: str, limits: RemoteLimits, *, stop_on_first_failure: bool) -> list[TestRun]:
+        """Every test unit's outcome, in test order (fewer when stopping at a failure)."""
+        jobs = self._jobs(problem, code, limits)
+        futures: list[Future[TestRun]] = [self._pool.submit(job) for job in jobs]
+        runs: list[TestRun] = []
+        for fut in futures:
+            run = fut.result()
+            runs.append(run)
+            if stop_on_first_failure and run.result.verdict != Verdict.ACCEPTED:
+                for rest in futures:
+                    rest.cancel()
+                break
+        return runs
+
+    def _jobs(self, problem: Problem, code: str, limits: RemoteLimits) -> list[Callable[[], TestRun]]:
+        if problem.kind == "stdio":
+            return [
+                (lambda i=i, t=t: self._run_stdio(i, code, t.input, t.output, limits))
+                for i, t in enumerate(problem.stdio_tests)
+            ]
+        units = remote_harness.units_of(problem)
+        return [(lambda i=i, u=u: self._run_unit(i, code, problem, u, limits)) for i, u in enumerate(units)]
+
+    def _request(self, code: str, stdin: str, limits: RemoteLimits) -> RunCodeRequest:
+        return RunCodeRequest(
+            code=code,
+            stdin=stdin,
+            compile_timeout=limits.timeout_s,
+            run_timeout=limits.timeout_s,
+            memory_limit_MB=limits.memory_mb,
+        )
+
+    def _run_stdio(self, index: int, code: str, stdin: str, expected: str, limits: RemoteLimits) -> TestRun:
+        outcome = self.client.run_code(self._request(code, stdin, limits))
+        if outcome.response is None:
+            return _internal(index, outcome.error or "no response")
+        rr = outcome.response.run_result
+        got = (rr.stdout if rr else None) or ""
+        verdict = _failure_verdict(outcome.response)
+        if verdict is None:
+            if len(got.encode("utf-8", "replace")) > limits.max_output_bytes:
+                verdict = Verdict.OUTPUT_LIMIT
+            else:
+                verdict = Verdict.ACCEPTED if self._compare(expected, got) else Verdict.WRONG_ANSWER
+        result = TestResult(
+            index=index,
+            verdict=verdict,
+            wall_s=float((rr.execution_time if rr else None) or 0.0),
+            input=stdin[:500],
+            expected=expected[:500],
+            got=got[:500],
+            message=_message(outcome.response, verdict),
+        )
+        return TestRun(result=result, stdout=_tail(got), stderr=_tail(rr.stderr if rr else ""))
+
+    def _run_unit(self, index: int, code: str, problem: Problem, unit: remote_harness.Unit, limits: RemoteLimits) -> TestRun:
+        nonce = secrets.token_hex(16)
+        program = remote_harness.program(code, problem, unit)
+        outcome = self.client.run_code(self._request(program, nonce + "\n", limits))
+        if outcome.response is None:
+            return _internal(index, outcome.error or "no response")
+        rr = outcome.response.run_result
+        stdout, stderr = (rr.stdout or "", rr.stderr or "") if rr else ("", "")
+        verdict, message = remote_harness.decide(unit, nonce, stdout, stderr)
+        failed = _failure_verdict(outcome.response)
+        if failed in (Verdict.TIMEOUT, Verdict.MEMORY_LIMIT) and verdict != Verdict.ACCEPTED:
+            verdict, message = failed, _message(outcome.response, failed)
+        result = TestResult(
+            index=index,
+            verdict=verdict,
+            wall_s=float((rr.execution_time if rr else None) or 0.0),
+            input=unit.source[:500],
+            message=message,
+        )
+        return TestRun(result=result, stdout=_tail(stdout.replace(nonce, "")), stderr=_tail(stderr))
+
+
+def _message(response: RunCodeResponse, verdict: Verdict) -> Optional[str]:
+    if verdict in (Verdict.ACCEPTED, Verdict.WRONG_ANSWER):
+        return None
+    rr = response.run_result or response.compile_result
+    if rr is None:
+        return f"sandbox_fusion returned no run_result (status {response.status}: {response.message[:200]})"
+    lines = (rr.stderr or "").strip().splitlines()
+    return lines[-1][:300] if lines else f"{rr.status}, exit code {rr.return_code}"
