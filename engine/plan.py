@@ -1,0 +1,423 @@
+"""The planner: a validated spec → a DAG of runs with content-addressed ids.
+
+Expansion rules (the decisions this module makes; see DESIGN.md "Runs, identity"):
+
+- Every phase and every variant is a *unit*. A variant is its phase with only the
+  fields it names replaced (`hparams` and `overrides` merge key by key).
+- Trained units (sft, dpo, grpo, repair) and `best_of_n` units get one run per seed.
+  Their parent is the run of the unit named in `from:` for the same seed; `from: base`
+  (or no `from:`) means the base model and no parent run. A unit may name a phase or a
+  variant in `from:`; children of a phase follow the phase's own runs, never its
+  variants' (variants stay leaves unless someone names them).
+- Each trained / best_of_n run gets its evaluations attached: one eval run per schedule
+  (`every_phase`: valid + regression sets; `final`: test sets; `phase`: the unit's own
+  `evaluate:` list), each covering all of the schedule's datasets. One run per
+  (run, schedule) keeps the DAG readable; datasets are loops inside the run.
+- An `eval` unit does not produce a model, so its runs ARE its evaluations: the same
+  schedule runs, attached to the model it names in `from:` (the base model for
+  `base`, so those runs have no parent). Naming an eval or best_of_n unit in another
+  unit's `from:` means that unit's model (they pass it through).
+- Seeds: a run evaluating a per-seed run takes its seed. An evaluation of the base
+  model is per seed only when its protocol samples (temperature > 0 or n > 1);
+  greedy evaluation of the base model is a single run with seed None.
+
+A run's id is the first 12 hex digits of the sha256 of the canonical JSON of its fully
+resolved config (which holds its protocols and the sha256 of every id list it uses) plus
+its parents' ids. The spec file's own hash is not an input: editing a comment keeps ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from engine import verlcfg
+from engine.errors import UserError
+from engine.spec import TRAINED_KINDS, EvalSchedule, PhaseKind, ProtocolSpec, Resources, Spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.validate import ValidatedSpec
+
+ID_LEN = 12
+BASE = "base"
+
+# Which spec field feeds which dataset use in a run.
+DATASET_USES = {"train": "train", "pairs_from": "pairs", "select_on": "select", "early_stop_on": "early_stop"}
+# repair has no default: whether it trains (a verl agent loop) or only infers is a later issue.
+DEFAULT_TRAINER = {PhaseKind.sft: "verl", PhaseKind.grpo: "verl", PhaseKind.dpo: "trl"}
+# Kinds whose runs leave a model (model/) for their children.
+MODEL_KINDS = TRAINED_KINDS
+
+
+class Edge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    parent: str
+    child: str
+    flows: list[str]  # checkpoint | pairs | samples
+
+
+class RunDataset(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: str
+    uses: list[str]
+    ids_sha256: Optional[str] = None  # of its frozen id list, when it has one
+    fingerprint: Optional[str] = None  # what pins its problems (id list or fixed split)
+
+
+class Run(BaseModel):
+    """One node of the plan: what to run, from what, and its frozen config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    spec_name: str
+    phase: str
+    variant: Optional[str] = None
+    seed: Optional[int] = None
+    kind: PhaseKind
+    trainer: Optional[str] = None
+    schedule: Optional[str] = None  # every_phase | final | phase, for evaluation runs
+    parents: list[str] = Field(default_factory=list)
+    edges: list[Edge] = Field(default_factory=list)  # edges into this run
+    evaluates: Optional[str] = None
+    datasets: dict[str, RunDataset] = Field(default_factory=dict)
+    protocols: dict[str, ProtocolSpec] = Field(default_factory=dict)
+    idlist_hashes: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    config: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """phase[/variant][:schedule][@seed] — stable, human-readable."""
+        out = self.phase + (f"/{self.variant}" if self.variant else "")
+        if self.schedule:
+            out += f":{self.schedule}"
+        return out + (f"@{self.seed}" if self.seed is not None else "")
+
+    def frozen_config(self) -> dict[str, Any]:
+        """What config.yaml holds: the hashed config plus the identity it hashes to."""
+        return {"run_id": self.id, "parents": list(self.parents), "evaluates": self.evaluates, **self.config}
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec_name: str
+    spec_sha256: str
+    spec_path: str = ""
+    runs: list[Run]  # topologically ordered: parents before children
+    waivers: list[Any] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    def by_id(self, run_id: str) -> Run:
+        for run in self.runs:
+            if run.id == run_id:
+                return run
+        raise KeyError(run_id)
+
+    def children(self, run_id: str) -> list[Run]:
+        return [r for r in self.runs if run_id in r.parents]
+
+    @property
+    def roots(self) -> list[Run]:
+        return [r for r in self.runs if not r.parents]
+
+    def count_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.kind.value] = counts.get(run.kind.value, 0) + 1
+        return counts
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def run_id(config: dict[str, Any], parents: Iterable[str]) -> str:
+    payload = canonical_json({"config": config, "parents": sorted(parents)})
+    return hashlib.sha256(payload.encode()).hexdigest()[:ID_LEN]
+
+
+@dataclass(kw_only=True)
+class Unit:
+    """A phase or a variant with its variant overrides applied."""
+
+    name: str
+    phase: str
+    variant: Optional[str]
+    kind: PhaseKind
+    fields: dict[str, Any]  # resolved PhaseFields values, by python field name
+
+
+@dataclass(kw_only=True)
+class _Planner:
+    spec: Spec
+    idlist_hashes: dict[str, str]
+    fingerprints: dict[str, str]
+    runs: list[Run] = field(default_factory=list)
+    # unit name → seed → id of the run holding that unit's model (None: base model)
+    model_runs: dict[str, dict[Optional[int], Optional[str]]] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+
+    def add(self, run: Run) -> None:
+        if run.id not in self.seen:  # identical evaluations collapse into one run
+            self.seen.add(run.id)
+            self.runs.append(run)
+
+
+def resolve_units(spec: Spec) -> dict[str, Unit]:
+    units: dict[str, Unit] = {}
+    for name, phase in spec.phases.items():
+        units[name] = Unit(name=name, phase=name, variant=None, kind=phase.kind,
+                           fields=_fields(phase))
+    for name, variant in spec.variants.items():
+        base = spec.phases.get(variant.phase)
+        if base is None:
+            raise UserError(f"variant {name!r} names unknown phase {variant.phase!r}")
+        merged = _fields(base)
+        for key, value in _fields(variant, only_set=True).items():
+            if key in ("hparams", "overrides") and isinstance(merged.get(key), dict) and value is not None:
+                merged[key] = _deep_merge(merged[key], value)
+            else:
+                merged[key] = value
+        units[name] = Unit(name=name, phase=variant.phase, variant=name, kind=base.kind, fields=merged)
+    return units
+
+
+def _fields(model: BaseModel, only_set: bool = False) -> dict[str, Any]:
+    names = model.model_fields_set if only_set else type(model).model_fields
+    skip = {"kind", "phase"}
+    return {k: getattr(model, k) for k in names if k not in skip}
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def unit_order(units: dict[str, Unit]) -> list[Unit]:
+    """Units with their `from:` unit first (spec order otherwise); cycles are a UserError."""
+    order: list[Unit] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise UserError(f"cycle in from: {' -> '.join(chain + (name,))}")
+        state[name] = 1
+        parent = units[name].fields.get("from_")
+        if parent and parent != BASE:
+            if parent not in units:
+                raise UserError(f"{name}: from: {parent!r} is neither `base`, a phase, nor a variant")
+            visit(parent, chain + (name,))
+        state[name] = 2
+        order.append(units[name])
+
+    for name in units:
+        visit(name, ())
+    return order
+
+
+def plan(validated: "ValidatedSpec") -> Plan:
+    """Expand a validated spec into its DAG of runs (pure: reads nothing, writes nothing)."""
+    spec = validated.spec
+    planner = _Planner(spec=spec, idlist_hashes=dict(validated.idlist_hashes),
+                       fingerprints=dict(getattr(validated, "dataset_fingerprints", {}) or {}))
+    for unit in unit_order(resolve_units(spec)):
+        _plan_unit(planner, unit)
+    # Compose every verl run's command line against the installed verl: typos fail here.
+    verlcfg.check_plan_runs(planner.runs, validated)
+    loaded = validated.loaded
+    return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path),
+                runs=planner.runs, waivers=list(validated.waivers), warnings=list(validated.warnings))
+
+
+def _plan_unit(planner: _Planner, unit: Unit) -> None:
+    seeds = planner.spec.seeds
+    source = unit.fields.get("from_") or BASE
+    upstream = planner.model_runs.get(source) if source != BASE else None
+    runs_of: dict[Optional[int], Optional[str]] = {}
+    if unit.kind == PhaseKind.eval:
+        for seed in seeds:
+            model_run = upstream[seed] if upstream else None
+            _attach_evaluations(planner, unit, model_run, seed, evaluated_kind=None)
+            runs_of[seed] = model_run  # an eval unit passes its model through
+    else:
+        for seed in seeds:
+            parent = upstream[seed] if upstream else None
+            run = _phase_run(planner, unit, seed, parent)
+            planner.add(run)
+            _attach_evaluations(planner, unit, run.id, seed, evaluated_kind=unit.kind)
+            runs_of[seed] = run.id if unit.kind in MODEL_KINDS else parent
+    planner.model_runs[unit.name] = runs_of
+
+
+def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str]) -> Run:
+    f = unit.fields
+    uses: dict[str, list[str]] = {}
+    for key, use in DATASET_USES.items():
+        if f.get(key):
+            uses.setdefault(f[key], []).append(use)
+    if unit.kind == PhaseKind.best_of_n:
+        for name in _schedule_datasets(planner.spec, unit):
+            uses.setdefault(name, []).append("generate")
+    protocols = {use: f[key] for key, use in (("rollout", "rollout"), ("protocol", "generate")) if f.get(key)}
+    trainer = f.get("trainer") or DEFAULT_TRAINER.get(unit.kind)
+    extra = {k: f.get(k) for k in ("reward", "n", "rounds", "curriculum")}
+    extra["hparams"] = dict(f.get("hparams") or {})
+    extra["overrides"] = dict(f.get("overrides") or {})
+    flows = ["checkpoint", "pairs"] if unit.kind == PhaseKind.dpo else ["checkpoint"]
+    return _make_run(planner, unit, kind=unit.kind, seed=seed, trainer=trainer, schedule=None,
+                     parent=parent, flows=flows, evaluates=None, uses=uses, protocols=protocols,
+                     extra=extra)
+
+
+def _schedules(spec: Spec, unit: Unit) -> list[tuple[str, EvalSchedule]]:
+    out: list[tuple[str, EvalSchedule]] = []
+    if unit.fields.get("evaluate"):
+        protocol = unit.fields.get("protocol") or _default_eval_protocol(spec)
+        if protocol is None:
+            raise UserError(f"{unit.name}: `evaluate:` needs a `protocol:` (or an evaluate.every_phase protocol)")
+        out.append(("phase", EvalSchedule(datasets=list(unit.fields["evaluate"]), protocol=protocol)))
+    for name in ("every_phase", "final"):
+        schedule = getattr(spec.evaluate, name)
+        if schedule is not None and schedule.datasets:
+            out.append((name, schedule))
+    return out
+
+
+def _default_eval_protocol(spec: Spec) -> Optional[str]:
+    every = spec.evaluate.every_phase
+    return every.protocol if every else None
+
+
+def _schedule_datasets(spec: Spec, unit: Unit) -> list[str]:
+    names: list[str] = []
+    for _, schedule in _schedules(spec, unit):
+        names.extend(n for n in schedule.datasets if n not in names)
+    return names
+
+
+def _attach_evaluations(planner: _Planner, unit: Unit, target: Optional[str], seed: int,
+                        evaluated_kind: Optional[PhaseKind]) -> None:
+    """Evaluation runs of `target` (a run id, or None for the base model)."""
+    spec = planner.spec
+    flows = ["samples"] if evaluated_kind == PhaseKind.best_of_n else ["checkpoint"]
+    for schedule_name, schedule in _schedules(spec, unit):
+        protocol = _protocol(spec, schedule.protocol, unit.name)
+        eval_seed = seed if target is not None or _samples(protocol) else None
+        uses = {name: ["evaluate"] for name in schedule.datasets}
+        run = _make_run(planner, unit, kind=PhaseKind.eval, seed=eval_seed, trainer=None,
+                        schedule=schedule_name, parent=target, flows=flows, evaluates=target,
+                        uses=uses, protocols={"evaluate": schedule.protocol}, extra={})
+        planner.add(run)
+
+
+def _samples(protocol: ProtocolSpec) -> bool:
+    return protocol.temperature is None or protocol.temperature > 0 or (protocol.n or 1) > 1
+
+
+def _protocol(spec: Spec, name: str, where: str) -> ProtocolSpec:
+    try:
+        return spec.protocols[name]
+    except KeyError:
+        raise UserError(f"{where}: unknown protocol {name!r} (declared: {', '.join(spec.protocols)})") from None
+
+
+def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[int],
+              trainer: Optional[str], schedule: Optional[str], parent: Optional[str],
+              flows: list[str], evaluates: Optional[str], uses: dict[str, list[str]],
+              protocols: dict[str, str], extra: dict[str, Any]) -> Run:
+    spec = planner.spec
+    datasets = _run_datasets(planner, uses, unit.name)
+    resolved_protocols = {name: _protocol(spec, name, unit.name) for name in protocols.values()}
+    resources = unit.fields.get("resources") or Resources()
+    config = {
+        "spec": spec.name, "phase": unit.phase, "variant": unit.variant, "kind": kind.value,
+        "schedule": schedule, "seed": seed, "trainer": trainer,
+        "base_model": _dump(spec.base_model),
+        "init": "parent" if parent else "base_model",
+        "datasets": {n: {**_dump(spec.datasets[n]), **d.model_dump(exclude={"role"})}
+                     for n, d in datasets.items()},
+        "protocols": {use: {"name": name, **_dump(resolved_protocols[name])} for use, name in protocols.items()},
+        "judge": _dump(spec.judge),
+        "resources": resources.model_dump(),
+        **extra,
+    }
+    parents = [parent] if parent else []
+    rid = run_id(config, parents)
+    return Run(id=rid, spec_name=spec.name, phase=unit.phase, variant=unit.variant, seed=seed,
+               kind=kind, trainer=trainer, schedule=schedule, parents=parents,
+               edges=[Edge(parent=p, child=rid, flows=flows) for p in parents], evaluates=evaluates,
+               datasets=datasets, protocols=resolved_protocols,
+               idlist_hashes={n: d.ids_sha256 for n, d in datasets.items() if d.ids_sha256},
+               resources=resources, config=config)
+
+
+def _run_datasets(planner: _Planner, uses: dict[str, list[str]], where: str) -> dict[str, RunDataset]:
+    out: dict[str, RunDataset] = {}
+    for name, use in uses.items():
+        ds = planner.spec.datasets.get(name)
+        if ds is None:
+            raise UserError(f"{where}: unknown dataset {name!r} (declared: {', '.join(planner.spec.datasets)})")
+        out[name] = RunDataset(role=ds.role.value, uses=use, ids_sha256=planner.idlist_hashes.get(name),
+                               fingerprint=planner.fingerprints.get(name))
+    return out
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True, by_alias=True)
+    return value
+
+
+
+
+STATE_STYLES = {"new": "cyan", "planned": "cyan", "queued": "blue", "running": "yellow",
+                "succeeded": "green", "done": "green", "failed": "red", "blocked": "magenta",
+                "cancelled": "dim"}
+
+
+def describe_plan(plan: Plan, states: Optional[dict[str, str]] = None) -> RenderableType:
+    """The `--dry-run` view: one row per run, counts per kind and state, waivers, warnings."""
+    states = states or {}
+    table = Table(title=f"plan of {plan.spec_name}: {len(plan.runs)} runs", title_justify="left")
+    for column in ("run id", "phase", "variant", "seed", "kind", "parents", "state"):
+        table.add_column(column, no_wrap=column in ("run id", "parents"))
+    for run in plan.runs:
+        state = states.get(run.id, "new")
+        kind = run.kind.value + (f" ({run.schedule})" if run.schedule else "")
+        table.add_row(run.id, run.phase, run.variant or "", "" if run.seed is None else str(run.seed),
+                      kind, " ".join(run.parents), Text(state, style=STATE_STYLES.get(state, "")))
+    kinds = ", ".join(f"{kind} {n}" for kind, n in plan.count_by_kind().items())
+    by_state: dict[str, int] = {}
+    for run in plan.runs:
+        by_state[states.get(run.id, "new")] = by_state.get(states.get(run.id, "new"), 0) + 1
+    parts: list[RenderableType] = [table, Text(f"runs by kind: {kinds}"),
+                                   Text("runs by state: " + ", ".join(f"{s} {n}" for s, n in by_state.items()))]
+    for waiver in plan.waivers:
+        parts.append(Text(f"waiver: {_waiver_line(waiver)}", style="bold yellow"))
+    for warning in plan.warnings:
+        parts.append(Text(f"warning: {warning}", style="yellow"))
+    return Group(*parts)
+
+
+def _waiver_line(waiver: Any) -> str:
+    if hasattr(waiver, "rule") and hasattr(waiver, "what"):  # engine.isolation.AppliedWaiver
+        return f"rule {waiver.rule}: {waiver.what} (allowed: {waiver.reason}; {waiver.where})"
+    return str(waiver)
