@@ -27,6 +27,9 @@ class FunctionTests(_Model):
     asserts: list[str] = Field(default_factory=list)
     check: Optional[str] = None
     challenge: list[str] = Field(default_factory=list)
+    # Name the asserts use for the function under test (HumanEval's `candidate`);
+    # the judge binds it to `entry_point` before running them.
+    candidate: Optional[str] = None
 
 
 class StdioTest(_Model):

@@ -1,0 +1,53 @@
+"""Content-hash cache: identical (program, tests, limits) are judged once per process."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from typing import TYPE_CHECKING
+
+from engine.judge.verdict import SampleResult
+
+if TYPE_CHECKING:
+    from engine.judge.api import JudgeConfig, JudgeJob
+
+
+def job_key(job: "JudgeJob", config: "JudgeConfig") -> str:
+    """Hash of everything that can change a verdict; the problem id is deliberately not part of it."""
+    tests = job.problem.model_dump(include={"kind", "entry_point", "function_tests", "stdio_tests", "checker"})
+    limits = [config.timeout_s, config.wall_s, config.memory_mb, config.max_output_bytes, config.compare,
+              config.float_tol, config.max_failures_reported, config.max_processes, config.max_open_files,
+              job.problem.time_limit_s, job.problem.memory_limit_mb, job.stop_on_first_failure, config.backend]
+    blob = json.dumps([job.program, tests, limits], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class ResultCache:
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self._results: dict[str, SampleResult] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> SampleResult | None:
+        if not self.enabled:
+            return None
+        with self._lock:
+            found = self._results.get(key)
+            if found is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return found
+
+    def put(self, key: str, result: SampleResult) -> None:
+        if self.enabled:
+            with self._lock:
+                self._results[key] = result
+
+    def stats(self) -> dict[str, object]:
+        lookups = self.hits + self.misses
+        return {"cache_hits": self.hits, "cache_misses": self.misses,
+                "cache_hit_rate": (self.hits / lookups) if lookups else 0.0}
