@@ -56,8 +56,19 @@ class ModelEntry(StrictModel):
 
 
 class PromptEntry(StrictModel):
+    """A Jinja prompt template (rendered by `engine.data.prompts`)."""
+
     description: str = ""
-    template: str
+    template: str  # the user message (style chat) or the whole prompt text (style completion)
+    style: Literal["chat", "completion"] = "chat"
+    system: Optional[str] = None  # the system message of a chat prompt
+    kind: Optional[Literal["function", "stdio"]] = None  # problems it fits; None: any
+    # The answer format the prompt asks for, checked by `engine.data.prompts.check_format`:
+    # fenced: one ```python block; code: bare code (completion); think_fenced: <think>…</think> then a block.
+    answer: Literal["fenced", "code", "think_fenced"] = "fenced"
+    response: Optional[str] = None  # Jinja template of a reference answer (SFT target); None: by `answer`
+    # Selectors this template is the default for: "KIND/STYLE" or "KIND/STYLE/FAMILY" (e.g. "stdio/chat").
+    default_for: list[str] = Field(default_factory=list)
 
 
 class DatasetsFile(StrictModel):

@@ -7,6 +7,7 @@ what is wrong in plain words and the fix; all of them are raised together in one
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,9 @@ class ParsedSpec:
     data: Any
     positions: Positions
     spec: Optional[Spec]  # None when the schema did not validate
+    # The spec minus the entries with schema errors, when that validates: enough to
+    # check references and report them alongside the schema errors.
+    partial: Optional[Spec]
     diagnostics: list[Diagnostic]
 
     def diagnostic(self, keys: tuple[Key, ...], message: str, fix: str = "", **kw: Any) -> Diagnostic:
@@ -226,14 +230,42 @@ def parse_spec(path: Path) -> ParsedSpec:
     tree, positions, diags = parse_yaml(path, text)
     data = plain(tree)
     spec: Optional[Spec] = None
+    partial: Optional[Spec] = None
     if isinstance(data, dict):
         try:
-            spec = Spec.model_validate(data)
+            spec = partial = Spec.model_validate(data)
         except ValidationError as exc:
             for keys, message, fix, at_value in describe_pydantic_errors(exc, data):
                 diags.append(make_diagnostic(path, text, positions, keys, message, fix, at_value=at_value))
+            partial = _salvage(data, exc)
     return ParsedSpec(path=path, text=text, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                      data=data, positions=positions, spec=spec, diagnostics=diags)
+                      data=data, positions=positions, spec=spec, partial=partial, diagnostics=diags)
+
+
+_COLLECTIONS = ("datasets", "protocols", "phases", "variants")
+_PLACEHOLDERS: dict[str, Any] = {"name": "spec", "base_model": "unknown", "datasets": {}, "phases": {}, "seeds": [0]}
+
+
+def _salvage(data: dict[str, Any], exc: ValidationError) -> Optional[Spec]:
+    """Drop every entry with a schema error; what remains is checked for references."""
+    data = copy.deepcopy(data)
+    bad_waivers: set[int] = set()
+    for err in exc.errors():
+        section, rest = err["loc"][0], err["loc"][1:]
+        if section in _COLLECTIONS and rest and isinstance(data.get(section), dict):
+            data[section].pop(rest[0], None)
+        elif section == "allow" and rest and isinstance(rest[0], int):
+            bad_waivers.add(rest[0])
+        elif section in _PLACEHOLDERS:
+            data[section] = _PLACEHOLDERS[section]
+        else:
+            data.pop(section, None)
+    if isinstance(data.get("allow"), list):
+        data["allow"] = [w for i, w in enumerate(data["allow"]) if i not in bad_waivers]
+    try:
+        return Spec.model_validate(data)
+    except ValidationError:
+        return None
 
 
 def load_spec(path: Path) -> LoadedSpec:

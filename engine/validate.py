@@ -10,11 +10,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional
 
-from engine.isolation import AppliedWaiver
-from engine.registry import DatasetSource, Registry
+from engine.errors import Diagnostic, SpecError
+from engine.isolation import AppliedWaiver, RuleReport, check_isolation
+from engine.registry import DatasetSource, Registry, find_registry, load_registry
+from engine.resolve import resolve
 from engine.spec import Spec
-from engine.specload import LoadedSpec
+from engine.specload import LoadedSpec, parse_spec
+from engine.specrefs import Names, check_references
 
 
 @dataclass(kw_only=True)
@@ -31,7 +35,79 @@ class ValidatedSpec:
     waivers: list[AppliedWaiver] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """One line: what the spec declares, for `rlvr-run validate`."""
+        spec = self.spec
+        return (f"{spec.name} — {len(spec.datasets)} datasets, {len(spec.protocols)} protocols, "
+                f"{len(spec.phases)} phases + {len(spec.variants)} variants, {len(spec.seeds)} seeds, "
+                f"{len(self.waivers)} waiver{'s' if len(self.waivers) != 1 else ''}")
+
     def protocol_hash(self, name: str) -> str:
         """sha256 of a resolved protocol: runs are compared only when these match (rule 5)."""
         proto = self.spec.protocols[name].model_dump(mode="json", by_alias=True)
         return hashlib.sha256(json.dumps(proto, sort_keys=True).encode()).hexdigest()
+
+
+ContentCheck = Callable[[ValidatedSpec], RuleReport]
+
+
+def _content_check() -> Optional[ContentCheck]:
+    """engine.data.leakage.check_content (isolation rule 3) when that module is installed."""
+    try:
+        from engine.data.leakage import check_content
+    except ModuleNotFoundError as exc:
+        if exc.name != "engine.data.leakage":
+            raise
+        return None
+    return check_content
+
+
+def _fail(diagnostics: list[Diagnostic]) -> SpecError:
+    return SpecError(sorted(diagnostics, key=lambda d: (d.file, d.line, d.col)))
+
+
+def validate_spec(path: Path, *, content: bool = True, registry: Optional[Registry] = None,
+                  content_check: Optional[ContentCheck] = None) -> ValidatedSpec:
+    """Load, cross-check, resolve and isolation-check a spec; raises SpecError with every problem.
+
+    `content=False` skips rule 3 (content leakage: it reads the datasets). `content_check`
+    replaces `engine.data.leakage.check_content`.
+    """
+    parsed = parse_spec(Path(path))
+    registry = registry or load_registry(find_registry(parsed.path.parent))
+    diags = list(parsed.diagnostics)
+    if parsed.partial is not None:
+        names = Names.of(parsed.data, set(registry.protocols))
+        diags += check_references(parsed.partial, names, parsed.diagnostic)
+    if parsed.spec is None:
+        raise _fail(diags)
+    loaded = parsed.loaded()
+    res = resolve(loaded, registry)
+    validated = ValidatedSpec(loaded=loaded, spec=res.spec, registry=registry, sources=res.sources,
+                              idlist_hashes=res.idlist_hashes, idlist_paths=res.idlist_paths,
+                              dataset_fingerprints=res.dataset_fingerprints)
+    diags += res.diagnostics
+    if diags:
+        raise _fail(diags)
+    reports = [check_isolation(validated)]
+    check = content_check or (_content_check() if content else None)
+    if check is not None:
+        reports.append(check(validated))
+    elif content:
+        validated.warnings.append("isolation rule 3 (content leakage) not checked: engine.data.leakage is not available")
+    for report in reports:
+        diags += report.errors
+        validated.waivers += report.waivers
+        validated.warnings += report.warnings
+    if diags:
+        raise _fail(diags)
+    _warn_unused_content_waivers(validated, content=check is not None)
+    return validated
+
+
+def _warn_unused_content_waivers(validated: ValidatedSpec, *, content: bool) -> None:
+    used = {w.index for w in validated.waivers}
+    for i, waiver in enumerate(validated.spec.allow):
+        if content and waiver.rule == 3 and i not in used:
+            line, col = validated.loaded.locate("allow", i)
+            validated.warnings.append(f"{validated.loaded.path}:{line}:{col}: allow[{i}] (rule 3) waives nothing; remove it")
