@@ -47,7 +47,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    raise UserError("`validate` is not wired yet")
+    from engine.errors import SpecError
+    from engine.validate import validate_spec
+
+    try:
+        validated = validate_spec(args.spec)
+    except SpecError as exc:
+        err_console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+        return 1
+    for warning in validated.warnings:
+        err_console.print(Text("warning: ", style="bold yellow") + Text(warning, style="yellow"), soft_wrap=True)
+    for waiver in validated.waivers:
+        console.print(Text(f"waived rule {waiver.rule} at {waiver.where}: {waiver.what} — reason: {waiver.reason}",
+                           style="magenta"), soft_wrap=True)
+    console.print(Text(f"ok: {validated.summary()}", style="green"), soft_wrap=True)
+    return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
