@@ -7,8 +7,8 @@ the sample's code, the test's setup, and a trusted harness that
 1. reads a nonce from stdin (never from the program text), then points stdin at
    /dev/null and the sample's stdout at stderr, keeping a private copy of stdout;
 2. runs the sample, the setup, then evaluates the assertion's operands;
-3. serialises the operand values strictly (exact builtin types only, rebuilt
-   from a literal here) and writes them after the nonce on the private stdout.
+3. encodes the operand values with the local judge's strict plain-data
+   encoding (`engine.judge.plain`: exact builtin types only) and writes them after the nonce on the private stdout.
 
 `decide` then compares the rebuilt values in the judge's process. No marker
 means the program ended before the test ran: never a pass. The harness shares
@@ -21,13 +21,12 @@ reward hacks (early exit, always-equal objects, patched builtins).
 from __future__ import annotations
 
 import ast
+import inspect
 import operator
-from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass
-from decimal import Decimal
-from fractions import Fraction
 from typing import Any, Literal, Optional
 
+from engine.judge import plain
 from engine.judge.verdict import Verdict
 from engine.problem import Problem
 
@@ -45,6 +44,9 @@ _OPS: dict[type, tuple[str, Any]] = {
 }
 _OP_BY_NAME = {name: fn for name, fn in _OPS.values()}
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
+# The local judge's strict plain-data encoding, run inside the sample's process
+# before the sample's code (stdlib only, so it travels as source).
+_PLAIN_SOURCE = inspect.getsource(plain)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,18 +102,16 @@ def program(code: str, problem: Problem, unit: Unit) -> str:
         # the name HumanEval's split asserts call the function by (`check(candidate)`'s parameter)
         "candidate": getattr(problem.function_tests, "candidate", None) or "candidate",
     }
-    return f"{_HARNESS}\n__rlvr_harness({code!r}, {spec!r})\n"
+    return f"{_HARNESS}\n__rlvr_harness({code!r}, {spec!r}, {_PLAIN_SOURCE!r})\n"
 
 
 # The harness runs inside the sample's process: it captures every builtin it needs
 # before the sample runs, and writes only through a private duplicate of stdout.
 _HARNESS = r'''
-def __rlvr_harness(__src, __spec):
-    import os, sys, collections, decimal, fractions
-    _w, _type, _ascii, _hex, _len, _str, _exec, _eval, _compile = (
-        os.write, type, ascii, hex, len, str, exec, eval, compile)
-    _Counter, _OD, _DD, _DQ = collections.Counter, collections.OrderedDict, collections.defaultdict, collections.deque
-    _Dec, _Frac = decimal.Decimal, fractions.Fraction
+def __rlvr_harness(__src, __spec, __plain_src):
+    import os, sys
+    _w, _type, _ascii, _len, _str, _exec, _eval, _compile = (
+        os.write, type, ascii, len, str, exec, eval, compile)
     nonce = sys.stdin.readline().strip()
     _null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(_null, 0)
@@ -125,37 +125,9 @@ def __rlvr_harness(__src, __spec):
             line = nonce + " " + _ascii(("bad", "value too large to report")) + "\n"
         _w(out, line.encode())
 
-    class Unplain(Exception):
-        pass
-
-    budget = [200_000]
-
-    def ser(v, depth=0):
-        budget[0] -= 1
-        if budget[0] < 0 or depth > 200:
-            raise Unplain("value too large or too deep")
-        t = _type(v)
-        if v is None:
-            return ("N",)
-        if t is bool or t is str or t is bytes:
-            return ({bool: "b", str: "s", bytes: "y"}[t], v)
-        if t is int:
-            return ("i", _hex(v))
-        if t is float:
-            return ("f", v.hex())
-        if t is complex:
-            return ("c", v.real.hex(), v.imag.hex())
-        if t is list or t is tuple or t is set or t is frozenset or t is _DQ:
-            tag = {list: "l", tuple: "t", set: "S", frozenset: "F", _DQ: "q"}[t]
-            return (tag, [ser(x, depth + 1) for x in v])
-        if t is dict or t is _Counter or t is _OD or t is _DD:
-            tag = {dict: "d", _Counter: "C", _OD: "O", _DD: "D"}[t]
-            return (tag, [(ser(k, depth + 1), ser(x, depth + 1)) for k, x in dict.items(v)])
-        if t is _Dec:
-            return ("M", _str(v))
-        if t is _Frac:
-            return ("R", _hex(v.numerator), _hex(v.denominator))
-        raise Unplain("a value of type " + _str(getattr(t, "__name__", "?"))[:80] + " is not a plain value")
+    plain = {"__name__": "__rlvr_plain__"}
+    _exec(__plain_src, plain)
+    _encode, _NotPlain = plain["encode"], plain["NotPlain"]
 
     def fail(phase, exc):
         try:
@@ -184,38 +156,13 @@ def __rlvr_harness(__src, __spec):
             return emit(("ok", "exec"))
         values = [_eval(_compile(e, "<test>", "eval"), ns) for e in __spec["operands"]]
         try:
-            packed = [ser(v) for v in values]
-        except Unplain as exc:
-            return emit(("bad", exc.args[0]))
+            packed = [_encode(v) for v in values]
+        except _NotPlain as exc:
+            return emit(("bad", _str(exc.args[0])[:300]))
         emit(("ok", __spec["mode"], packed))
     except BaseException as exc:
         fail("test", exc)
 '''
-
-
-def _rebuild(node: Any) -> Any:
-    tag = node[0]
-    if tag == "N":
-        return None
-    if tag in ("b", "s", "y"):
-        return node[1]
-    if tag == "i":
-        return int(node[1], 16)
-    if tag == "f":
-        return float.fromhex(node[1])
-    if tag == "c":
-        return complex(float.fromhex(node[1]), float.fromhex(node[2]))
-    if tag == "M":
-        return Decimal(node[1])
-    if tag == "R":
-        return Fraction(int(node[1], 16), int(node[2], 16))
-    seq = {"l": list, "t": tuple, "S": set, "F": frozenset, "q": deque}
-    if tag in seq:
-        return seq[tag](_rebuild(x) for x in node[1])
-    maps = {"d": dict, "C": Counter, "O": OrderedDict, "D": lambda items: defaultdict(None, items)}
-    if tag in maps:
-        return maps[tag]([(_rebuild(k), _rebuild(v)) for k, v in node[1]])
-    raise ValueError(f"unknown value tag {tag!r}")
 
 
 def _record(nonce: str, stdout: str) -> Optional[tuple]:
@@ -263,11 +210,11 @@ def decide(unit: Unit, nonce: str, stdout: str, stderr: str) -> tuple[Verdict, O
     if rec[1] == "exec":
         return Verdict.ACCEPTED, None
     try:
-        values = [_rebuild(v) for v in rec[2]]
+        values = [plain.decode(v) for v in rec[2]]
         ok = _holds(unit, values)
     except (TypeError, ValueError, IndexError, RecursionError) as exc:
         return Verdict.WRONG_ANSWER, f"comparison failed: {type(exc).__name__}: {exc}"[:300]
     if ok:
         return Verdict.ACCEPTED, None
-    shown = " ".join(f"{repr(v)[:200]} {op}" for v, op in zip(values, unit.ops)) if unit.ops else ""
-    return Verdict.WRONG_ANSWER, (shown + " " + repr(values[-1])[:200]).strip()
+    shown = " ".join(f"{plain.short_repr(v, 200)} {op}" for v, op in zip(values, unit.ops)) if unit.ops else ""
+    return Verdict.WRONG_ANSWER, (shown + " " + plain.short_repr(values[-1], 200)).strip()

@@ -27,14 +27,18 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.errors import UserError
 from engine.judge import remote_harness
-from engine.judge.verdict import TestResult, Verdict
+from engine.judge.verdict import SampleResult, TestResult, Verdict
 from engine.problem import Problem
+
+if TYPE_CHECKING:
+    from engine.judge.api import JudgeConfig, JudgeJob
 
 _TAIL = 2000  # characters of stdout/stderr kept for repair feedback
 
@@ -209,11 +213,19 @@ class SandboxFusionRunner:
 
     def run_tests(self, problem: Problem, code: str, limits: RemoteLimits, *, stop_on_first_failure: bool) -> list[TestRun]:
         """Every test unit's outcome, in test order (fewer when stopping at a failure)."""
-        jobs = self._jobs(problem, code, limits)
-        futures: list[Future[TestRun]] = [self._pool.submit(job) for job in jobs]
+        return self.collect(self.submit(problem, code, limits), stop_on_first_failure=stop_on_first_failure)
+
+    def submit(self, problem: Problem, code: str, limits: RemoteLimits) -> list[Future[TestRun]]:
+        return [self._pool.submit(job) for job in self._jobs(problem, code, limits)]
+
+    @staticmethod
+    def collect(futures: list[Future[TestRun]], *, stop_on_first_failure: bool) -> list[TestRun]:
         runs: list[TestRun] = []
-        for fut in futures:
-            run = fut.result()
+        for index, fut in enumerate(futures):
+            try:
+                run = fut.result()
+            except Exception as exc:  # a fault in this module: the judge's, never the model's
+                run = _internal(index, f"sandbox_fusion backend fault: {type(exc).__name__}: {exc}")
             runs.append(run)
             if stop_on_first_failure and run.result.verdict != Verdict.ACCEPTED:
                 for rest in futures:
@@ -292,3 +304,77 @@ def _message(response: RunCodeResponse, verdict: Verdict) -> Optional[str]:
         return f"sandbox_fusion returned no run_result (status {response.status}: {response.message[:200]})"
     lines = (rr.stderr or "").strip().splitlines()
     return lines[-1][:300] if lines else f"{rr.status}, exit code {rr.return_code}"
+
+
+# ---------------------------------------------------------------- the backend
+
+
+ISOLATION = "sandbox_fusion (remote; isolation is the server's)"
+
+
+class SandboxFusionBackend:
+    """`JudgeBackend` over SandboxFusion: every test of every job in one bounded pool."""
+
+    def __init__(self, config: "JudgeConfig", *, settings: Optional[SandboxFusionSettings] = None) -> None:
+        if settings is None:
+            if not config.url:
+                raise UserError("judge backend sandbox_fusion needs a url (e.g. --url http://host:8080/run_code)")
+            settings = SandboxFusionSettings(url=config.url, max_concurrent=max(1, config.workers))
+        self.config = config
+        self.runner = SandboxFusionRunner(settings, compare=self._compare)
+
+    def isolation(self) -> str:
+        return ISOLATION
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def _compare(self, expected: str, got: str) -> bool:
+        from engine.judge.compare import outputs_match
+
+        return outputs_match(expected, got, mode=self.config.compare, float_tol=self.config.float_tol)
+
+    def _limits(self, problem: Problem) -> RemoteLimits:
+        return RemoteLimits(
+            timeout_s=problem.time_limit_s or self.config.timeout_s,
+            memory_mb=problem.memory_limit_mb or self.config.memory_mb,
+            max_output_bytes=self.config.max_output_bytes,
+        )
+
+    def run_many(self, jobs: Sequence["JudgeJob"], progress: Callable[[int], None] | None = None) -> list[SampleResult]:
+        started = [(job, time.monotonic(), self.runner.submit(job.problem, job.program, self._limits(job.problem)))
+                   for job in jobs]
+        results = []
+        for job, t0, futures in started:
+            runs = self.runner.collect(futures, stop_on_first_failure=job.stop_on_first_failure)
+            results.append(self._sample(job.problem, runs, time.monotonic() - t0))
+            if progress:
+                progress(1)
+        return results
+
+    def _sample(self, problem: Problem, runs: list[TestRun], wall_s: float) -> SampleResult:
+        from engine.judge.api import test_count
+
+        total = test_count(problem)
+        passed = sum(r.result.verdict is Verdict.ACCEPTED for r in runs)
+        failing = [r for r in runs if r.result.verdict is not Verdict.ACCEPTED]
+        internal = [r for r in failing if r.result.verdict is Verdict.INTERNAL_ERROR]
+        verdict = Verdict.INTERNAL_ERROR if internal else (failing[0].result.verdict if failing else Verdict.ACCEPTED)
+        if total == 0:
+            verdict, internal = Verdict.INTERNAL_ERROR, []
+        shown = failing[0] if failing else (runs[-1] if runs else None)
+        return SampleResult(
+            problem_id=problem.id,
+            verdict=verdict,
+            accepted=verdict is Verdict.ACCEPTED,
+            passed=passed,
+            total=total,
+            pass_ratio=passed / total if total else 0.0,
+            wall_s=wall_s,
+            cpu_s=sum(r.result.wall_s for r in runs),
+            stdout_tail=shown.stdout if shown else "",
+            stderr_tail=shown.stderr if shown else "",
+            failures=[r.result for r in failing[: self.config.max_failures_reported]],
+            isolation=ISOLATION,
+            message=(internal[0].result.message if internal else None) if total else "the problem has no tests",
+        )

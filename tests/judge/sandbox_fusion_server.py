@@ -99,6 +99,8 @@ class SandboxFusionServer(ThreadingHTTPServer):
         self.script: deque[tuple] = deque()
         self.default: tuple = ("run",)
         self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests served at once
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
@@ -110,6 +112,11 @@ class SandboxFusionServer(ThreadingHTTPServer):
         with self._lock:
             self.requests.append(body)
             return self.script.popleft() if self.script else self.default
+
+    def track(self, delta: int) -> None:
+        with self._lock:
+            self.in_flight += delta
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
     def __enter__(self) -> "SandboxFusionServer":
         self._thread.start()
@@ -131,6 +138,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, {"detail": "Not Found"})
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         action = self.server.next_action(body)
+        self.server.track(+1)
+        try:
+            self._answer(action, body)
+        finally:
+            self.server.track(-1)
+
+    def _answer(self, action: tuple, body: dict[str, Any]) -> None:
         if action[0] == "http":
             return self._send(action[1], {"detail": "scripted failure"})
         if action[0] == "sandbox_error":
