@@ -29,6 +29,8 @@ def _add_run_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs available to the local executor")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots (default: all cores)")
+    p.add_argument("--skip-unmet", action="store_true",
+                   help="run what fits; runs needing more GPUs than --gpus fail, their descendants are blocked")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("validate", help="check a spec: errors with file:line:col, or ok")
@@ -43,7 +45,18 @@ def _add_run_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    raise UserError("`run` is not wired yet")
+    from engine.errors import SpecError
+    from engine.pipeline import run_spec
+
+    if args.gpus < 0 or (args.cpus is not None and args.cpus < 1):
+        raise UserError("--gpus must be >= 0 and --cpus >= 1")
+    try:
+        outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
+                           cpus=args.cpus, skip_unmet=args.skip_unmet, console=console)
+    except SpecError as exc:
+        err_console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+        return 1
+    return outcome.exit_code
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -65,7 +78,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    raise UserError("`status` is not wired yet")
+    from engine.status import collect_status, render_status
+
+    report = collect_status(args.runs_dir, args.spec)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        console.print(render_status(report))
+    return 0
 
 
 # ---------------------------------------------------------------- judge

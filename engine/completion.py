@@ -14,9 +14,12 @@ from typing import Callable, Optional
 
 from engine.spec import PhaseKind, TRAINED_KINDS
 
-# Where launch scripts leave their outputs, relative to the run directory.
+# Where launch scripts leave their outputs, relative to the run directory
+# (templates/launch/*.sh.j2 follow this layout).
 CHECKPOINT_DIR = "checkpoints"  # verl's layout: checkpoints/global_step_<N>/
-EVAL_METRICS = "eval/metrics.json"  # evaluation summary (metrics per dataset)
+MODEL_CONFIG = "model/config.json"  # the exported HF model children and evaluations load
+EVAL_METRICS = "outputs/metrics.json"  # evaluation summary
+SAMPLES_DIR = "outputs/samples"  # best-of-n generations, judged by the attached evaluations
 
 Check = Callable[[Path], Optional[str]]  # run_dir -> None when complete, else the reason
 _CHECKS: dict[str, Check] = {}
@@ -50,21 +53,31 @@ def last_checkpoint_step(run_dir: Path) -> int:
 
 @register_check(*(k.value for k in TRAINED_KINDS))
 def _trained(run_dir: Path) -> Optional[str]:
-    if last_checkpoint_step(run_dir) > 0:
-        return None
-    return (
-        f"exited 0 but left no {CHECKPOINT_DIR}/global_step_N with N > 0 in {run_dir} "
-        "(trained zero steps? see verl #7401); check the log, the data and total_training_steps"
-    )
+    step = last_checkpoint_step(run_dir)
+    zero_steps = f"no {CHECKPOINT_DIR}/global_step_N with N > 0 (trained zero steps? see verl #7401)"
+    if (run_dir / CHECKPOINT_DIR).is_dir() and step == 0:
+        return f"exited 0 but left {zero_steps}; check the log, the data and total_training_steps"
+    if not (run_dir / MODEL_CONFIG).is_file():
+        also = f", and {zero_steps}" if step == 0 else ""
+        return f"exited 0 but left no {MODEL_CONFIG} (the model its children load){also}"
+    return None
 
 
-@register_check(PhaseKind.eval.value, PhaseKind.best_of_n.value)
+@register_check(PhaseKind.eval.value)
 def _evaluated(run_dir: Path) -> Optional[str]:
-    path = Path(run_dir) / EVAL_METRICS
+    path = run_dir / EVAL_METRICS
     if not path.is_file():
-        return f"exited 0 but wrote no {EVAL_METRICS} in {run_dir}"
+        return f"exited 0 but wrote no {EVAL_METRICS}"
     try:
         json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        return f"{path} is not valid JSON ({exc})"
+        return f"{EVAL_METRICS} is not valid JSON ({exc})"
+    return None
+
+
+@register_check(PhaseKind.best_of_n.value)
+def _sampled(run_dir: Path) -> Optional[str]:
+    samples = run_dir / SAMPLES_DIR
+    if not samples.is_dir() or not any(samples.iterdir()):
+        return f"exited 0 but left no samples in {SAMPLES_DIR}/"
     return None

@@ -31,7 +31,7 @@ def make_job(root: Path, run_id: str, body: str = "", *, kind: str = "eval", par
         "set -e\n"
         'echo "$RLVR_RUN_ID attempt $RLVR_ATTEMPT" >> executions.txt\n'
         f"{body}\n"
-        "mkdir -p eval && echo '{\"accepted@1\": 1.0}' > eval/metrics.json\n"
+        "mkdir -p outputs && echo '{\"accepted@1\": 1.0}' > outputs/metrics.json\n"
     )
     return Job(id=run_id, run_dir=run_dir, kind=kind, parents=tuple(parents), gpus=gpus, cpus=cpus)
 
@@ -91,15 +91,19 @@ def test_failure_blocks_all_descendants_while_independent_branches_run(runs, lin
     assert executions(b) == [] and executions(c) == []
 
 
+MODEL = "mkdir -p model && echo {} > model/config.json"
+
+
 @pytest.mark.parametrize(
     "body, state, reason",
     [
-        ("true", S.failed, "7401"),  # exit 0, no checkpoint at all
-        ("mkdir -p checkpoints/global_step_0", S.failed, "global_step_N with N > 0"),
-        ("mkdir -p checkpoints/global_step_0 checkpoints/global_step_5", S.succeeded, "outputs complete"),
+        ("true", S.failed, "7401"),  # exit 0, no checkpoint, no model
+        (f"mkdir -p checkpoints/global_step_0; {MODEL}", S.failed, "global_step_N with N > 0"),
+        (f"mkdir -p checkpoints/global_step_0 checkpoints/global_step_5; {MODEL}", S.succeeded, "outputs complete"),
+        (MODEL, S.succeeded, "outputs complete"),  # trl trainers save model/ without verl checkpoints
     ],
 )
-def test_trained_run_needs_a_checkpoint_past_step_zero(runs, lineage, body, state, reason):
+def test_trained_run_needs_a_model_and_a_checkpoint_past_step_zero(runs, lineage, body, state, reason):
     job = make_job(runs, "g", body, kind="grpo")
     run_all([job], lineage)
     rec = lineage.run("g")
@@ -111,7 +115,7 @@ def test_eval_run_without_metrics_fails_its_completion_check(runs, lineage):
     (job.run_dir / "launch.sh").write_text("echo evaluated nothing\n")
     run_all([job], lineage)
     assert lineage.run("e").state is S.failed
-    assert "wrote no eval/metrics.json" in lineage.run("e").reason
+    assert "wrote no outputs/metrics.json" in lineage.run("e").reason
 
 
 def test_cpu_slots_bound_concurrency(runs, lineage):

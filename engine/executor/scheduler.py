@@ -220,7 +220,7 @@ class _Scheduler:
         job = started.job
         with self._live_lock:
             del self.running[job.id]
-        log = started.log_path.relative_to(job.run_dir)
+        log = started.log_path
         if code == 0:
             problem = check_completion(job.kind, job.run_dir)
             if problem is None:
