@@ -34,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import UserError
 from engine.judge import remote_harness
+from engine.judge.checkers import get_checker
+from engine.judge.compare import outputs_match
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 from engine.problem import Problem
 
@@ -202,10 +204,10 @@ def _internal(index: int, reason: str) -> TestRun:
 class SandboxFusionRunner:
     """Runs a sample's tests on SandboxFusion, one request per test unit, concurrently."""
 
-    def __init__(self, settings: SandboxFusionSettings, *, compare: Callable[[str, str], bool]):
+    def __init__(self, settings: SandboxFusionSettings, *, compare: Callable[[Problem, str, str, str], bool]):
         self.client = SandboxFusionClient(settings)
         self._pool = ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent), thread_name_prefix="sfusion")
-        self._compare = compare  # (expected, got) -> bool, the local judge's stdio comparator
+        self._compare = compare  # (problem, input, expected, got) -> bool: the local judge's comparison
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -236,7 +238,7 @@ class SandboxFusionRunner:
     def _jobs(self, problem: Problem, code: str, limits: RemoteLimits) -> list[Callable[[], TestRun]]:
         if problem.kind == "stdio":
             return [
-                (lambda i=i, t=t: self._run_stdio(i, code, t.input, t.output, limits))
+                (lambda i=i, t=t: self._run_stdio(i, code, problem, t.input, t.output, limits))
                 for i, t in enumerate(problem.stdio_tests)
             ]
         units = remote_harness.units_of(problem)
@@ -251,7 +253,7 @@ class SandboxFusionRunner:
             memory_limit_MB=limits.memory_mb,
         )
 
-    def _run_stdio(self, index: int, code: str, stdin: str, expected: str, limits: RemoteLimits) -> TestRun:
+    def _run_stdio(self, index: int, code: str, problem: Problem, stdin: str, expected: str, limits: RemoteLimits) -> TestRun:
         outcome = self.client.run_code(self._request(code, stdin, limits))
         if outcome.response is None:
             return _internal(index, outcome.error or "no response")
@@ -262,7 +264,7 @@ class SandboxFusionRunner:
             if len(got.encode("utf-8", "replace")) > limits.max_output_bytes:
                 verdict = Verdict.OUTPUT_LIMIT
             else:
-                verdict = Verdict.ACCEPTED if self._compare(expected, got) else Verdict.WRONG_ANSWER
+                verdict = Verdict.ACCEPTED if self._compare(problem, stdin, expected, got) else Verdict.WRONG_ANSWER
         result = TestResult(
             index=index,
             verdict=verdict,
@@ -329,10 +331,10 @@ class SandboxFusionBackend:
     def close(self) -> None:
         self.runner.close()
 
-    def _compare(self, expected: str, got: str) -> bool:
-        from engine.judge.compare import outputs_match
-
-        return outputs_match(expected, got, mode=self.config.compare, float_tol=self.config.float_tol)
+    def _compare(self, problem: Problem, stdin: str, expected: str, got: str) -> bool:
+        if problem.checker:
+            return get_checker(problem.checker)(stdin, expected, got)
+        return outputs_match(expected, got, mode=self.config.compare, tol=self.config.float_tol)
 
     def _limits(self, problem: Problem) -> RemoteLimits:
         return RemoteLimits(

@@ -1,0 +1,103 @@
+"""Judge a samples file against a problems file: what `rlvr-run judge` runs.
+
+Samples are JSONL rows with `problem_id` and `completion`; the output is one
+`VerdictRecord` (the `SampleResult` plus the sample's index) per sample, in the
+samples' order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from engine.errors import UserError
+from engine.judge.api import Judge, JudgeConfig
+from engine.judge.problems_io import read_problems
+from engine.judge.report import JudgeSummary
+from engine.judge.verdict import SampleResult
+from engine.problem import Problem
+
+
+class VerdictRecord(SampleResult):
+    index: int  # 0-based position of the sample in the samples file
+
+
+@dataclass(kw_only=True, frozen=True)
+class Sample:
+    index: int
+    problem_id: str
+    completion: str
+
+
+def read_samples(path: Path, problems: dict[str, Problem], *, limit: Optional[int] = None) -> list[Sample]:
+    """Samples in file order; errors name the line and the fix."""
+    if not path.is_file():
+        raise UserError(f"samples file not found: {path}")
+    samples: list[Sample] = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if limit is not None and len(samples) >= limit:
+                break
+            if line.strip():
+                samples.append(_sample(path, number, line, len(samples), problems))
+    if not samples:
+        raise UserError(f"{path}: no samples (expected JSONL rows with problem_id and completion)")
+    return samples
+
+
+def _sample(path: Path, number: int, line: str, index: int, problems: dict[str, Problem]) -> Sample:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{path}:{number}: each line must be a JSON object with problem_id and completion")
+    for key in ("problem_id", "completion"):
+        if not isinstance(row.get(key), str):
+            raise UserError(f"{path}:{number}: missing or non-string field {key!r} (need problem_id and completion)")
+    if row["problem_id"] not in problems:
+        known = ", ".join(list(problems)[:5])
+        raise UserError(
+            f"{path}:{number}: unknown problem_id {row['problem_id']!r}; "
+            f"the problems file has {len(problems)} problems, e.g. {known}"
+        )
+    return Sample(index=index, problem_id=row["problem_id"], completion=row["completion"])
+
+
+def judge_file(
+    problems_path: Path,
+    samples_path: Path,
+    out_path: Path,
+    config: JudgeConfig,
+    *,
+    limit: Optional[int] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> JudgeSummary:
+    """Judge every sample, write the records, return the summary. `progress(done, total)`."""
+    problems = read_problems(problems_path)
+    samples = read_samples(samples_path, problems, limit=limit)
+    items = [(problems[s.problem_id], s.completion) for s in samples]
+    chunk = max(16, 4 * config.workers)  # judge in chunks so progress moves while all cores stay busy
+    results: list[SampleResult] = []
+    start = time.monotonic()
+    with Judge(config) as judge:
+        for lo in range(0, len(items), chunk):
+            results.extend(judge.judge_many(items[lo : lo + chunk]))
+            if progress:
+                progress(len(results), len(items))
+        stats = judge.stats()
+    wall = time.monotonic() - start
+    _write(out_path, samples, results)
+    return JudgeSummary.of(results, wall_s=wall, stats=stats)
+
+
+def _write(out_path: Path, samples: list[Sample], results: list[SampleResult]) -> None:
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for sample, result in zip(samples, results, strict=True):
+            fh.write(VerdictRecord(index=sample.index, **result.model_dump()).model_dump_json() + "\n")
+    tmp.replace(out_path)
