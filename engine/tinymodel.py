@@ -1,0 +1,44 @@
+"""A tiny tokenizer built locally, for CPU tests and smoke studies with no Hub access.
+
+A byte-level BPE trained on the Python standard library's own sources (always
+present, deterministic for a given Python), wrapped as a `PreTrainedTokenizerFast`
+with a ChatML chat template, so verl's and trl's dataset classes can tokenize
+chat prompts exactly as they would with a Qwen tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def stdlib_corpus(limit: int = 170) -> list[str]:
+    """The first `limit` stdlib modules by name: code-like text that needs no download."""
+    return [str(p) for p in sorted(Path(os.__file__).parent.glob("*.py"))[:limit]]
+
+
+def build_tiny_tokenizer(out_dir: Path, *, vocab_size: int = 1024) -> Path:
+    """Train, save and return `out_dir` (loadable with `AutoTokenizer.from_pretrained`)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    core.train(stdlib_corpus(), trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                        bos_token=None, unk_token=None)
+    tokenizer.chat_template = CHATML_TEMPLATE
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
