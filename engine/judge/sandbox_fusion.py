@@ -295,7 +295,8 @@ class SandboxFusionRunner:
             input=unit.source[:500],
             message=message,
         )
-        return TestRun(result=result, stdout=_tail(stdout.replace(nonce, "")), stderr=_tail(stderr))
+        own = "\n".join(line for line in stdout.splitlines() if not line.startswith(nonce))
+        return TestRun(result=result, stdout=_tail(own), stderr=_tail(stderr))
 
 
 def _message(response: RunCodeResponse, verdict: Verdict) -> Optional[str]:
@@ -311,7 +312,7 @@ def _message(response: RunCodeResponse, verdict: Verdict) -> Optional[str]:
 # ---------------------------------------------------------------- the backend
 
 
-ISOLATION = "sandbox_fusion (remote; isolation is the server's)"
+ISOLATION = "remote (SandboxFusion; isolation is the server's)"
 
 
 class SandboxFusionBackend:

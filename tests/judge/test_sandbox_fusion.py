@@ -129,3 +129,122 @@ def test_slow_answer_past_the_client_timeout_is_an_error(server):
     outcome = client.run_code(_req("print(1)", timeout=0.5))
     assert outcome.response is None and outcome.attempts == 1
     assert "no answer within" in outcome.error
+
+
+# ---------------------------------------------------------------- backend: verdicts through Judge
+
+from engine.judge.api import Judge, JudgeConfig  # noqa: E402
+from engine.judge.verdict import Verdict  # noqa: E402
+from engine.problem import FunctionTests, Problem, StdioTest  # noqa: E402
+
+ADD = Problem(
+    id="toy/add", source="toy", split="test", kind="function", statement="add two numbers", entry_point="add",
+    function_tests=FunctionTests(
+        setup="import math",
+        asserts=["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert not add(0, 0)",
+                 "assert math.isclose(add(0.1, 0.2), 0.3)"],
+    ),
+)
+SUM = Problem(
+    id="toy/sum", source="toy", split="test", kind="stdio", statement="sum of a line", time_limit_s=2.0,
+    stdio_tests=[StdioTest(input="1 2\n", output="3\n"), StdioTest(input="5 5\n", output="10\n"),
+                 StdioTest(input="0 7\n", output="7\n")],
+)
+
+
+@pytest.fixture
+def remote(server):
+    config = JudgeConfig(backend="sandbox_fusion", url=server.url, workers=4, timeout_s=2.0, memory_mb=256, cache=False)
+    with Judge(config) as judge:
+        yield judge
+
+
+def _fenced(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+@pytest.mark.parametrize(
+    ("code", "verdict", "passed"),
+    [
+        ("def add(a, b):\n    return a + b", Verdict.ACCEPTED, 4),
+        ("def add(a, b):\n    return a - b", Verdict.WRONG_ANSWER, 1),  # only `not add(0, 0)` holds
+        ("import os\nos._exit(0)", Verdict.RUNTIME_ERROR, 0),  # exit code 0 is never a pass
+        ("def add(a, b):\n    import sys; sys.exit(0)", Verdict.RUNTIME_ERROR, 0),
+        ("class E:\n    def __eq__(s, o): return True\n    def __bool__(s): return True\n"
+         "def add(a, b):\n    return E()", Verdict.WRONG_ANSWER, 0),  # always-equal object
+        ("import builtins\nbuiltins.AssertionError = SystemExit\ndef add(a, b):\n    return 0", Verdict.WRONG_ANSWER, 1),
+        ("def add(a, b)\n    return a + b", Verdict.SYNTAX_ERROR, 0),
+        ("def add(a, b):\n    return [0] * (10 ** 9)", Verdict.MEMORY_LIMIT, 0),
+        ("def add(a, b):\n    while True: pass", Verdict.TIMEOUT, 0),
+        ("def add(a, b):\n    return {}[a]", Verdict.RUNTIME_ERROR, 0),
+    ],
+)
+def test_function_verdicts(remote, code, verdict, passed):
+    """Local test server running the code for real: function tests judged per assert, compared here."""
+    result = remote.judge(ADD, _fenced(code))
+    assert (result.verdict, result.passed, result.total) == (verdict, passed, 4)
+    assert result.accepted == (verdict is Verdict.ACCEPTED)
+
+
+def test_stdio_verdicts_use_the_judge_comparator(remote):
+    """Local test server running the code for real: stdout compared token-wise in our process."""
+    ok = remote.judge(SUM, _fenced("a, b = map(int, input().split())\nprint(a + b, end='  \\n\\n')"))
+    assert ok.verdict is Verdict.ACCEPTED and ok.pass_ratio == 1.0
+    partial = remote.judge(SUM, _fenced("a, b = map(int, input().split())\nprint(a + b if a else 0)"))
+    assert partial.verdict is Verdict.WRONG_ANSWER and partial.passed == 2
+    assert partial.failures[0].index == 2 and partial.failures[0].expected == "7\n" and partial.failures[0].got == "0\n"
+    slow = remote.judge(SUM, _fenced("while True: pass"))
+    assert slow.verdict is Verdict.TIMEOUT
+    crash = remote.judge(SUM, _fenced("raise ValueError('boom')"))
+    assert crash.verdict is Verdict.RUNTIME_ERROR and "ValueError: boom" in crash.stderr_tail
+
+
+def test_sparse_stops_at_the_first_failure(remote, server):
+    """Local test server: with stop_on_first_failure, tests after a failure are not all sent."""
+    remote.judge(SUM, _fenced("print(0)"), stop_on_first_failure=True)
+    # the first test fails; the pool (4 workers) may already have started the others, never more
+    assert len(server.requests) <= 3
+    result = remote.judge(SUM, _fenced("print(0)"), stop_on_first_failure=True)
+    assert result.accepted is False and result.verdict is Verdict.WRONG_ANSWER
+
+
+def test_concurrency_is_bounded(server):
+    """Local test server counting requests in flight: never more than `workers` at once."""
+    server.default = ("sleep", 0.2)
+    problem = SUM.model_copy(update={"stdio_tests": SUM.stdio_tests * 4})
+    config = JudgeConfig(backend="sandbox_fusion", url=server.url, workers=3, cache=False)
+    with Judge(config) as judge:
+        programs = [_fenced(f"print(sum(map(int, input().split())))  # variant {i}") for i in range(3)]
+        results = judge.judge_many([(problem, program) for program in programs])
+    assert all(r.accepted for r in results)
+    assert len(server.requests) == 36 and server.max_in_flight == 3
+
+
+def test_server_down_is_internal_error_never_the_models():
+    """No server (closed loopback port): every sample is INTERNAL_ERROR with the reason."""
+    config = JudgeConfig(backend="sandbox_fusion", url=f"http://127.0.0.1:{_free_port()}", workers=2)
+    with Judge(config) as judge:
+        judge.backend.runner.client.settings.backoff_s = 0.01
+        result = judge.judge(ADD, _fenced("def add(a, b):\n    return a + b"))
+    assert result.verdict is Verdict.INTERNAL_ERROR and not result.accepted
+    assert "connection error" in result.message
+
+
+def test_sandbox_error_is_internal_error(server):
+    """Local test server scripted to answer SandboxError forever: INTERNAL_ERROR, not a wrong answer."""
+    server.default = ("sandbox_error",)
+    config = JudgeConfig(backend="sandbox_fusion", url=server.url, workers=2)
+    with Judge(config) as judge:
+        judge.backend.runner.client.settings.backoff_s = 0.01
+        result = judge.judge(SUM, _fenced("print(3)"))
+        assert result.verdict is Verdict.INTERNAL_ERROR and "SandboxError" in result.message
+        server.default = ("run",)  # a fault is not cached: the same sample is judged again
+        assert judge.judge(SUM, _fenced("a, b = map(int, input().split())\nprint(a + b)")).accepted
+
+
+def test_missing_url_is_a_user_error():
+    """No server involved: the backend refuses to start without a URL."""
+    from engine.errors import UserError
+
+    with pytest.raises(UserError, match="needs a url"):
+        Judge(JudgeConfig(backend="sandbox_fusion"))
