@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
+from pathlib import Path
 from typing import Callable, Optional
 
 from rich.console import Console
@@ -94,18 +96,162 @@ def _add_judge_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--problems", required=True, help="problems file (HumanEval/MBPP/CodeContests raw or normalized)")
     p.add_argument("--samples", required=True, help="JSONL with problem_id and completion")
     p.add_argument("--out", required=True, help="verdict records (JSONL)")
+    p.add_argument("--mode", choices=("dense", "sparse"), default="dense",
+                   help="sparse stops each sample at its first failing test (only `accepted` is exact)")
+    p.add_argument("--backend", choices=("local", "sandbox_fusion"), default="local")
+    p.add_argument("--url", help="SandboxFusion endpoint, e.g. http://host:8080/run_code (sandbox_fusion backend)")
+    p.add_argument("--timeout", type=float, default=6.0, help="seconds of CPU per test (default 6)")
+    p.add_argument("--memory-mb", type=int, default=1024, help="memory per sample in MiB (default 1024)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel samples (local: default all cores) or requests in flight (sandbox_fusion)")
+    p.add_argument("--compare", choices=("tokens", "float", "exact"), default="tokens", help="stdio output comparison")
+    p.add_argument("--limit", type=int, default=None, help="judge only the first N samples")
+    p.add_argument("--no-cache", action="store_true", help="judge identical programs again")
     p.set_defaults(func=_cmd_judge)
 
 
 def _cmd_judge(args: argparse.Namespace) -> int:
-    raise UserError("`judge` is not wired yet")
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from engine.judge.api import JudgeConfig
+    from engine.judge.batch import judge_file
+    from engine.judge.report import summary_tables
+
+    if args.backend == "sandbox_fusion" and not args.url:
+        raise UserError("--backend sandbox_fusion needs --url (e.g. http://host:8080/run_code)")
+    config = JudgeConfig(
+        backend=args.backend, url=args.url, timeout_s=args.timeout, memory_mb=args.memory_mb,
+        compare=args.compare, stop_on_first_failure=args.mode == "sparse", cache=not args.no_cache,
+        **({"workers": args.workers} if args.workers else {}),
+    )
+    columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task("judge", total=None)
+        summary = judge_file(
+            Path(args.problems), Path(args.samples), Path(args.out), config, limit=args.limit,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    for table in summary_tables(summary):
+        console.print(table)
+    console.print(f"wrote {summary.samples} verdict records to {args.out}")
+    return 0
 
 
 # ---------------------------------------------------------------- data
 def _add_data_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="id lists, leakage report, exports, preference pairs")
     p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
-    p.add_subparsers(dest="data_cmd")
+    data = p.add_subparsers(dest="data_cmd")
+    from engine.data.export import EXPORT_FORMATS
+
+    dataset_help = "SOURCE[:SPLIT] from the registry (e.g. mbpp:test), or a dataset NAME of --spec"
+
+    q = data.add_parser("show", help="load a dataset: count, kinds, content fingerprint, origin")
+    q.add_argument("--dataset", required=True, help=dataset_help)
+    q.add_argument("--spec", type=Path, help="spec whose `datasets:` names --dataset")
+    q.add_argument("--ids", action="store_true", help="also print every problem id")
+    q.add_argument("--out", type=Path, help="write the normalized problems here (JSON Lines, format `problem`)")
+    q.set_defaults(func=_cmd_data_show)
+
+    q = data.add_parser("idlist", help="freeze a deterministic, seeded subset of a dataset's ids")
+    q.add_argument("--dataset", required=True, help=dataset_help)
+    q.add_argument("--spec", type=Path, help="spec whose `datasets:` names --dataset")
+    q.add_argument("--n", type=int, required=True, help="how many ids")
+    q.add_argument("--seed", type=int, required=True, help="sampling seed")
+    q.add_argument("--out", type=Path, required=True, help="list file, e.g. registry/idlists/NAME.txt")
+    q.set_defaults(func=_cmd_data_idlist)
+
+    q = data.add_parser("export", help="write a dataset as verl / trl training data")
+    q.add_argument("--spec", type=Path, required=True)
+    q.add_argument("--dataset", required=True, help="dataset name in the spec")
+    q.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+    q.add_argument("--out", type=Path, required=True, help=".parquet, else JSON Lines")
+    q.add_argument("--prompt", help="prompt template (registry/prompts.yaml); default: per problem kind")
+    q.add_argument("--model", help="registry model name: picks chat vs completion prompts (default: chat)")
+    q.add_argument("--reward", choices=("dense", "sparse"), default="dense", help="reward mode (verl-rl, trl-grpo)")
+    q.add_argument("--pairs", type=Path, help="trl-dpo: pairs JSONL (default: correct vs incorrect references)")
+    q.set_defaults(func=_cmd_data_export)
+
+    q = data.add_parser("toy", help="write the toy problems of a split (JSON Lines, format `problem`)")
+    q.add_argument("--split", choices=("train", "valid", "test"), default="train")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", type=Path, required=True)
+    q.set_defaults(func=_cmd_data_toy)
+
+
+def _load_with_progress(reference: str, spec: Optional[Path]):
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from engine.data.loaders import load_reference
+
+    with Progress(SpinnerColumn(), TextColumn("loading {task.description}: {task.completed} problems"),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task(reference, total=None)
+        return load_reference(reference, spec_path=spec, on_row=lambda n: bar.update(task, completed=n))
+
+
+def _write_problems(problems, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(p.model_dump_json() + "\n" for p in problems), encoding="utf-8")
+
+
+def _cmd_data_show(args: argparse.Namespace) -> int:
+    loaded = _load_with_progress(args.dataset, args.spec)
+    kinds = Counter(p.kind for p in loaded.problems)
+    console.print(f"{loaded.name}: {len(loaded.problems)} problems "
+                  f"({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}), split {loaded.split}")
+    console.print(f"fingerprint {loaded.fingerprint}")
+    console.print(f"origin: {loaded.origin}", highlight=False)
+    if loaded.idlist_sha256:
+        console.print(f"id list sha256 {loaded.idlist_sha256}")
+    if args.ids:
+        console.print("\n".join(loaded.ids()), highlight=False)
+    if args.out:
+        _write_problems(loaded.problems, args.out)
+        console.print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_data_idlist(args: argparse.Namespace) -> int:
+    from engine.data.idlist import select_ids, write_idlist
+
+    loaded = _load_with_progress(args.dataset, args.spec)
+    ids = select_ids(loaded.problems, args.n, args.seed)
+    digest = write_idlist(args.out, ids)
+    console.print(f"wrote {args.out}: {len(ids)} of {len(loaded.problems)} ids of {loaded.name} (seed {args.seed})")
+    console.print(f"sha256 {digest}")
+    return 0
+
+
+def _cmd_data_export(args: argparse.Namespace) -> int:
+    from engine.data.export import PromptChoice, export_dataset, read_pairs
+    from engine.registry import find_registry, load_registry
+
+    registry = load_registry(find_registry(args.spec.parent))
+    if args.model is not None and args.model not in registry.models:
+        raise UserError(f"unknown model `{args.model}`; registry/models.yaml has: {', '.join(registry.models)}")
+    model = registry.models[args.model] if args.model else None
+    loaded = _load_with_progress(args.dataset, args.spec)
+    pairs = read_pairs(args.pairs) if args.pairs else None
+    result = export_dataset(loaded, args.format, args.out, PromptChoice(registry=registry, template=args.prompt,
+                            model=model), reward=args.reward, pairs=pairs)
+    console.print(f"wrote {result.path}: {result.rows} {result.format} rows from {loaded.name} "
+                  f"(fingerprint {loaded.fingerprint[:16]}), sha256 {result.sha256}")
+    if result.skipped:
+        console.print(f"[yellow]skipped {len(result.skipped)}[/]: " + "; ".join(result.skipped[:5])
+                      + (" …" if len(result.skipped) > 5 else ""), highlight=False)
+    return 0
+
+
+def _cmd_data_toy(args: argparse.Namespace) -> int:
+    from engine.data.toy import toy_problems
+
+    problems = toy_problems(args.split, args.seed)
+    _write_problems(problems, args.out)
+    console.print(f"wrote {args.out}: {len(problems)} toy {args.split} problems (seed {args.seed})")
+    return 0
 
 
 # ---------------------------------------------------------------- entry

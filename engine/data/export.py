@@ -187,3 +187,22 @@ def export_dataset(loaded: LoadedDataset, fmt: str, out: Path, choice: PromptCho
         raise UserError(f"nothing to export from dataset `{loaded.name}` as {fmt}: "
                         f"{skipped[0] if skipped else 'it has no problems'}")
     return ExportResult(path=out, format=fmt, rows=len(rows), skipped=skipped, sha256=write_rows(rows, out))
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    """Pairs from JSON Lines with `problem_id`, `chosen`, `rejected` (extra keys ignored)."""
+    pairs = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UserError(f"cannot read pairs file {path}: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            pairs.append(Pair(problem_id=str(row["problem_id"]), chosen=row["chosen"], rejected=row["rejected"]))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}:{number}: not a pair ({type(exc).__name__}: {exc})\n"
+                            "  fix: one JSON object per line with problem_id, chosen and rejected") from None
+    return pairs

@@ -245,3 +245,26 @@ def _from_hub(ds: DatasetSpec, entry: DatasetSource, split: str, fmt_name: str,
                         "connect to the Hub once (the problems are then cached), or set RLVR_RUN_DATA_MIRROR to a "
                         "folder with the raw files, or use `source: local_jsonl` with `path:` and `fields.format`") from None
     return problems, where
+
+
+def load_reference(reference: str, *, spec_path: Optional[Path] = None,
+                   on_row: Optional[RowCallback] = None) -> LoadedDataset:
+    """A dataset by name in the spec at `spec_path`, or `SOURCE[:SPLIT]` from the registry."""
+    from engine.registry import find_registry
+    from engine.specload import load_spec
+
+    if spec_path is not None:
+        loaded_spec = load_spec(spec_path)
+        registry = load_registry(find_registry(spec_path.parent))
+        ds = loaded_spec.spec.datasets.get(reference)
+        if ds is None:
+            raise UserError(f"spec {spec_path} has no dataset `{reference}`; it has: "
+                            f"{', '.join(loaded_spec.spec.datasets)}")
+        entry = registry.datasets.get(ds.source)
+        if entry is None:
+            raise DataContext(name=reference, spec=loaded_spec).error(
+                "source", f"unknown source `{ds.source}`", f"use one of: {', '.join(sorted(registry.datasets))}")
+        return load_dataset_problems(ds, entry, name=reference, spec=loaded_spec, on_row=on_row)
+    source, _, split = reference.partition(":")
+    ds = DatasetSpec(source=source, split=split or None, role="test")
+    return load_dataset_problems(ds, name=reference, on_row=on_row)
