@@ -250,10 +250,11 @@ def _m003(db: Database) -> None:
 
 
 def _connect(path: Path, *, readonly: bool) -> Database:
+    # A reader opens read-write but query-only: a mode=ro connection to a WAL database
+    # leaves -wal/-shm files behind, while a read-write one removes them when it closes last.
+    conn = sqlite3.connect(f"file:{path}?mode={'rw' if readonly else 'rwc'}", uri=True, timeout=30, check_same_thread=False)
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
-    else:
-        conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
     return Database(conn)
 
 
