@@ -1,0 +1,227 @@
+"""The reward behind `engine/reward.py` (verl's entry file): `compute_score` for verl 0.9.x.
+
+Point verl at `engine/reward.py` with
+
+    reward.custom_reward_function.path=<repo>/engine/reward.py
+    reward.custom_reward_function.name=compute_score
+    +reward.custom_reward_function.reward_kwargs.mode=sparse          # optional
+    +reward.custom_reward_function.reward_kwargs.backend=sandbox_fusion
+    +reward.custom_reward_function.reward_kwargs.url=http://host:8080/run_code
+
+`compute_score` is synchronous: verl runs it in its event loop's thread pool,
+and it works with every reward manager that calls per sample by keyword
+(`naive`, `dapo`, `rate_limited`, and `remote`, which accepts sync functions
+only). The judging itself happens in sandboxed subprocesses (local) or over
+HTTP (sandbox_fusion), so the GIL is not the bottleneck. `compute_score_async`
+is the same call for managers that await coroutines; use it only where the
+event loop's thread pool is the constraint.
+
+`ground_truth` is `engine.judge.ground_truth.RewardTests` as JSON (written by the
+data exporter with `ground_truth_from_problem`). Settings, highest first:
+reward_kwargs (the run's config), the row's `extra_info` (`reward_mode`), the
+environment (`RLVR_REWARD_BACKEND`, `RLVR_SANDBOX_URL`), then defaults.
+
+The returned dict always has the same keys, all scalars (verl builds one numpy
+array per key across the batch and its validation metrics skip strings):
+`verdict` is the verdict's name for logs and rollout dumps, `verdict_code` its
+stable integer for metrics. It never raises: a fault gives score 0 with
+`internal_error` = 1, logged as a warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Optional
+
+from engine.judge.api import Judge, JudgeConfig
+from engine.judge.ground_truth import RewardTests
+from engine.judge.verdict import SampleResult, Verdict
+
+log = logging.getLogger("rlvr.reward")
+
+# Stable codes for metrics; never renumber (append new verdicts at the end).
+VERDICT_CODES: dict[Verdict, int] = {
+    Verdict.ACCEPTED: 0,
+    Verdict.WRONG_ANSWER: 1,
+    Verdict.RUNTIME_ERROR: 2,
+    Verdict.SYNTAX_ERROR: 3,
+    Verdict.TIMEOUT: 4,
+    Verdict.MEMORY_LIMIT: 5,
+    Verdict.OUTPUT_LIMIT: 6,
+    Verdict.NO_CODE: 7,
+    Verdict.INTERNAL_ERROR: 8,
+}
+
+Mode = Literal["dense", "sparse"]
+Backend = Literal["local", "sandbox_fusion"]
+
+
+@dataclass(kw_only=True, frozen=True)
+class RewardSettings:
+    mode: Mode = "dense"  # dense: pass_ratio; sparse: 1[accepted] (stops at the first failing test)
+    backend: Backend = "local"
+    url: Optional[str] = None  # sandbox_fusion endpoint
+    timeout_s: float = 6.0  # per test (a problem's own time limit wins)
+    memory_mb: int = 1024
+    workers: Optional[int] = None  # judge workers in this process (default: all cores)
+    wall_timeout_s: float = 300.0  # bound on one compute_score call
+
+    @classmethod
+    def resolve(cls, kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]]) -> "RewardSettings":
+        env = os.environ
+        info = extra_info or {}
+        mode = kwargs.get("mode") or info.get("reward_mode") or env.get("RLVR_REWARD_MODE") or "dense"
+        backend = kwargs.get("backend") or env.get("RLVR_REWARD_BACKEND") or "local"
+        url = kwargs.get("url") or kwargs.get("sandbox_fusion_url") or env.get("RLVR_SANDBOX_URL")
+        if mode not in ("dense", "sparse"):
+            raise ValueError(f"reward mode must be dense or sparse, got {mode!r}")
+        if backend not in ("local", "sandbox_fusion"):
+            raise ValueError(f"reward backend must be local or sandbox_fusion, got {backend!r}")
+        return cls(
+            mode=mode,
+            backend=backend,
+            url=url,
+            timeout_s=float(kwargs.get("timeout_s", cls.timeout_s)),
+            memory_mb=int(kwargs.get("memory_mb", cls.memory_mb)),
+            workers=int(kwargs["workers"]) if kwargs.get("workers") else None,
+            wall_timeout_s=float(kwargs.get("wall_timeout_s", cls.wall_timeout_s)),
+        )
+
+    def judge_config(self) -> JudgeConfig:
+        extra = {"workers": self.workers} if self.workers else {}
+        return JudgeConfig(
+            backend=self.backend, url=self.url, timeout_s=self.timeout_s, memory_mb=self.memory_mb, **extra
+        )
+
+
+# ---------------------------------------------------------------- one Judge per process
+
+
+class _Judges:
+    """Judges by config, created on first use in each process (a forked child builds its own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._judges: dict[tuple, Judge] = {}
+
+    def get(self, settings: RewardSettings) -> Judge:
+        key = (settings.backend, settings.url, settings.timeout_s, settings.memory_mb, settings.workers)
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's workers and threads are not ours
+                self._pid, self._judges = os.getpid(), {}
+            judge = self._judges.get(key)
+            if judge is None:
+                judge = self._judges[key] = Judge(settings.judge_config())
+            return judge
+
+
+_JUDGES = _Judges()
+STATS = {"calls": 0, "internal_errors": 0}  # process-wide counters, for logs and tests
+
+
+# ---------------------------------------------------------------- the entry points
+
+
+def compute_score(
+    data_source: str = "",
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: Optional[Mapping[str, Any]] = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Score one response; dense = pass_ratio, sparse = 1[accepted]. Never raises."""
+    start = time.monotonic()
+    STATS["calls"] += 1
+    try:
+        settings = RewardSettings.resolve(kwargs, extra_info)
+        tests = RewardTests.parse(ground_truth)
+    except Exception as exc:  # bad config or ground truth: the pipeline's fault, not the model's
+        return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
+    try:
+        result = _judge_bounded(settings, tests, solution_str)
+    except Exception as exc:
+        return _internal(f"judge failed: {type(exc).__name__}: {exc}", data_source, start)
+    if result is None:
+        return _internal(f"no verdict within the reward's {settings.wall_timeout_s:.0f}s bound", data_source, start)
+    if result.verdict is Verdict.INTERNAL_ERROR:
+        return _internal(result.message or "judge internal error", data_source, start, result)
+    return _record(result, settings.mode, start)
+
+
+async def compute_score_async(
+    data_source: str = "",
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: Optional[Mapping[str, Any]] = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """`compute_score` for managers that await coroutines (runs it in a worker thread)."""
+    return await asyncio.to_thread(
+        compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs
+    )
+
+
+def _judge_bounded(settings: RewardSettings, tests: RewardTests, solution_str: str) -> Optional[SampleResult]:
+    """Judge the last code block in a thread, waiting at most `wall_timeout_s` (None past it).
+
+    The judge enforces per-test limits itself; this bound is a backstop for a
+    stuck backend, so a late thread is left to finish on its own.
+    """
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            judge = _JUDGES.get(settings)
+            box["result"] = judge.judge(tests.to_problem(), solution_str, stop_on_first_failure=settings.mode == "sparse")
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="rlvr-reward", daemon=True)
+    worker.start()
+    worker.join(settings.wall_timeout_s)
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def _record(result: SampleResult, mode: Mode, start: float) -> dict[str, Any]:
+    score = result.pass_ratio if mode == "dense" else float(result.accepted)
+    return {
+        "score": float(score),
+        "acc": float(result.accepted),
+        "pass_ratio": float(result.pass_ratio),
+        "passed": int(result.passed),
+        "total": int(result.total),
+        "verdict": result.verdict.value,
+        "verdict_code": VERDICT_CODES[result.verdict],
+        "internal_error": 0,
+        "format_ok": int(result.format_ok),
+        "cached": int(result.cached),
+        "judge_wall_s": float(result.wall_s),
+        "reward_wall_s": time.monotonic() - start,
+    }
+
+
+def _internal(reason: str, data_source: str, start: float, result: Optional[SampleResult] = None) -> dict[str, Any]:
+    STATS["internal_errors"] += 1
+    log.warning("reward internal error (data_source=%s): %s", data_source, reason)
+    return {
+        "score": 0.0,
+        "acc": 0.0,
+        "pass_ratio": 0.0,
+        "passed": 0,
+        "total": int(result.total) if result else 0,
+        "verdict": Verdict.INTERNAL_ERROR.value,
+        "verdict_code": VERDICT_CODES[Verdict.INTERNAL_ERROR],
+        "internal_error": 1,
+        "format_ok": int(result.format_ok) if result else 0,
+        "cached": 0,
+        "judge_wall_s": float(result.wall_s) if result else 0.0,
+        "reward_wall_s": time.monotonic() - start,
+    }
