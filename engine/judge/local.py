@@ -1,0 +1,166 @@
+"""The `local` backend: a pool of pre-warmed sandbox workers on this machine.
+
+Workers are small interpreters (`python -I -S engine/judge/worker.py UID`),
+started once — never forked from this (possibly large) process — each with
+its namespaces already set up and a sandbox uid of its own. Jobs go to idle
+workers over pipes (length-prefixed JSON); independent samples run on all
+workers at once. A worker that dies or stops answering is replaced and the
+job is reported as INTERNAL_ERROR (a judge fault, never a model verdict).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Sequence
+
+from engine.judge import worker as wire
+from engine.judge.api import JudgeConfig, JudgeJob, test_count
+from engine.judge.cases import function_plan, stdio_plan
+from engine.judge.verdict import SampleResult, TestResult, Verdict
+
+WORKER = Path(wire.__file__).resolve()
+BASE_UID = 61000  # sandbox uids: BASE_UID + worker slot; unused by any account on a normal system
+
+
+class _WorkerProcess:
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WORKER), str(BASE_UID + slot)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
+            close_fds=True,
+        )
+        hello = wire.receive(self.proc.stdout.fileno())
+        if hello is None:
+            raise RuntimeError("sandbox worker failed to start")
+        self.isolation: str = hello["hello"]
+        self.pid: int = hello["pid"]
+
+    def run(self, public: dict, secret: dict) -> dict:
+        wire.send(self.proc.stdin.fileno(), public)
+        wire.send(self.proc.stdin.fileno(), secret)
+        answer = wire.receive(self.proc.stdout.fileno())
+        if answer is None:
+            raise RuntimeError(f"sandbox worker {self.pid} died (exit {self.proc.poll()})")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+class LocalBackend:
+    def __init__(self, config: JudgeConfig) -> None:
+        self.config = config
+        self._idle: queue.Queue[_WorkerProcess] = queue.Queue()
+        self._all: list[_WorkerProcess] = []
+        self._lock = threading.Lock()
+        self._isolation = ""
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._all:
+                return
+            with ThreadPoolExecutor(self.config.workers) as pool:
+                started = list(pool.map(_WorkerProcess, range(self.config.workers)))
+            for w in started:
+                self._all.append(w)
+                self._idle.put(w)
+            self._isolation = started[0].isolation
+
+    def isolation(self) -> str:
+        self._start()
+        return self._isolation
+
+    def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]:
+        self._start()
+        with ThreadPoolExecutor(self.config.workers) as pool:
+            futures = [pool.submit(self._run_one, job) for job in jobs]
+            results = []
+            for future in futures:
+                results.append(future.result())
+                if progress:
+                    progress(1)
+        return results
+
+    def _run_one(self, job: JudgeJob) -> SampleResult:
+        public, secret = self._messages(job)
+        worker = self._idle.get()
+        try:
+            answer = worker.run(public, secret)
+        except (RuntimeError, OSError, ValueError) as exc:
+            worker = self._replace(worker)
+            return _internal(job, f"{exc}", self._isolation)
+        finally:
+            self._idle.put(worker)
+        if "internal" in answer:
+            return _internal(job, answer["internal"], self._isolation)
+        return _to_result(job, answer, self._isolation)
+
+    def _replace(self, dead: _WorkerProcess) -> _WorkerProcess:
+        dead.close()
+        fresh = _WorkerProcess(dead.slot)
+        with self._lock:
+            self._all[self._all.index(dead)] = fresh
+        return fresh
+
+    def _messages(self, job: JudgeJob) -> tuple[dict, dict]:
+        problem, cfg = job.problem, self.config
+        if problem.kind == "stdio":
+            public_plan, secret = stdio_plan(problem, compare=cfg.compare, tol=cfg.float_tol)
+        else:
+            public_plan, secret = function_plan(problem)
+        cpu_s = problem.time_limit_s or cfg.timeout_s
+        limits = {
+            "cpu_s": cpu_s, "wall_s": cfg.wall_timeout_s or max(2 * cpu_s, cpu_s + 1.0),
+            "memory_mb": problem.memory_limit_mb or cfg.memory_mb, "output_bytes": cfg.max_output_bytes,
+            "max_processes": cfg.max_processes, "max_open_files": cfg.max_open_files, "tail_bytes": cfg.tail_bytes,
+        }
+        public = {"mode": problem.kind, "program": job.program, "plan": public_plan, "limits": limits,
+                  "order": list(range(test_count(problem))), "stop_first": job.stop_on_first_failure,
+                  "max_failures": cfg.max_failures_reported}
+        return public, secret
+
+    def close(self) -> None:
+        with self._lock:
+            for w in self._all:
+                w.close()
+            self._all.clear()
+
+
+def _to_result(job: JudgeJob, answer: dict, isolation: str) -> SampleResult:
+    total = answer["total"]
+    return SampleResult(
+        problem_id=job.problem.id,
+        verdict=Verdict(answer["verdict"]),
+        accepted=answer["verdict"] == "ACCEPTED",
+        passed=answer["passed"],
+        total=total,
+        pass_ratio=answer["passed"] / total if total else 0.0,
+        wall_s=answer["wall"],
+        cpu_s=answer["cpu"],
+        peak_mem_mb=answer["rss_kb"] / 1024,
+        stdout_tail=answer["stdout_tail"],
+        stderr_tail=answer["stderr_tail"],
+        failures=[TestResult(**f) for f in answer["failures"]],
+        isolation=isolation,
+        message=answer.get("stopped") if answer.get("stopped") not in ("complete", None) else None,
+    )
+
+
+def _internal(job: JudgeJob, reason: str, isolation: str) -> SampleResult:
+    return SampleResult(problem_id=job.problem.id, verdict=Verdict.INTERNAL_ERROR, accepted=False, passed=0,
+                        total=test_count(job.problem), pass_ratio=0.0, isolation=isolation,
+                        message=f"judge fault: {reason}")

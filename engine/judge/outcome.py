@@ -1,0 +1,252 @@
+"""The worker's trusted side: read a runner's reports, guard the clock, decide verdicts.
+
+Runs in the sandbox worker (stdlib only), never in the sandbox. Every value it
+compares was decoded by `engine.judge.plain` into objects it built itself.
+A test without a report fails; a sample is accepted only when every test
+reported and passed.
+"""
+
+from __future__ import annotations
+
+import operator
+import signal
+import time
+from typing import Any
+
+from engine.judge import plain
+from engine.judge.checkers import get_checker
+from engine.judge.compare import outputs_match
+
+_OPS = {
+    "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+    "GtE": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
+    "In": lambda a, b: operator.contains(b, a), "NotIn": lambda a, b: not operator.contains(b, a),
+}
+SLACK_S = 2.0  # the runner's own guard fires first; ours only catches a runner that stopped reporting
+CUT = 300
+
+
+class _TestError(Exception):
+    def __init__(self, verdict: str, message: str) -> None:
+        super().__init__(message)
+        self.verdict, self.message = verdict, message
+
+
+class Collector:
+    def __init__(self, job: dict, secret: dict) -> None:
+        self.job, self.secret, self.limits = job, secret, job["limits"]
+        self.order: list[int] = job["order"]
+        self.verdicts: dict[int, dict[str, Any]] = {}
+        self.results: dict[int, dict] = {}
+        self.before: dict | None = None
+        self.first = True
+        self.stopped: str | None = None  # why the run ended before every test reported
+        self.tails = ("", "")
+
+    def collect(self, frames) -> dict:
+        wall = self.limits["wall_s"] + SLACK_S
+        hard_deadline = time.monotonic() + (len(self.order) + 1) * wall + 5
+        deadline = time.monotonic() + wall
+        while self.stopped is None:
+            now = time.monotonic()
+            if now >= min(deadline, hard_deadline):
+                self._fail_rest("TIMEOUT", "wall-clock guard: the runner stopped reporting")
+                break
+            batch = frames.pump(min(deadline, hard_deadline) - now)
+            if batch:
+                deadline = time.monotonic() + wall
+            for frame in batch:
+                self._frame(frame)
+                if self.stopped:
+                    break
+            if self.stopped is None and frames.eof:
+                self._fail_rest("RUNTIME_ERROR", "the program ended its runner before every test reported"
+                                if not frames.bad else "garbled report stream")
+                break
+        return self._summary()
+
+    # ---- frames
+    def _frame(self, frame: dict) -> None:
+        kind = frame.get("t")
+        if self.first:
+            self.first = False
+            if kind == "before":
+                self.before = frame.get("values") or {}
+                return
+            if self.job["mode"] == "function" and kind != "syntax":
+                self._fail_rest("RUNTIME_ERROR", "report stream did not start with the judge's own frame")
+                return
+        if kind == "syntax":
+            self._fail_rest("SYNTAX_ERROR", frame.get("msg", ""))
+        elif kind == "module":
+            self._fail_rest(_error_verdict(frame), f"while loading the program: {frame.get('msg', '')}")
+        elif kind == "result":
+            i = int(frame["i"])
+            self.results.setdefault(i, frame)
+            self._done({"i": i, "cpu": frame.get("cpu", 0.0), "wall": frame.get("wall", 0.0)})
+        elif kind == "tails":
+            if not any(self.tails):
+                self.tails = (str(frame.get("stdout_tail", "")), str(frame.get("stderr_tail", "")))
+        elif kind == "done":
+            self._done(frame)
+        elif kind == "end":
+            self._fail_rest("RUNTIME_ERROR", "the runner ended before every test reported")
+
+    def _done(self, done: dict) -> None:
+        i = int(done["i"])
+        if i in self.verdicts or i not in self.order:
+            return
+        try:
+            verdict, extra = self._decide(i, done)
+        except _TestError as exc:
+            verdict, extra = exc.verdict, {"message": exc.message}
+        except Exception as exc:  # noqa: BLE001 — comparing plain values can still raise (e.g. TypeError)
+            verdict, extra = "RUNTIME_ERROR", {"message": f"comparison failed: {type(exc).__name__}: {exc}"[:CUT]}
+        self.verdicts[i] = {"index": i, "verdict": verdict, "cpu_s": float(done.get("cpu", 0.0)),
+                            "wall_s": float(done.get("wall", 0.0)), **extra}
+        if self.job["mode"] == "stdio" and (verdict != "ACCEPTED" or not any(self.tails)):
+            self.tails = (str(done.get("stdout_tail", done.get("out", "")))[-self.limits["tail_bytes"]:],
+                          str(done.get("stderr_tail", ""))[-self.limits["tail_bytes"]:])
+        if verdict != "ACCEPTED" and self.job["stop_first"]:
+            self.stopped = "stop_on_first_failure"
+        elif len(self.verdicts) == len(self.order):
+            self.stopped = "complete"
+
+    def _decide(self, i: int, done: dict) -> tuple[str, dict]:
+        self._check_limits(done)
+        if self.job["mode"] == "stdio":
+            return self._decide_stdio(i, done)
+        result = self.results.get(i)
+        if result is None:
+            raise _TestError("RUNTIME_ERROR", f"the test process exited without reporting (exit {done.get('code')})")
+        if "error" in result:
+            raise _TestError(_error_verdict(result), result.get("msg", ""))
+        unit = self.secret["units"][i]
+        if "ok" in result:
+            return "ACCEPTED", {}
+        values = self._leaf_values(i, unit, result.get("values") or {})
+        if _truth(unit["tree"], values):
+            return "ACCEPTED", {}
+        trusted = self._trusted(i, unit)
+        got = [plain.short_repr(v) for n, v in sorted(values.items()) if n not in trusted]
+        expected = [plain.short_repr(v) for n, v in sorted(values.items()) if n in trusted]
+        return "WRONG_ANSWER", {"input": unit["label"][:CUT], "got": ", ".join(got)[:CUT],
+                                "expected": ", ".join(expected)[:CUT] or None}
+
+    def _check_limits(self, done: dict) -> None:
+        sig, cpu = done.get("sig"), float(done.get("cpu", 0.0))
+        if sig == signal.SIGXCPU or cpu > self.limits["cpu_s"] or (sig == signal.SIGKILL and done.get("wall_killed")):
+            raise _TestError("TIMEOUT", f"{cpu:.2f} s CPU, {float(done.get('wall', 0)):.2f} s wall")
+        if sig == signal.SIGXFSZ or done.get("out_truncated"):
+            raise _TestError("OUTPUT_LIMIT", f"output over {self.limits['output_bytes']} bytes")
+        if sig is not None:
+            raise _TestError("RUNTIME_ERROR", f"killed by signal {sig} ({_signame(sig)})")
+
+    def _decide_stdio(self, i: int, done: dict) -> tuple[str, dict]:
+        stderr = str(done.get("stderr_tail", ""))
+        if done.get("code"):
+            verdict = "MEMORY_LIMIT" if "MemoryError" in stderr else "RUNTIME_ERROR"
+            raise _TestError(verdict, (stderr.strip().splitlines() or [f"exit status {done['code']}"])[-1][:CUT])
+        expected, got = self.secret["outputs"][i], str(done.get("out", ""))
+        name = self.secret.get("checker")
+        if name:
+            ok = get_checker(name)(self.job["plan"]["inputs"][i], expected, got)
+        else:
+            ok = outputs_match(expected, got, mode=self.secret["compare"], tol=self.secret["tol"])
+        if ok:
+            return "ACCEPTED", {}
+        return "WRONG_ANSWER", {"input": self.job["plan"]["inputs"][i][:CUT], "expected": expected[:CUT],
+                                "got": got[:CUT]}
+
+    def _trusted(self, i: int, unit: dict) -> set[int]:
+        before = {int(k.split(".")[1]) for k in (self.before or {}) if k.split(".")[0] == str(i)}
+        return before | {int(n) for n in unit["literals"]}
+
+    def _leaf_values(self, i: int, unit: dict, after: dict) -> dict[int, object]:
+        values: dict[int, object] = {}
+        for n in range(len(unit["sources"])):
+            if str(n) in unit["literals"]:
+                values[n] = plain.decode(unit["literals"][str(n)])
+                continue
+            key = f"{i}.{n}"
+            if self.before and key in self.before:
+                report, trusted = self.before[key], True
+            else:
+                report, trusted = after.get(str(n)), False
+            if report is None:
+                raise _TestError("RUNTIME_ERROR", f"no value reported for {unit['sources'][n][:CUT]}")
+            if "v" in report:
+                values[n] = plain.decode(report["v"])
+            elif "notplain" in report:
+                raise _TestError("WRONG_ANSWER", f"{unit['sources'][n][:120]}: {report['notplain']}")
+            elif trusted:
+                raise _TestError("INTERNAL_ERROR", f"the test's own operand failed: {report.get('msg', '')}")
+            else:
+                raise _TestError(_error_verdict(report), report.get("msg", "")[:CUT])
+        return values
+
+    def _fail_rest(self, verdict: str, message: str) -> None:
+        for i in self.order:
+            if i not in self.verdicts:
+                self.verdicts[i] = {"index": i, "verdict": verdict, "message": message[:CUT]}
+                if self.job["stop_first"]:
+                    break
+        self.stopped = message or verdict
+
+    # ---- summary
+    def _summary(self) -> dict:
+        ordered = [self.verdicts[i] for i in self.order if i in self.verdicts]
+        failures = [v for v in ordered if v["verdict"] != "ACCEPTED"]
+        passed = len(ordered) - len(failures)
+        judged_faults = [f for f in failures if f["verdict"] == "INTERNAL_ERROR"]
+        first = failures[0]["verdict"] if failures else ("ACCEPTED" if passed == len(self.order) else "RUNTIME_ERROR")
+        if judged_faults and not [f for f in failures if f["verdict"] != "INTERNAL_ERROR"]:
+            first = "INTERNAL_ERROR"
+        return {
+            "verdict": first,
+            "passed": passed,
+            "total": len(self.order),
+            "tests": ordered,
+            "failures": failures[: self.job["max_failures"]],
+            "stdout_tail": self.tails[0],
+            "stderr_tail": self.tails[1],
+            "stopped": self.stopped,
+        }
+
+
+def _truth(tree: dict, values: dict[int, object]) -> bool:
+    return bool(_eval_tree(tree, values))
+
+
+def _eval_tree(tree: dict, values: dict[int, object]) -> object:
+    if "leaf" in tree:
+        return values[tree["leaf"]]
+    if "not" in tree:
+        return not _eval_tree(tree["not"], values)
+    if "and" in tree:
+        result: object = True
+        for sub in tree["and"]:
+            result = _eval_tree(sub, values)
+            if not result:
+                return result
+        return result
+    if "or" in tree:
+        result = False
+        for sub in tree["or"]:
+            result = _eval_tree(sub, values)
+            if result:
+                return result
+        return result
+    operands = [_eval_tree(t, values) for t in tree["cmp"]]
+    return all(_OPS[op](operands[k], operands[k + 1]) for k, op in enumerate(tree["ops"]))
+
+
+def _error_verdict(report: dict) -> str:
+    return {"memory": "MEMORY_LIMIT", "output": "OUTPUT_LIMIT", "assert": "WRONG_ANSWER", "notplain": "WRONG_ANSWER"}.get(report.get("error", ""), "RUNTIME_ERROR")
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "?"

@@ -1,0 +1,89 @@
+"""Strict plain-data encoding: how values cross from a sandboxed program to the judge.
+
+Only exact builtin types are accepted (`type(x) is int`, never a subclass), so
+an object with a custom `__eq__` cannot reach a comparison; the judge decodes
+the tagged form into fresh builtin objects of its own and compares those.
+Stdlib only: the sandbox worker imports this file directly.
+"""
+
+from __future__ import annotations
+
+import sys
+
+MAX_NODES = 1_000_000
+MAX_CHARS = 32 * 1024 * 1024
+
+if hasattr(sys, "set_int_max_str_digits"):
+    sys.set_int_max_str_digits(0)
+
+
+class NotPlain(Exception):
+    """The value holds something other than plain builtin data (or is too big)."""
+
+
+def encode(value: object) -> object:
+    budget = [MAX_NODES, MAX_CHARS]
+    return _enc(value, budget, 0)
+
+
+def _enc(x: object, budget: list[int], depth: int) -> object:
+    budget[0] -= 1
+    if budget[0] < 0 or depth > 200:
+        raise NotPlain("value too large or too deeply nested")
+    t = type(x)
+    if x is None or t is bool:
+        return x
+    if t is str:
+        budget[1] -= len(x)
+        if budget[1] < 0:
+            raise NotPlain("value too large")
+        return x
+    if t is int:
+        text = str(x)
+        budget[1] -= len(text)
+        if budget[1] < 0:
+            raise NotPlain("value too large")
+        return ["i", text]
+    if t is float:
+        return ["f", repr(x)]
+    if t is complex:
+        return ["c", repr(x.real), repr(x.imag)]
+    if t is bytes:
+        budget[1] -= 2 * len(x)
+        return ["b", x.hex()]
+    tag = _CONTAINERS.get(t)
+    if tag is None:
+        raise NotPlain(f"a {t.__module__}.{t.__qualname__} object is not plain data")
+    if t is dict:
+        items = list(dict.items(x))  # dict.items, not x.items: no overridable method runs
+        return ["d", [[_enc(k, budget, depth + 1), _enc(v, budget, depth + 1)] for k, v in items]]
+    return [tag, [_enc(v, budget, depth + 1) for v in _ITER[t](x)]]
+
+
+_CONTAINERS = {list: "l", tuple: "t", set: "s", frozenset: "S", dict: "d"}
+_ITER = {list: list.__iter__, tuple: tuple.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}
+
+
+def decode(data: object) -> object:
+    if data is None or type(data) in (bool, str):
+        return data
+    if type(data) is not list or not data:
+        raise ValueError(f"malformed plain value {str(data)[:80]!r}")
+    tag = data[0]
+    if tag == "i":
+        return int(data[1])
+    if tag == "f":
+        return float(data[1])
+    if tag == "c":
+        return complex(float(data[1]), float(data[2]))
+    if tag == "b":
+        return bytes.fromhex(data[1])
+    if tag == "d":
+        return {decode(k): decode(v) for k, v in data[1]}
+    items = [decode(v) for v in data[1]]
+    return {"l": list, "t": tuple, "s": set, "S": frozenset}[tag](items)
+
+
+def short_repr(value: object, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
