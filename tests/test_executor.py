@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.executor.base import Job
+from engine.completion import check_completion
+from engine.executor.base import Executor, Job
 from engine.executor.local import LocalExecutor
 from engine.executor.scheduler import execute
 from engine.lineage import PlanRecords, RunRecord, RunState, open_lineage
@@ -74,6 +75,7 @@ def test_runs_in_dag_order_and_streams_logs(runs, lineage):
     assert "hello-from-a" in (a.run_dir / "logs" / "attempt-1.log").read_text()
     assert [e.to_state for e in lineage.events("a")] == [S.planned, S.queued, S.running, S.succeeded]
     assert lineage.run("a").exit_code == 0 and lineage.run("a").pid > 0
+    assert isinstance(LocalExecutor(cpus=1), Executor)
 
 
 def test_failure_blocks_all_descendants_while_independent_branches_run(runs, lineage):
@@ -116,6 +118,14 @@ def test_eval_run_without_metrics_fails_its_completion_check(runs, lineage):
     run_all([job], lineage)
     assert lineage.run("e").state is S.failed
     assert "wrote no outputs/metrics.json" in lineage.run("e").reason
+
+
+def test_best_of_n_needs_samples_and_unknown_kinds_never_pass(tmp_path):
+    assert "left no samples in outputs/samples/" in check_completion("best_of_n", tmp_path)
+    (tmp_path / "outputs" / "samples").mkdir(parents=True)
+    (tmp_path / "outputs" / "samples" / "humaneval.jsonl").write_text("{}\n")
+    assert check_completion("best_of_n", tmp_path) is None
+    assert "no completion check is registered for run kind 'mystery'" in check_completion("mystery", tmp_path)
 
 
 def test_cpu_slots_bound_concurrency(runs, lineage):
