@@ -99,8 +99,11 @@ def test_pairs_from_really_judged_samples(judged_real, tmp_path):
         assert pair.chosen == next(p for p in problems if p.id == pair.problem_id).solutions[0]
         assert pair.chosen_verdict == Verdict.ACCEPTED and pair.delta == 1.0
         assert pair.rejected_verdict in {Verdict.SYNTAX_ERROR, Verdict.TIMEOUT}
-        # a syntax error and an endless loop tie as clear failures: the longer completion is rejected
-        assert pair.rejected.rstrip().endswith("while True:\n    pass")
+        # a syntax error and an endless loop tie as clear failures: the longer completion (the loop)
+        # is rejected, unless the loaded machine turned the loop's run into a judge fault
+        loop = next(r for c, r in judged[pair.problem_id] if c.endswith("while True:\n    pass\n"))
+        expected_end = "pass" if loop.verdict is Verdict.TIMEOUT else "def broken(:"
+        assert pair.rejected.rstrip().endswith(expected_end)
     assert result.report.judge_calls == result.report.samples == sum(len(s) for s in judged.values())
 
     out = tmp_path / "pairs.jsonl"
