@@ -76,6 +76,7 @@ def _kind_vars(run: Run, context: RenderContext) -> dict[str, Any]:
         out["n"] = run.config.get("n") or _protocol_n(run)
     if run.kind == PhaseKind.repair:
         out["rounds"] = run.config.get("rounds") or 2
+        out["repair_module"] = verlcfg.REPAIR_LOOP_MODULE
     return out
 
 

@@ -45,23 +45,23 @@ _MICRO = (
 GRPO_HPARAMS: dict[str, tuple[str, ...]] = {
     "lr": ("actor_rollout_ref.actor.optim.lr",),
     "train_batch_size": ("data.train_batch_size",),
-    "ppo_mini_batch_size": ("actor_rollout_ref.actor.ppo_mini_batch_size",),
+    "mini_batch_size": ("actor_rollout_ref.actor.ppo_mini_batch_size",),
     "micro_batch_size_per_gpu": _MICRO,
     "max_prompt_length": ("data.max_prompt_length",),
     "max_response_length": ("data.max_response_length",),
     "kl_coef": ("actor_rollout_ref.actor.kl_loss_coef",),
     "entropy_coeff": ("actor_rollout_ref.actor.entropy_coeff",),
-    "total_epochs": ("trainer.total_epochs",),
-    "total_training_steps": ("trainer.total_training_steps",),
+    "epochs": ("trainer.total_epochs",),
+    "total_steps": ("trainer.total_training_steps",),
     "save_freq": ("trainer.save_freq",),
     "test_freq": ("trainer.test_freq",),
     "tensor_parallel": ("actor_rollout_ref.rollout.tensor_model_parallel_size",),
     "gpu_memory_utilization": ("actor_rollout_ref.rollout.gpu_memory_utilization",),
 }
 GRPO_DEFAULTS: dict[str, Any] = {
-    "lr": 1e-6, "train_batch_size": 64, "ppo_mini_batch_size": 16, "micro_batch_size_per_gpu": 2,
+    "lr": 1e-6, "train_batch_size": 64, "mini_batch_size": 16, "micro_batch_size_per_gpu": 2,
     "max_prompt_length": 1024, "max_response_length": 2048, "kl_coef": 0.001, "entropy_coeff": 0,
-    "total_epochs": 1, "save_freq": 50, "test_freq": 10, "tensor_parallel": 1,
+    "epochs": 1, "save_freq": 50, "test_freq": 10, "tensor_parallel": 1,
     "gpu_memory_utilization": 0.6,
 }
 SFT_HPARAMS: dict[str, tuple[str, ...]] = {
@@ -70,15 +70,20 @@ SFT_HPARAMS: dict[str, tuple[str, ...]] = {
     "train_batch_size": ("data.train_batch_size",),
     "micro_batch_size_per_gpu": ("data.micro_batch_size_per_gpu",),
     "max_length": ("data.max_length",),
-    "total_epochs": ("trainer.total_epochs",),
-    "total_training_steps": ("trainer.total_training_steps",),
+    "epochs": ("trainer.total_epochs",),
+    "total_steps": ("trainer.total_training_steps",),
     "save_freq": ("trainer.save_freq",),
     "test_freq": ("trainer.test_freq",),
 }
 # verl's engine optimizer defaults lr to 1e-3: never leave it implicit (§4).
 SFT_DEFAULTS: dict[str, Any] = {"lr": 1e-5, "train_batch_size": 64, "micro_batch_size_per_gpu": 2,
-                                "max_length": 4096, "total_epochs": 1}
-CONFIG_NAMES = {PhaseKind.grpo: "ppo_trainer", PhaseKind.sft: "sft_trainer_engine"}
+                                "max_length": 4096, "epochs": 1}
+CONFIG_NAMES = {PhaseKind.grpo: "ppo_trainer", PhaseKind.repair: "ppo_trainer",
+                PhaseKind.sft: "sft_trainer_engine"}
+# Multi-round repair is GRPO whose rollouts go through our agent loop (registered by the
+# module verl imports from VERL_USE_EXTERNAL_MODULES; verl-reference.md §5).
+REPAIR_AGENT_LOOP = "rlvr_repair"
+REPAIR_LOOP_MODULE = "engine.repair_loop"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,20 +143,26 @@ def _hparam_values(run: "Run", table: dict[str, tuple[str, ...]], defaults: dict
     hparams = {**defaults, **extra, **run.config.get("hparams", {})}
     unknown = sorted(set(run.config.get("hparams", {})) - set(table))
     if unknown:
-        raise UserError(f"{run.label}: unknown hyperparameter(s) {', '.join(unknown)} for {run.kind.value} "
-                        f"on verl; known: {', '.join(table)} (or use overrides:)")
+        raise UserError(f"unknown hyperparameter(s) {', '.join(unknown)} for {run.kind.value} on verl; "
+                        f"known: {', '.join(table)} (anything else goes under overrides:)")
     return {key: value for name, value in hparams.items() for key in table[name]}
 
 
 def _protocol_hparams(run: "Run") -> dict[str, Any]:
     rollout = run.protocols.get(run.config["protocols"].get("rollout", {}).get("name", ""))
-    if rollout is None:
+    if rollout is None or not rollout.max_tokens:
         return {}
-    return {"max_response_length": rollout.max_tokens} if rollout.max_tokens else {}
+    # A repair trajectory holds every round's answer (feedback tokens are masked).
+    return {"max_response_length": rollout.max_tokens * _rounds(run)}
+
+
+def _rounds(run: "Run") -> int:
+    return (run.config.get("rounds") or 2) if run.kind == PhaseKind.repair else 1
 
 
 def grpo_overrides(run: "Run", paths: VerlPaths) -> list[str]:
-    """`key=value` list for `python3 -m verl.trainer.main_ppo` (verl-reference.md §1.5)."""
+    """`key=value` list for `python3 -m verl.trainer.main_ppo` (verl-reference.md §1.5), for
+    grpo and repair runs."""
     data = paths.run_dir / "data"
     has_valid = any("select" in d.uses or "early_stop" in d.uses for d in run.datasets.values())
     values: dict[str, Any] = {
@@ -177,6 +188,9 @@ def grpo_overrides(run: "Run", paths: VerlPaths) -> list[str]:
     }
     if not has_valid:
         values["trainer.test_freq"] = -1
+    if run.kind == PhaseKind.repair:
+        values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
+        values["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = _rounds(run)
     values.update(flatten(run.config.get("overrides", {})))
     return [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
@@ -221,7 +235,7 @@ def sft_overrides(run: "Run", paths: VerlPaths) -> list[str]:
 
 
 def verl_overrides(run: "Run", paths: VerlPaths) -> list[str]:
-    if run.kind == PhaseKind.grpo:
+    if run.kind in (PhaseKind.grpo, PhaseKind.repair):
         return grpo_overrides(run, paths)
     if run.kind == PhaseKind.sft:
         return sft_overrides(run, paths)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# rlvr-run best_of_n run 3739610676db (bon@1) of spec golden.
+# Rendered from templates/launch/best_of_n.sh.j2; edit the template, not this file.
+# Everything it writes stays inside the run directory.
+set -euo pipefail
+RUN_DIR=/runs/golden/3739610676db
+cd "$RUN_DIR"
+mkdir -p logs outputs
+export RLVR_RUN_ID=3739610676db
+# The executor sets one attempt id per try; a manual run gets a timestamp.
+export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
+# Inference-only baseline: n samples per problem with the frozen protocol, kept in
+# outputs/samples for the evaluation runs attached to this run (engine.evaluate, a later issue).
+python3 -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
+    --model /runs/golden/20a5cdf2715a/model --generate-only --n 10 \
+    --samples-out outputs/samples

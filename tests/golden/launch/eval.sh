@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# rlvr-run eval run cece902ba518 (base:every_phase) of spec golden.
+# Rendered from templates/launch/eval.sh.j2; edit the template, not this file.
+# Everything it writes stays inside the run directory.
+set -euo pipefail
+RUN_DIR=/runs/golden/cece902ba518
+cd "$RUN_DIR"
+mkdir -p logs outputs
+export RLVR_RUN_ID=cece902ba518
+# The executor sets one attempt id per try; a manual run gets a timestamp.
+export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
+# engine.evaluate (a later issue) writes outputs/records.jsonl and outputs/metrics.json
+# for every dataset in config.yaml.
+# Generates with the frozen protocol, then judges.
+python3 -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
+    --model Qwen/Qwen2.5-Coder-1.5B-Instruct

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# rlvr-run eval run 905311d98afb (bon:every_phase@1) of spec golden.
+# Rendered from templates/launch/eval.sh.j2; edit the template, not this file.
+# Everything it writes stays inside the run directory.
+set -euo pipefail
+RUN_DIR=/runs/golden/905311d98afb
+cd "$RUN_DIR"
+mkdir -p logs outputs
+export RLVR_RUN_ID=905311d98afb
+# The executor sets one attempt id per try; a manual run gets a timestamp.
+export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
+# engine.evaluate (a later issue) writes outputs/records.jsonl and outputs/metrics.json
+# for every dataset in config.yaml.
+# Scores the samples its best-of-n parent generated; no generation here.
+python3 -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
+    --samples /runs/golden/3739610676db/outputs/samples
