@@ -33,6 +33,7 @@ class StdioFamily:
     program: str  # reference program, format with k
     make_input: Callable[[random.Random], str]
     answer: Callable[[str, int], str]  # (input, k) → expected output
+    probe: Callable[[int], str]  # an input whose answer differs for k ± 1: the tests pin k down
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +45,7 @@ class FunctionFamily:
     body: str  # return expression, format with k
     make_arg: Callable[[random.Random], object]
     answer: Callable[[object, int], object]
+    probe: Callable[[int], object]  # an argument whose answer differs for k ± 1
 
 
 def _ints(rng: random.Random, n: int) -> list[int]:
@@ -57,37 +59,39 @@ def _word(rng: random.Random) -> str:
 STDIO_FAMILIES = (
     StdioFamily(name="times_k", statement="Read an integer n from standard input and print n multiplied by {k}.",
                 program="n = int(input())\nprint(n * {k})\n",
-                make_input=lambda r: f"{r.randint(-100, 100)}\n", answer=lambda i, k: str(int(i) * k)),
+                make_input=lambda r: f"{r.randint(-100, 100)}\n", answer=lambda i, k: str(int(i) * k), probe=lambda k: "1\n"),
     StdioFamily(name="plus_k", statement="Read an integer n from standard input and print n plus {k}.",
                 program="n = int(input())\nprint(n + {k})\n",
-                make_input=lambda r: f"{r.randint(-100, 100)}\n", answer=lambda i, k: str(int(i) + k)),
+                make_input=lambda r: f"{r.randint(-100, 100)}\n", answer=lambda i, k: str(int(i) + k), probe=lambda k: "0\n"),
     StdioFamily(name="sum_plus_k",
                 statement="Read two integers a and b on one line and print a + b + {k}.",
                 program="a, b = map(int, input().split())\nprint(a + b + {k})\n",
                 make_input=lambda r: " ".join(map(str, _ints(r, 2))) + "\n",
-                answer=lambda i, k: str(sum(map(int, i.split())) + k)),
+                answer=lambda i, k: str(sum(map(int, i.split())) + k),
+                probe=lambda k: "0 0\n"),
     StdioFamily(name="repeat_word", statement="Read a word and print it {k} times on one line, separated by spaces.",
                 program="w = input().strip()\nprint(' '.join([w] * {k}))\n",
-                make_input=lambda r: _word(r) + "\n", answer=lambda i, k: " ".join([i.strip()] * k)),
+                make_input=lambda r: _word(r) + "\n", answer=lambda i, k: " ".join([i.strip()] * k),
+                probe=lambda k: "a\n"),
     StdioFamily(name="mod_k", statement="Read a non-negative integer n and print the remainder of n divided by {k}.",
                 program="n = int(input())\nprint(n % {k})\n",
-                make_input=lambda r: f"{r.randint(0, 1000)}\n", answer=lambda i, k: str(int(i) % k)),
+                make_input=lambda r: f"{r.randint(0, 1000)}\n", answer=lambda i, k: str(int(i) % k), probe=lambda k: f"{k}\n"),
 )
 
 FUNCTION_FAMILIES = (
     FunctionFamily(name="scale", function="scale", arg="x", doc="Return x multiplied by {k}.", body="x * {k}",
-                   make_arg=lambda r: r.randint(-100, 100), answer=lambda x, k: x * k),
+                   make_arg=lambda r: r.randint(-100, 100), answer=lambda x, k: x * k, probe=lambda k: 1),
     FunctionFamily(name="shift", function="shift", arg="x", doc="Return x plus {k}.", body="x + {k}",
-                   make_arg=lambda r: r.randint(-100, 100), answer=lambda x, k: x + k),
+                   make_arg=lambda r: r.randint(-100, 100), answer=lambda x, k: x + k, probe=lambda k: 0),
     FunctionFamily(name="repeat", function="repeat", arg="s", doc="Return the string s repeated {k} times.",
-                   body="s * {k}", make_arg=_word, answer=lambda s, k: s * k),
+                   body="s * {k}", make_arg=_word, answer=lambda s, k: s * k, probe=lambda k: "a"),
     FunctionFamily(name="divisible", function="divisible", arg="n",
                    doc="Return True if n is divisible by {k}, else False.", body="n % {k} == 0",
-                   make_arg=lambda r: r.randint(0, 200), answer=lambda n, k: n % k == 0),
+                   make_arg=lambda r: r.randint(0, 200), answer=lambda n, k: n % k == 0, probe=lambda k: k),
     FunctionFamily(name="count_above", function="count_above", arg="xs",
                    doc="Return how many numbers in the list xs are greater than {k}.",
                    body="sum(1 for v in xs if v > {k})", make_arg=lambda r: _ints(r, r.randint(0, 8)),
-                   answer=lambda xs, k: sum(1 for v in xs if v > k)),
+                   answer=lambda xs, k: sum(1 for v in xs if v > k), probe=lambda k: [k, k + 1]),
 )
 
 
@@ -95,7 +99,7 @@ Family = StdioFamily | FunctionFamily
 
 
 def _stdio_problem(fam: StdioFamily, k: int, split: str, rng: random.Random) -> Problem:
-    inputs = [fam.make_input(rng) for _ in range(TESTS_PER_PROBLEM)]
+    inputs = [fam.probe(k)] + [fam.make_input(rng) for _ in range(TESTS_PER_PROBLEM - 1)]
     tests = [StdioTest(input=i, output=fam.answer(i, k) + "\n", kind="public" if n == 0 else "private")
              for n, i in enumerate(inputs)]
     return Problem(id=f"toy/{fam.name}_{k}", source="toy", split=split, kind="stdio",
@@ -107,8 +111,7 @@ def _function_problem(fam: FunctionFamily, k: int, split: str, rng: random.Rando
     doc = fam.doc.format(k=k)
     prompt = f'def {fam.function}({fam.arg}):\n    """{doc}"""\n'
     asserts = []
-    for _ in range(TESTS_PER_PROBLEM):
-        arg = fam.make_arg(rng)
+    for arg in [fam.probe(k)] + [fam.make_arg(rng) for _ in range(TESTS_PER_PROBLEM - 1)]:
         asserts.append(f"assert {fam.function}({arg!r}) == {fam.answer(arg, k)!r}")
     return Problem(id=f"toy/{fam.name}_{k}", source="toy", split=split, kind="function",
                    statement=doc, prompt=prompt, entry_point=fam.function,
