@@ -37,6 +37,8 @@ def _add_run_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("validate", help="check a spec: errors with file:line:col, or ok")
     p.add_argument("spec")
+    p.add_argument("--no-content", action="store_true",
+                   help="skip isolation rule 3 (content leakage), which reads every dataset")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("status", help="what ran, what runs, what is blocked")
@@ -66,7 +68,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from engine.validate import validate_spec
 
     try:
-        validated = validate_spec(args.spec)
+        validated = validate_spec(args.spec, content=not args.no_content)
     except SpecError as exc:
         err_console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
         return 1
