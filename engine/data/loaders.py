@@ -31,7 +31,7 @@ from engine.data.sources.formats import FORMATS, ConvertContext, apply_mapping, 
 from engine.data.sources.hub import HubUnavailable, hub_rows
 from engine.errors import SpecError, UserError
 from engine.problem import Problem
-from engine.registry import DatasetSource, load_registry
+from engine.registry import DatasetSource, find_registry, load_registry
 from engine.spec import DatasetSpec
 from engine.specload import LoadedSpec
 
@@ -94,10 +94,11 @@ class DataContext:
 def load_dataset_problems(ds: DatasetSpec, entry: Optional[DatasetSource] = None, *, name: str,
                           spec: Optional[LoadedSpec] = None, on_row: Optional[RowCallback] = None) -> LoadedDataset:
     """Load, normalize and (when `ds.ids` is set) narrow one dataset of a spec."""
-    registry = load_registry() if entry is None or spec is None else None
-    root = registry.project_root if registry else None
+    # Relative paths are anchored like the spec's own (`registry/idlists/...`): the project root.
+    root = find_registry(spec.path.parent if spec is not None else None).parent
     ctx = DataContext(name=name, spec=spec, root=root, on_row=on_row)
     if entry is None:
+        registry = load_registry(root / "registry")
         entry = registry.datasets.get(ds.source)
         if entry is None:
             raise ctx.error("source", f"unknown source `{ds.source}`",
@@ -250,7 +251,6 @@ def _from_hub(ds: DatasetSpec, entry: DatasetSource, split: str, fmt_name: str,
 def load_reference(reference: str, *, spec_path: Optional[Path] = None,
                    on_row: Optional[RowCallback] = None) -> LoadedDataset:
     """A dataset by name in the spec at `spec_path`, or `SOURCE[:SPLIT]` from the registry."""
-    from engine.registry import find_registry
     from engine.specload import load_spec
 
     if spec_path is not None:
