@@ -126,7 +126,7 @@ def _use_violations(v: "ValidatedSpec", ds: Datasets) -> Iterator[Violation]:
                 continue
             better = "a train dataset" if use in ("train", "pairs_from") else "a valid dataset"
             yield Violation(rule=rule, keys=(section, name, use), dataset=used, phase=name,
-                            message=f"{ds.describe(used, culprit)} is used {USE_WORDS[use]} ({section}.{name}.{use})",
+                            message=f"{ds.describe(used, culprit)} is used {USE_WORDS[use]}",
                             fix=f"use {better} for `{use}` {_waive_hint(rule, used, name)}")
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from engine.errors import Diagnostic, SpecError
 from engine.spec import Spec
@@ -53,6 +53,10 @@ class Positions:
         """The key at this path, else its nearest existing parent."""
         return self._walk(keys)[0]
 
+    def found(self, *keys: Key) -> bool:
+        """Whether at least the first key of the path exists (else positions fall back to 1:1)."""
+        return not keys or self._walk(keys[:1])[1] is not None
+
     def locate_value(self, *keys: Key) -> tuple[int, int]:
         """The value at this path (where a wrong value starts), else `locate`."""
         key_pos, value_pos = self._walk(keys)
@@ -81,8 +85,9 @@ class LoadedSpec:
 def make_diagnostic(path: Path, text: str, positions: Positions, keys: tuple[Key, ...],
                     message: str, fix: str = "", *, rule: str = "", at_value: bool = False) -> Diagnostic:
     line, col = positions.locate_value(*keys) if at_value else positions.locate(*keys)
+    snippet = code_frame(text, line, col) if positions.found(*keys) else ""
     return Diagnostic(file=str(path), line=line, col=col, path=dotted(keys), message=message,
-                      fix=fix, rule=rule, snippet=code_frame(text, line, col))
+                      fix=fix, rule=rule, snippet=snippet)
 
 
 def dotted(keys: tuple[Key, ...]) -> str:
@@ -133,7 +138,10 @@ def _yaml_error(path: Path, text: str, exc: YAMLError) -> Diagnostic:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
     if isinstance(exc, MarkedYAMLError):
-        what = " ".join(p for p in (exc.context, exc.problem) if p)
+        what = exc.problem or exc.context or "unreadable"
+        start = exc.context_mark
+        if exc.context and start is not None and (start.line, start.column) != (mark.line, mark.column):
+            what += f" ({exc.context} that starts at line {start.line + 1}, column {start.column + 1})"
     else:
         what = str(exc).splitlines()[0]
     return Diagnostic(file=str(path), line=line, col=col, path="(yaml)",
@@ -147,9 +155,15 @@ def _duplicate_keys(node: Optional[Node], keys: tuple[Key, ...], path: Path, tex
     if isinstance(node, MappingNode):
         seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
-            key, line = key_node.value, key_node.start_mark.line + 1
+            line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
+            if not isinstance(key_node, ScalarNode):
+                out.append(Diagnostic(
+                    file=str(path), line=line, col=col, path=dotted(keys) if keys else "(spec)",
+                    message="a key must be a plain name, not a list or mapping",
+                    fix="write the key as a plain word", snippet=code_frame(text, line, col)))
+                continue
+            key = key_node.value
             if key in seen:
-                col = key_node.start_mark.column + 1
                 out.append(Diagnostic(
                     file=str(path), line=line, col=col, path=dotted((*keys, key)),
                     message=f"duplicate key {key!r} (first defined at line {seen[key]}); YAML would silently keep one",
@@ -167,7 +181,9 @@ def _duplicate_keys(node: Optional[Node], keys: tuple[Key, ...], path: Path, tex
 def plain(data: Any) -> Any:
     """ruamel's round-trip types → plain dict/list/str/int/float/bool."""
     if isinstance(data, dict):
-        return {plain(k): plain(v) for k, v in data.items()}
+        # A complex key (`? [a, b]`) is reported by `_duplicate_keys`; keep it hashable here.
+        return {(k if isinstance(k, (str, int, float, bool)) or k is None else str(k)): plain(v)
+                for k, v in data.items()}
     if isinstance(data, list):
         return [plain(v) for v in data]
     if isinstance(data, bool) or data is None:

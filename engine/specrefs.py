@@ -147,15 +147,19 @@ def _kind_errors(section: str, name: str, kind: PhaseKind, fields: PhaseFields, 
     """`fields`: what the run will use (a variant overlays its phase); `own`: what this entry wrote."""
     for req in REQUIRED[kind]:
         if getattr(fields, req) is None:
-            yield at((section, name), f"a {kind.value} phase needs `{req}`",
+            yield at((section, name), f"{_article(kind)} phase needs `{req}`",
                      f"add `{req}: {_EXAMPLE[req]}`")
     for bad in FORBIDDEN[kind]:
         if getattr(own, bad) is not None:
-            yield at((section, name, bad), f"`{bad}` has no meaning for a {kind.value} phase and would be ignored",
+            yield at((section, name, bad), f"`{bad}` has no meaning for {_article(kind)} phase and would be ignored",
                      f"remove `{bad}` (or change the phase's kind)")
     if kind == PhaseKind.dpo and fields.trainer == "verl":
         yield at((section, name, "trainer"), "verl has no offline DPO trainer", "use `trainer: trl` for dpo",
                  at_value=True)
+
+
+def _article(kind: PhaseKind) -> str:
+    return f"{'an' if kind.value[0] in 'aeiou' else 'a'} {kind.value}"
 
 
 def overlay(phase: PhaseFields, variant: PhaseFields) -> PhaseFields:

@@ -89,20 +89,24 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
     diags += res.diagnostics
     if diags:
         raise _fail(diags)
-    reports = [check_isolation(validated)]
+    _merge(validated, check_isolation(validated), diags)
+    if diags:  # rule 3 reads every dataset: only worth it once the cheap rules pass
+        raise _fail(diags)
     check = content_check or (_content_check() if content else None)
     if check is not None:
-        reports.append(check(validated))
+        _merge(validated, check(validated), diags)
     elif content:
         validated.warnings.append("isolation rule 3 (content leakage) not checked: engine.data.leakage is not available")
-    for report in reports:
-        diags += report.errors
-        validated.waivers += report.waivers
-        validated.warnings += report.warnings
     if diags:
         raise _fail(diags)
     _warn_unused_content_waivers(validated, content=check is not None)
     return validated
+
+
+def _merge(validated: ValidatedSpec, report: RuleReport, diags: list[Diagnostic]) -> None:
+    diags += report.errors
+    validated.waivers += report.waivers
+    validated.warnings += report.warnings
 
 
 def _warn_unused_content_waivers(validated: ValidatedSpec, *, content: bool) -> None:
