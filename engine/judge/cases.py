@@ -97,7 +97,9 @@ def _logic(node: ast.expr, leaves: list[dict[str, Any]], trusted: frozenset[str]
         return {"and" if isinstance(node.op, ast.And) else "or": [_logic(v, leaves, trusted) for v in node.values]}
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return {"not": _logic(node.operand, leaves, trusted)}
-    return _logic_leaf(node, leaves, trusted)
+    # A bare operand is used for its truth value only: take bool() in the sandbox so any object
+    # (a re.Match, a generator) can cross; a custom __bool__ can only claim what `return True` could.
+    return _logic_leaf(ast.Call(func=ast.Name(id="bool", ctx=ast.Load()), args=[node], keywords=[]), leaves, trusted)
 
 
 def _logic_leaf(node: ast.expr, leaves: list[dict[str, Any]], trusted: frozenset[str] | set[str]) -> dict[str, Any]:

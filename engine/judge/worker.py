@@ -160,14 +160,13 @@ class Runner:
 
     def _stdio_child(self, code, i: int) -> None:
         import builtins
-        import io
 
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         fd = os.open(f"in{i}", os.O_RDONLY)
         os.dup2(fd, 0)
         os.close(fd)
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.open(0, "rb", closefd=False), encoding="utf-8")
-        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.open(1, "wb", closefd=False), encoding="utf-8")
+        sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
+        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
         sys.argv = ["solution.py"]
         atexit._clear()
         status = 0
@@ -474,6 +473,16 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _install_exit_builtins() -> None:
+    """`exit`/`quit` come from the `site` module, which `-S` skips; programs use them."""
+    import builtins
+
+    def exit(code=None):  # noqa: A001
+        raise SystemExit(code)
+
+    builtins.exit = builtins.quit = exit
+
+
 def main() -> None:
     uid = int(sys.argv[1])
     control_in, control_out = os.dup(0), os.dup(1)
@@ -482,6 +491,7 @@ def main() -> None:
     os.dup2(devnull, 1)
     for name in PREIMPORT:
         __import__(name)
+    _install_exit_builtins()
 
     sys.set_int_max_str_digits(0)
     Worker(uid, control_in, control_out).serve()

@@ -1,0 +1,120 @@
+"""Hostile programs get the right verdict, leave nothing behind, and do not disturb the judge."""
+
+from __future__ import annotations
+
+import glob
+import time
+
+import psutil
+import pytest
+
+from engine.judge.api import Judge, JudgeConfig
+from engine.judge.local import BASE_UID
+from engine.problem import FunctionTests, Problem, StdioTest
+
+ADD = Problem(id="toy/add", source="toy", split="test", kind="function", statement="add", entry_point="add",
+              function_tests=FunctionTests(asserts=["assert add(1, 2) == 3", "assert add(-1, 1) == 0",
+                                                    "assert add(10, 5) == 15"]))
+SUM = Problem(id="toy/sum", source="toy", split="test", kind="stdio", statement="sum",
+              stdio_tests=[StdioTest(input="1 2\n", output="3\n"), StdioTest(input="5 6\n", output="11\n")])
+GOOD_ADD = "def add(a, b):\n    return a + b\n"
+GOOD_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+F, S = ADD, SUM
+CASES = [
+    ("fork_bomb", F, "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n" + GOOD_ADD,
+     {"TIMEOUT", "RUNTIME_ERROR"}),
+    ("memory_bomb", F, "def add(a, b):\n    x = bytearray(8 * 1024**3)\n    return a + b\n", {"MEMORY_LIMIT"}),
+    ("memory_bomb_list", S, "x = [0] * (10**10)\n", {"MEMORY_LIMIT"}),
+    ("infinite_output", S, "while True:\n    print('y' * 1000)\n", {"OUTPUT_LIMIT"}),
+    ("sleep_past_limit", S, "import time\ntime.sleep(60)\n", {"TIMEOUT"}),
+    ("busy_loop", F, "def add(a, b):\n    while True: pass\n", {"TIMEOUT"}),
+    ("busy_loop_stdio", S, "while True: pass\n", {"TIMEOUT"}),
+    ("deep_recursion", F, "def add(a, b):\n    return add(a, b)\n", {"RUNTIME_ERROR"}),
+    ("write_outside_workdir", F, "open('/etc/judge_pwned', 'w').write('x')\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("write_tmp", F, "open('/tmp/judge_pwned', 'w').write('x')\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("read_judge_files", S, "print(open('/work/shared/datasets/MANIFEST.md').read()[:10])\n", {"RUNTIME_ERROR"}),
+    ("read_own_judge_source", F, "import engine.judge.worker\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("open_socket", F, "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n" + GOOD_ADD,
+     {"RUNTIME_ERROR"}),
+    ("daemon_outlives", F, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\n    os._exit(0)\n"
+     + GOOD_ADD, {"ACCEPTED"}),
+    # The parent is outside the PID namespace (getppid() == 0): the kill hits only the sandbox itself.
+    ("kill_parent", F, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + GOOD_ADD,
+     {"RUNTIME_ERROR", "ACCEPTED"}),
+    ("kill_all", S, "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint(3)\n", {"RUNTIME_ERROR", "WRONG_ANSWER"}),
+    ("os_exit_before_tests", F, "import os\nos._exit(0)\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("sys_exit_before_tests", F, "import sys\nsys.exit(0)\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("os_exit_in_function", F, "import os\ndef add(a, b):\n    os._exit(0)\n", {"RUNTIME_ERROR"}),
+    ("close_pipes", F, "import os\nfor fd in range(3, 256):\n    try: os.close(fd)\n    except OSError: pass\n"
+     + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("always_equal", F, "class E:\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n"
+     "def add(a, b):\n    return E()\n", {"WRONG_ANSWER"}),
+    ("int_subclass", F, "class I(int):\n    def __eq__(self, o): return True\ndef add(a, b):\n    return I(0)\n",
+     {"WRONG_ANSWER"}),
+    ("patched_builtins", F, "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.len = lambda x: 0\n"
+     "def add(a, b):\n    return 0\n", {"WRONG_ANSWER", "RUNTIME_ERROR"}),
+    ("patched_import", F, "import builtins\nbuiltins.__import__ = None\ndef add(a, b):\n    return 0\n",
+     {"WRONG_ANSWER", "RUNTIME_ERROR"}),
+    ("ignore_sigterm", S, "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+     "signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass\n", {"TIMEOUT"}),
+    ("threads", F, "import threading\ndef add(a, b):\n    r = []\n    t = threading.Thread(target=lambda: r.append(a + b))\n"
+     "    t.start(); t.join()\n    return r[0]\n", {"ACCEPTED"}),
+    ("thread_bomb", S, "import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(30,)).start()\n",
+     {"RUNTIME_ERROR", "TIMEOUT", "MEMORY_LIMIT"}),
+    ("huge_int_print", S, "print(7 ** 10**7)\n", {"OUTPUT_LIMIT", "TIMEOUT"}),
+    ("stdin_in_function_mode", F, "x = input()\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("large_correct_output", S, "import sys\nsys.stdout.write('1 ' * (256 * 1024))\n", {"WRONG_ANSWER"}),
+    ("syntax_error", F, "def add(a, b) return a + b\n", {"SYNTAX_ERROR"}),
+    ("forged_frame", F, "import os\nos.write(3, b'\\x00\\x00\\x00\\x0b{\"t\":\"end\"}')\n" + GOOD_ADD,
+     {"RUNTIME_ERROR", "ACCEPTED"}),
+]
+
+
+def _sandbox_processes() -> list[psutil.Process]:
+    """Sandbox-uid processes still alive after a grace period (a killed namespace exits asynchronously)."""
+    deadline = time.monotonic() + 3.0
+    while True:
+        found = _sandbox_uid_processes()
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def _sandbox_uid_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["uids"]):
+        uids = proc.info["uids"]
+        if uids and BASE_UID <= uids.real < BASE_UID + 64:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+@pytest.fixture(scope="module")
+def judge():
+    with Judge(JudgeConfig(timeout_s=1.0, wall_timeout_s=3.0, memory_mb=512, max_output_bytes=1024 * 1024,
+                           cache=False, workers=2)) as j:
+        yield j
+
+
+@pytest.mark.parametrize("name,problem,program,allowed", CASES, ids=[c[0] for c in CASES])
+def test_hostile_program(judge, name, problem, program, allowed):
+    result = judge.judge(problem, program, code_is_program=True)
+    assert result.verdict.value in allowed, (result.verdict, result.message, result.failures[:1])
+    if "ACCEPTED" not in allowed:
+        assert not result.accepted
+    assert not _sandbox_processes(), f"{name} left processes behind"
+    good = judge.judge(problem, GOOD_ADD if problem is ADD else GOOD_SUM, code_is_program=True)
+    assert good.accepted, (name, good)
+
+
+def test_host_unaffected_and_no_temp_dirs_left(judge):
+    judge.judge(ADD, CASES[8][2], code_is_program=True)
+    assert not glob.glob("/etc/judge_pwned") and not glob.glob("/tmp/judge_pwned")
+    assert not glob.glob("/tmp/judge-*")  # work dirs live in the worker's private /tmp, and are removed
+
+
+def test_isolation_is_reported(judge):
+    result = judge.judge(ADD, GOOD_ADD, code_is_program=True)
+    assert result.isolation and result.isolation == judge.stats()["isolation"]
