@@ -19,7 +19,6 @@ from engine.errors import SpecError, UserError
 from engine.spec import DatasetSpec
 from engine.specload import load_spec
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
