@@ -69,8 +69,10 @@ _LATEX_CMD = re.compile(r"\\([A-Za-z]+)")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 _WORD = re.compile(r"\w+")
 _BOILERPLATE = re.compile(r"\bwrite\s+an?\s+(?:python\s+)?(?:function|program)\s+(?:to|that|which)\b", re.I)
-_CAMEL = re.compile(r"[a-z][A-Z]")
-_LETTER_DIGIT = re.compile(r"[A-Za-z]\d|\d[A-Za-z]")
+# Identifiers: every whole word that is not plain (lowercase, Capitalized, UPPERCASE, a number, or
+# starting with a non-ASCII letter): single letters, snake_case, camelCase, letters next to digits.
+# Written as one exclusion so that plain words cost one linear look-ahead.
+_IDENTIFIER = re.compile(r"\b(?!(?:[a-z][^\W\d_A-Z]+|[A-Z][^\W\d_A-Z]+|[A-Z]{2,}|\d+|[^\W\d_A-Za-z]\w*)\b)\w+")
 _CODE_LINE = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]|>>>|assert[ \t]).*$", re.M)
 _DEF_LINE = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(.*$", re.M)
 
@@ -123,22 +125,10 @@ def _delatex(text: str) -> str:
     return _BOILERPLATE.sub(" ", _LATEX_CMD.sub(command, text).replace("$", " "))
 
 
-def _is_identifier(word: str) -> bool:
-    if word.isdigit():
-        return False
-    if len(word) == 1 or "_" in word:
-        return True
-    return bool(_CAMEL.search(word) or _LETTER_DIGIT.search(word))
-
-
 def statement_chunks(text: str) -> list[list[str]]:
     """Normalized sentences of `text`, each a list of tokens (see the module doc)."""
-    chunks = []
-    for sentence in _SENTENCE_BREAK.split(_delatex(text)):
-        tokens = [IDENT if _is_identifier(w) else w.lower() for w in _WORD.findall(sentence)]
-        if tokens:
-            chunks.append(tokens)
-    return chunks
+    text = _IDENTIFIER.sub(IDENT, _delatex(text)).lower()
+    return [tokens for sentence in _SENTENCE_BREAK.split(text) if (tokens := _WORD.findall(sentence))]
 
 
 def normalized_statement(problem: Problem) -> str:
@@ -181,15 +171,19 @@ class Sketch:
         return self.shingles[self.offsets[index] : self.offsets[index + 1]]
 
 
-def _token_hashes(chunks_per_doc: list[list[list[str]]]) -> dict[str, int]:
-    vocab: dict[str, int] = {}
-    for chunks in chunks_per_doc:
-        for chunk in chunks:
-            for token in chunk:
-                if token not in vocab:
-                    digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
-                    vocab[token] = int.from_bytes(digest, "little")
-    return vocab
+_MASK64 = (1 << 64) - 1
+
+
+def _token_hash(token: str) -> int:
+    return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _python_rolling(hashes: list[int]) -> int:
+    """`_rolling` of one short chunk as a whole, in plain ints (no numpy call per chunk)."""
+    out = hashes[0]
+    for h in hashes[1:]:
+        out = (out * int(_P) + h) & _MASK64
+    return out
 
 
 def _rolling(tokens: np.ndarray, width: int) -> np.ndarray:
@@ -204,36 +198,22 @@ def _rolling(tokens: np.ndarray, width: int) -> np.ndarray:
 
 def _shingle_hashes(chunks_per_doc: list[list[list[str]]], ngram: int) -> tuple[np.ndarray, np.ndarray]:
     """(doc index, shingle hash) of every shingle of every document, not deduplicated."""
-    vocab = _token_hashes(chunks_per_doc)
-    long_tokens: list[int] = []
-    long_chunk: list[int] = []
-    long_doc: list[int] = []
-    short_doc: list[int] = []
-    short_hash: list[int] = []
-    chunk_no = 0
-    for doc, chunks in enumerate(chunks_per_doc):
-        for chunk in chunks:
-            if all(t.isdigit() for t in chunk):
-                continue
-            hashes = [vocab[t] for t in chunk]
-            if len(chunk) < ngram:
-                short_doc.append(doc)
-                short_hash.append(int(_rolling(np.array(hashes, dtype=np.uint64), len(chunk))[0]))
-                continue
-            long_tokens.extend(hashes)
-            long_chunk.extend([chunk_no] * len(chunk))
-            long_doc.extend([doc] * len(chunk))
-            chunk_no += 1
-    docs = [np.array(short_doc, dtype=np.int64)]
-    hashes_out = [np.array(short_hash, dtype=np.uint64)]
-    if long_tokens:
-        tokens = np.array(long_tokens, dtype=np.uint64)
-        chunk_ids = np.array(long_chunk, dtype=np.int64)
+    kept = [(doc, chunk) for doc, chunks in enumerate(chunks_per_doc) for chunk in chunks
+            if not all(t.isdigit() for t in chunk)]
+    vocab = {t: _token_hash(t) for t in {t for _, chunk in kept for t in chunk}}
+    short = [(doc, chunk) for doc, chunk in kept if len(chunk) < ngram]
+    long = [(doc, chunk) for doc, chunk in kept if len(chunk) >= ngram]
+    docs = [np.array([doc for doc, _ in short], dtype=np.int64)]
+    hashes = [np.array([_python_rolling([vocab[t] for t in chunk]) for _, chunk in short], dtype=np.uint64)]
+    if long:
+        lengths = np.array([len(chunk) for _, chunk in long], dtype=np.int64)
+        tokens = np.array([vocab[t] for _, chunk in long for t in chunk], dtype=np.uint64)
+        chunk_ids = np.repeat(np.arange(len(long)), lengths)
         windows = _rolling(tokens, ngram)
         inside = chunk_ids[: len(windows)] == chunk_ids[ngram - 1 :]
-        docs.append(np.array(long_doc, dtype=np.int64)[: len(windows)][inside])
-        hashes_out.append(windows[inside])
-    return np.concatenate(docs), np.concatenate(hashes_out)
+        docs.append(np.repeat(np.array([doc for doc, _ in long], dtype=np.int64), lengths)[: len(windows)][inside])
+        hashes.append(windows[inside])
+    return np.concatenate(docs), np.concatenate(hashes)
 
 
 def _unique_per_doc(doc: np.ndarray, hashes: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
