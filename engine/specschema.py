@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import types
 from enum import Enum
-from typing import Any, Iterable, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Iterable, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -146,6 +146,8 @@ def _describe(err: dict[str, Any], keys: tuple[Key, ...], data: Any, root: type[
     if kind == "string_pattern_mismatch":
         return (f"{_shown(value)} is not a valid name",
                 "use letters, digits, '.', '_' or '-', starting with a letter or digit", True)
+    if kind == "int_from_float":
+        return (f"expected an integer, got {_shown(value)}", f"write a whole number for `{_name(keys)}`", True)
     if kind.endswith("_type") or kind.endswith("_parsing") or kind == "model_type" or kind == "model_attributes_type":
         got = _shown(value) if found else "nothing"
         return (f"expected {_expected(annotation)}, got {got}", f"write {_expected(annotation)} for `{_name(keys)}`", True)
@@ -156,7 +158,13 @@ def describe_pydantic_errors(exc: ValidationError, data: Any, root: type[BaseMod
     """One described problem per offending key; union branches merged into one."""
     out: dict[tuple[Key, ...], Described] = {}
     for err in exc.errors():
-        keys, branch = _clean_loc(tuple(err["loc"]), data, root)
+        loc = tuple(err["loc"])
+        if "[key]" in loc:  # a mapping key of the wrong type, e.g. `datasets: {1: ...}`
+            keys = loc[: loc.index("[key]")]
+            out.setdefault(keys, (keys, f"the name {keys[-1]!r} must be text, not {type(keys[-1]).__name__}",
+                                  f'quote it: "{keys[-1]}"', False))
+            continue
+        keys, branch = _clean_loc(loc, data, root)
         if branch:
             # `str | Model`: keep the branch matching the written shape (a mapping → the model).
             is_model_branch = branch[:1].isupper()
@@ -174,8 +182,3 @@ def _branch_root(keys: tuple[Key, ...], loc: tuple[Key, ...], branch: str) -> tu
     """The key path of the value a union branch was tried on."""
     return tuple(loc[: list(loc).index(branch)])
 
-
-def expected_words(keys: tuple[Key, ...], root: type[BaseModel] = Spec) -> Optional[str]:
-    """What the schema expects at a key path, in words (for other modules' messages)."""
-    annotation = _annotation_at(keys, root)
-    return None if annotation is None else _expected(annotation)
