@@ -182,6 +182,21 @@ def _add_data_parsers(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", type=Path, required=True)
     q.set_defaults(func=_cmd_data_toy)
 
+    q = data.add_parser("leakage", help="isolation rule 3: every train/eval problem pair that is the same or nearly")
+    q.add_argument("spec", type=Path)
+    q.add_argument("--cache-dir", type=Path, help="sketch cache (default: $RLVR_RUN_CACHE_DIR or ~/.cache/rlvr-run)")
+    q.add_argument("--json", type=Path, help="also write the full report here")
+    q.set_defaults(func=_cmd_data_leakage)
+
+    q = data.add_parser("pairs", help="DPO preference pairs from K judged samples per problem")
+    q.add_argument("--problems", type=Path, required=True, help="problems file (raw or normalized)")
+    q.add_argument("--samples", type=Path, required=True, help="JSONL with problem_id and completion, K per problem")
+    q.add_argument("--verdicts", type=Path, help="records `rlvr-run judge` wrote for --samples (else: judge now)")
+    q.add_argument("--out", type=Path, required=True, help="pairs JSONL; the report goes beside it (.report.json)")
+    q.add_argument("--min-delta", type=float, default=0.3, help="keep pairs with Δpass_ratio ≥ this (default 0.3)")
+    q.add_argument("--prompt", help="prompt template written with each pair (default: per problem kind)")
+    q.set_defaults(func=_cmd_data_pairs)
+
 
 def _load_with_progress(reference: str, spec: Optional[Path]):
     from rich.progress import Progress, SpinnerColumn, TextColumn
@@ -253,6 +268,64 @@ def _cmd_data_toy(args: argparse.Namespace) -> int:
     problems = toy_problems(args.split, args.seed)
     _write_problems(problems, args.out)
     console.print(f"wrote {args.out}: {len(problems)} toy {args.split} problems (seed {args.seed})")
+    return 0
+
+
+def _cmd_data_leakage(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from rich.table import Table
+
+    from engine.data.leakage import check_leakage, describe
+    from engine.data.neardup import SketchCache
+    from engine.validate import validate_spec
+
+    validated = validate_spec(args.spec, content=False)
+    cache = SketchCache(root=args.cache_dir) if args.cache_dir else None
+    with err_console.status("rule 3") as status:
+        report = check_leakage(validated, cache=cache, on_step=lambda step: status.update(step))
+    s = report.settings
+    console.print(f"rule 3 — threshold {s.threshold}, {s.ngram}-word shingles, {s.num_perm} permutations; "
+                  + ", ".join(f"{n} {report.sizes[n]} problems{' (cached)' if report.cache_hits[n] else ''}"
+                              for n in report.sizes), highlight=False)
+    table = Table("training side", "evaluation side", "findings", "outcome")
+    for pair in report.pairs:
+        outcome = ("[yellow]NOT CHECKED[/]" if pair.unchecked else "[red]error[/]" if pair.leaks and not pair.waiver
+                   else f"waived: {pair.waiver.reason}" if pair.waiver else "[green]clean[/]")
+        table.add_row(f"{pair.train} ({pair.train_at})", f"{pair.evaluation} ({pair.eval_at})",
+                      str(len(pair.leaks)), outcome)
+    console.print(table)
+    for pair in report.pairs:
+        for leak in pair.leaks:
+            console.print(f"  {pair.train} × {pair.evaluation}: {describe(leak)}", highlight=False)
+    for warning in report.warnings:
+        err_console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+    for diag in report.errors:
+        err_console.print(diag.render(), highlight=False)
+    if args.json:
+        args.json.write_text(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
+    return 1 if report.errors else 0
+
+
+def _cmd_data_pairs(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.progress import Progress
+
+    from engine.data.pairs import build_pairs, judged_samples, registry_prompt, write_pairs
+    from engine.registry import find_registry, load_registry
+
+    prompt_for = registry_prompt(load_registry(find_registry(Path.cwd())), args.prompt)
+    with Progress(console=err_console, transient=True) as bar:
+        task = bar.add_task("judging", total=None)
+        problems, judged = judged_samples(args.problems, args.samples, verdicts_path=args.verdicts,
+                                          progress=lambda done, total: bar.update(task, completed=done, total=total))
+    result = build_pairs(problems, judged, min_delta=args.min_delta, prompt_for=prompt_for)
+    report_file = write_pairs(result, args.out)
+    console.print(f"wrote {args.out}: {result.report.pairs} pairs from {result.report.problems} problems; "
+                  f"report {report_file}")
+    console.print_json(json.dumps(result.report.model_dump()))
     return 0
 
 

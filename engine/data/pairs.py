@@ -21,6 +21,9 @@ from pydantic import BaseModel
 
 from engine.data.prompts import Message, render_prompt, resolve_template
 from engine.errors import UserError
+from engine.judge.api import Judge, JudgeConfig
+from engine.judge.batch import VerdictRecord, read_samples
+from engine.judge.problems_io import read_problems
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.registry import Registry
@@ -153,3 +156,41 @@ def write_pairs(result: PairsResult, out: Path) -> Path:
     report = report_path(out)
     report.write_text(json.dumps({**result.report.model_dump(), "dropped_problems": result.dropped}, indent=2) + "\n")
     return report
+
+
+def judged_samples(
+    problems_path: Path,
+    samples_path: Path,
+    *,
+    verdicts_path: Optional[Path] = None,
+    config: Optional[JudgeConfig] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> tuple[list[Problem], dict[str, list[tuple[str, SampleResult]]]]:
+    """The sampled problems and their (completion, result) lists: judged now, or read from the
+    records `rlvr-run judge` wrote for the same samples file (`verdicts_path`)."""
+    problems = read_problems(problems_path)
+    samples = read_samples(samples_path, problems)
+    if verdicts_path is not None:
+        results = _read_verdicts(verdicts_path, len(samples))
+    else:
+        items = [(problems[s.problem_id], s.completion) for s in samples]
+        results = []
+        with Judge(config or JudgeConfig()) as judge:
+            for lo in range(0, len(items), 32):
+                results.extend(judge.judge_many(items[lo : lo + 32]))
+                if progress:
+                    progress(len(results), len(items))
+    judged: dict[str, list[tuple[str, SampleResult]]] = {}
+    for sample, result in zip(samples, results, strict=True):
+        judged.setdefault(sample.problem_id, []).append((sample.completion, result))
+    return [problems[pid] for pid in judged], judged
+
+
+def _read_verdicts(path: Path, count: int) -> list[SampleResult]:
+    if not path.is_file():
+        raise UserError(f"verdicts file not found: {path}\n  fix: write it with `rlvr-run judge ... --out {path}`")
+    records = [VerdictRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    if sorted(r.index for r in records) != list(range(count)):
+        raise UserError(f"{path}: {len(records)} verdict records do not match the {count} samples\n"
+                        "  fix: judge this samples file again (`rlvr-run judge`), or drop --verdicts")
+    return sorted(records, key=lambda r: r.index)

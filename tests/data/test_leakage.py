@@ -301,3 +301,17 @@ def test_a_dataset_that_cannot_load_leaves_its_pairs_unchecked_and_loud(tmp_path
     assert report.unchecked_pairs == [("mix_train", "he_test"), ("mix_train", "mbpp_reg")]
     assert report.warnings[0].startswith("rule 3 not checked for mix_train×he_test: mix_train: ")
     assert "train.jsonl" in report.warnings[0]
+
+
+def test_cli_lists_every_leak_with_both_ids(tmp_path, real, shared_datasets, capsys):
+    from engine.cli import main
+
+    path = _write_spec(tmp_path, real, shared_datasets, train_extra=_leaky(real))
+    out_json = tmp_path / "report.json"
+    code = main(["data", "leakage", str(path), "--cache-dir", str(tmp_path / "cache"), "--json", str(out_json)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "mix_train × he_test: planted/reorder/HumanEval/0 ≈ HumanEval/0" in captured.out
+    assert "rule: 3:" in captured.err
+    saved = json.loads(out_json.read_text())
+    assert saved["unchecked_pairs"] == [] and len(saved["errors"]) == 1

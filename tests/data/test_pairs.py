@@ -114,3 +114,29 @@ def test_pairs_from_really_judged_samples(judged_real, tmp_path):
     assert report_file == report_path(out)
     saved = json.loads(report_file.read_text())
     assert saved["pairs"] == len(problems) - 1 and saved["dropped"] == {"all samples score zero": 1}
+
+
+def test_cli_judges_samples_and_writes_pairs(tmp_path, shared_datasets, capsys):
+    from engine.cli import main
+
+    with (shared_datasets / "mbpp_full.jsonl").open() as fh:
+        rows = [json.loads(line) for line in fh][10:12]
+    problems_file = tmp_path / "problems.jsonl"
+    problems_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    samples = []
+    for row in rows:
+        problem = problem_from_mbpp(row, sanitized=False)
+        for completion in _candidates(problem)[:3]:  # no endless loop: keep the CLI test fast
+            samples.append({"problem_id": problem.id, "completion": f"```python\n{completion}\n```"})
+    samples_file = tmp_path / "samples.jsonl"
+    samples_file.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    out = tmp_path / "pairs.jsonl"
+    code = main(["data", "pairs", "--problems", str(problems_file), "--samples", str(samples_file),
+                 "--out", str(out), "--min-delta", "0.5"])
+    assert code == 0, capsys.readouterr().err
+    pairs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [p["problem_id"] for p in pairs] == ["mbpp/11", "mbpp/12"]
+    assert all(p["chosen_verdict"] == "ACCEPTED" and p["rejected_verdict"] == "SYNTAX_ERROR" for p in pairs)
+    assert pairs[0]["prompt"][-1]["role"] == "user"
+    report = json.loads(report_path(out).read_text())
+    assert report["judge_calls"] == 6 and report["pairs"] == 2
