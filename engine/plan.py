@@ -33,7 +33,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -118,11 +118,12 @@ class Plan(BaseModel):
     waivers: list[Any] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
+    _index: dict[str, Run] = PrivateAttr(default_factory=dict)
+
     def by_id(self, run_id: str) -> Run:
-        for run in self.runs:
-            if run.id == run_id:
-                return run
-        raise KeyError(run_id)
+        if len(self._index) != len(self.runs):
+            self._index = {run.id: run for run in self.runs}
+        return self._index[run_id]
 
     def children(self, run_id: str) -> list[Run]:
         return [r for r in self.runs if run_id in r.parents]

@@ -22,7 +22,6 @@ from engine.spec import ModelRef, PhaseKind
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.plan import Run
-    from engine.specload import LoadedSpec
     from engine.validate import ValidatedSpec
 
 # verl reads these without declaring them, so they need a `+` (verl-reference.md §8).
