@@ -36,6 +36,7 @@ class RuleReport:
     errors: list[Diagnostic] = field(default_factory=list)
     waivers: list[AppliedWaiver] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # checks that could not run here
 
 
 @dataclass(frozen=True, kw_only=True)

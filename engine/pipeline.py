@@ -27,6 +27,7 @@ from engine.runlock import RunLock
 from engine.validate import validate_spec
 
 SKIP_UNMET_FLAG = "--skip-unmet"
+UNMET_SHOWN = 8
 
 
 @dataclass(kw_only=True)
@@ -64,6 +65,8 @@ def run_spec(
         return RunOutcome(plan=the_plan)
     if unmet and not skip_unmet:
         raise UserError(unmet_message(unmet, gpus))
+    if validated.unverified:
+        raise UserError(unverified_message(validated.unverified))
     executor = LocalExecutor(gpus=gpus, cpus=cpus or os.cpu_count() or 1)
     with RunLock(runs_dir), open_lineage(runs_dir / LINEAGE_FILE) as lineage:
         states = {r.id: r.state.value for r in lineage.runs(the_plan.spec_name)}
@@ -95,12 +98,25 @@ def unmet_runs(the_plan: Plan, states: dict[str, str], *, gpus: int) -> list[Run
 def unmet_message(unmet: list[Run], gpus: int) -> str:
     need = max(r.resources.gpus for r in unmet)
     lines = [f"{len(unmet)} run(s) need more GPUs than this machine offers (--gpus {gpus}):"]
-    lines += [f"  {r.id} {r.label} needs {r.resources.gpus} GPU(s)" for r in unmet]
+    lines += [f"  {r.id} {r.label} needs {r.resources.gpus} GPU(s)" for r in unmet[:UNMET_SHOWN]]
+    if len(unmet) > UNMET_SHOWN:
+        lines.append(f"  … and {len(unmet) - UNMET_SHOWN} more (the plan above lists them all)")
     lines.append(
         f"fix: pass --gpus {need} on a machine that has them, run the spec on a cluster, or pass "
         f"{SKIP_UNMET_FLAG} to run the rest (these runs are then failed and their descendants blocked)"
     )
     return "\n".join(lines)
+
+
+def unverified_message(unverified: list[str]) -> str:
+    """Why a real run may not start: data-level isolation checks that could not run here."""
+    return (
+        "data-level checks could not run, so nothing is started (a leaky experiment burns GPU hours):\n"
+        + "\n".join(f"  {item}" for item in unverified)
+        + "\nfix: make the datasets loadable here (connect to the Hugging Face Hub once — problems are "
+        "cached — or set RLVR_RUN_DATA_MIRROR to a folder of the raw files), then run again; "
+        "`rlvr-run validate SPEC` shows the reasons"
+    )
 
 
 def job_of(run_dir: RunDir) -> Job:

@@ -34,6 +34,9 @@ class ValidatedSpec:
     dataset_fingerprints: dict[str, str]
     waivers: list[AppliedWaiver] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Data-level checks that could not run (a dataset not loadable here): real
+    # execution refuses to start while any remain; planning and dry runs go on.
+    unverified: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line: what the spec declares, for `rlvr-run validate`."""
@@ -60,6 +63,12 @@ def _content_check() -> Optional[ContentCheck]:
             raise
         return None
     return check_content
+
+
+def _idlist_check(validated: ValidatedSpec) -> RuleReport:
+    from engine.data.idlist import check_idlists
+
+    return check_idlists(validated)
 
 
 def _fail(diagnostics: list[Diagnostic]) -> SpecError:
@@ -97,6 +106,9 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
         _merge(validated, check(validated), diags)
     elif content:
         validated.warnings.append("isolation rule 3 (content leakage) not checked: engine.data.leakage is not available")
+        validated.unverified.append("rule 3 (engine.data.leakage unavailable)")
+    if content:
+        _merge(validated, _idlist_check(validated), diags)
     if diags:
         raise _fail(diags)
     _warn_unused_content_waivers(validated, content=check is not None)
@@ -107,6 +119,7 @@ def _merge(validated: ValidatedSpec, report: RuleReport, diags: list[Diagnostic]
     diags += report.errors
     validated.waivers += report.waivers
     validated.warnings += report.warnings
+    validated.unverified += report.unverified
 
 
 def _warn_unused_content_waivers(validated: ValidatedSpec, *, content: bool) -> None:

@@ -21,6 +21,7 @@ from engine.problem import Problem
 
 if TYPE_CHECKING:
     from engine.data.loaders import DataContext, LoadedDataset
+    from engine.isolation import RuleReport
     from engine.validate import ValidatedSpec
 
 
@@ -122,21 +123,38 @@ def apply_idlist(loaded: "LoadedDataset", path: Path, ctx: "DataContext") -> "Lo
     return replace(loaded, problems=found, fingerprint=problems_fingerprint(found), idlist_sha256=idlist.sha256)
 
 
-def check_idlists(validated: "ValidatedSpec") -> list[Diagnostic]:
-    """One Diagnostic per dataset whose `ids:` list names ids its dataset lacks (or cannot load)."""
-    from engine.data.loaders import DataContext, load_source
+def check_idlists(validated: "ValidatedSpec") -> "RuleReport":
+    """Errors for `ids:` lists naming ids their dataset lacks; warnings where the dataset can't be loaded.
 
-    diagnostics: list[Diagnostic] = []
+    A dataset that cannot be loaded here (offline, say) leaves its list unverified —
+    a warning, and an entry in `unverified` that keeps real execution from starting.
+    """
+    from engine.data.loaders import DataContext, load_source
+    from engine.isolation import RuleReport
+
+    report = RuleReport()
     for name, ds in validated.spec.datasets.items():
         if not ds.ids or name not in validated.idlist_paths:
             continue
         ctx = DataContext(name=name, spec=validated.loaded, root=validated.registry.project_root)
         try:
-            verify_idlist(validated.idlist_paths[name], load_source(ds, validated.sources[name], ctx), ctx)
+            loaded = load_source(ds, validated.sources[name], ctx)
+        except UserError as exc:
+            report.warnings.append(f"id list of `{name}` not verified: {_first_line(exc)}")
+            report.unverified.append(f"id list of {name}")
+            continue
+        try:
+            verify_idlist(validated.idlist_paths[name], loaded, ctx)
         except SpecError as exc:
-            diagnostics.extend(exc.diagnostics)
+            report.errors.extend(exc.diagnostics)
         except UserError as exc:
             lines = str(exc).split("\n")
             fix = lines[1].strip().removeprefix("fix: ") if len(lines) > 1 else ""
-            diagnostics.append(validated.loaded.diagnostic(("datasets", name, "ids"), lines[0], fix))
-    return diagnostics
+            report.errors.append(validated.loaded.diagnostic(("datasets", name, "ids"), lines[0], fix))
+    return report
+
+
+def _first_line(exc: UserError) -> str:
+    if isinstance(exc, SpecError) and exc.diagnostics:
+        return exc.diagnostics[0].message
+    return str(exc).splitlines()[0]
