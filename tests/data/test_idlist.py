@@ -98,11 +98,38 @@ def test_check_idlists_reports_the_spec_line(shared_datasets, tmp_path):
         "evaluate:\n  final: {datasets: [good, bad], protocol: greedy}\nprotocols:\n  greedy: {preset: greedy}\n"
     )
     validated = validate_spec(spec, content=False)
-    diagnostics = check_idlists(validated)
-    assert len(diagnostics) == 1
-    d = diagnostics[0]
+    report = check_idlists(validated)
+    assert len(report.errors) == 1 and not report.unverified
+    d = report.errors[0]
     assert (d.path, d.line) == ("datasets.bad.ids", 6)
     assert "9999" in d.message and "rlvr-run data idlist" in d.fix
     with pytest.raises(SpecError):
         load_dataset_problems(validated.spec.datasets["bad"], validated.sources["bad"], name="bad",
                               spec=validated.loaded)
+
+
+def test_validate_refuses_a_stale_list_and_marks_unloadable_ones_unverified(shared_datasets, tmp_path, monkeypatch):
+    """validate_spec runs the id-list check: a missing id is an error at the spec line;
+    a dataset that cannot be loaded (Hub offline) leaves its list unverified, not passed."""
+    write_idlist(tmp_path / "stale.txt", ["11", "9999"])
+    data = shared_datasets / "mbpp_full.jsonl"
+    head = "name: t\nbase_model: qwen2.5-coder-0.5b-instruct\ndatasets:\n"
+    tail = ("phases:\n  base: {kind: eval}\nseeds: [1]\n"
+            "evaluate:\n  final: {datasets: [reg], protocol: greedy}\nprotocols:\n  greedy: {preset: greedy}\n")
+    stale = tmp_path / "stale.yaml"
+    stale.write_text(head + f"  reg: {{source: local_jsonl, path: {data}, fields: {{format: mbpp}}, split: test, "
+                     "ids: stale.txt, role: regression}\n" + tail)
+    with pytest.raises(SpecError) as err:
+        validate_spec(stale)
+    assert any(d.path == "datasets.reg.ids" and "9999" in d.message for d in err.value.diagnostics)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from engine.data.sources import hub
+    hub._hub_unreachable_reason.cache_clear()
+    offline = tmp_path / "offline.yaml"
+    offline.write_text(head + f"  reg: {{source: mbpp, split: test, ids: {REPO}/registry/idlists/mbpp_reg_200.txt, "
+                       "role: regression}\n" + tail)
+    validated = validate_spec(offline)
+    assert "id list of reg" in validated.unverified
+    assert any("not verified" in w for w in validated.warnings)
+    hub._hub_unreachable_reason.cache_clear()
