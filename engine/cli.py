@@ -17,8 +17,18 @@ from rich.text import Text
 
 from engine.errors import UserError
 
-console = Console()
-err_console = Console(stderr=True)
+PIPE_WIDTH = 132  # rich assumes 80 columns off a terminal, which folds plan and status tables
+
+
+def _console(*, stderr: bool = False) -> Console:
+    out = Console(stderr=stderr)
+    if not out.is_terminal:
+        out.width = max(out.width, PIPE_WIDTH)
+    return out
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 SUBCOMMANDS = ("validate", "status", "judge", "data", "report", "run")
 

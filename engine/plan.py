@@ -325,7 +325,8 @@ def _attach_evaluations(planner: _Planner, unit: Unit, target: Optional[str], se
         uses = {name: ["evaluate"] for name in schedule.datasets}
         run = _make_run(planner, unit, kind=PhaseKind.eval, seed=eval_seed, trainer=None,
                         schedule=schedule_name, parent=target, flows=flows, evaluates=target,
-                        uses=uses, protocols={"evaluate": schedule.protocol}, extra={})
+                        uses=uses, protocols={"evaluate": schedule.protocol}, extra={},
+                        resources=schedule.resources or _eval_resources(unit))
         planner.add(run)
 
 
@@ -340,14 +341,21 @@ def _protocol(spec: Spec, name: str, where: str) -> ProtocolSpec:
         raise UserError(f"{where}: unknown protocol {name!r} (declared: {', '.join(spec.protocols)})") from None
 
 
+def _eval_resources(unit: Unit) -> Resources:
+    """An evaluation's default allocation: one GPU if its phase uses any, CPU otherwise."""
+    phase = unit.fields.get("resources") or Resources()
+    return Resources(gpus=min(phase.gpus, 1), cpus=phase.cpus)
+
+
 def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[int],
               trainer: Optional[str], schedule: Optional[str], parent: Optional[str],
               flows: list[str], evaluates: Optional[str], uses: dict[str, list[str]],
-              protocols: dict[str, str], extra: dict[str, Any]) -> Run:
+              protocols: dict[str, str], extra: dict[str, Any],
+              resources: Optional[Resources] = None) -> Run:
     spec = planner.spec
     datasets = _run_datasets(planner, uses, unit.name)
     resolved_protocols = {name: _protocol(spec, name, unit.name) for name in protocols.values()}
-    resources = unit.fields.get("resources") or Resources()
+    resources = resources or unit.fields.get("resources") or Resources()
     config = {
         "spec": spec.name, "phase": unit.phase, "variant": unit.variant, "kind": kind.value,
         "schedule": schedule, "seed": seed, "trainer": trainer,

@@ -33,7 +33,9 @@ class RenderContext:
     engine_root: Path = ENGINE_ROOT
     parent_dirs: tuple[Path, ...] = field(default_factory=tuple)
     samples_dir: Optional[str] = None  # for evaluations of a best_of_n run
-    python: str = "python3"
+    # The interpreter is chosen when the script runs (the executor exports the one
+    # running rlvr-run), so a frozen script never names one machine's venv.
+    python: str = '"$RLVR_PYTHON"'
 
 
 def shq(value: Any) -> str:

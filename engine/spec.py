@@ -124,6 +124,9 @@ class VariantSpec(PhaseFields):
 class EvalSchedule(StrictModel):
     datasets: list[str]
     protocol: str
+    # Evaluation is inference: by default one GPU when the evaluated phase uses GPUs,
+    # not the (often 8-GPU) allocation of the training it follows.
+    resources: Optional[Resources] = None
 
 
 class EvaluateSpec(StrictModel):

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,7 @@ class LocalExecutor:
             RUN_ID_ENV: job.id,
             "RLVR_ATTEMPT": str(attempt),
             "RLVR_CPUS": str(cpus),
+            "RLVR_PYTHON": sys.executable,
             # Always set, so a CPU-only job cannot grab a GPU another job holds.
             "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids),
         }

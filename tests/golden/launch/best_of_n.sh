@@ -7,10 +7,11 @@ RUN_DIR=/runs/golden/3739610676db
 cd "$RUN_DIR"
 mkdir -p logs outputs
 export RLVR_RUN_ID=3739610676db
+RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Inference-only baseline: n samples per problem with the frozen protocol, kept in
 # outputs/samples for the evaluation runs attached to this run (engine.evaluate, a later issue).
-python3 -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
+"$RLVR_PYTHON" -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
     --model /runs/golden/20a5cdf2715a/model --generate-only --n 10 \
     --samples-out outputs/samples

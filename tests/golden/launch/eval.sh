@@ -7,10 +7,11 @@ RUN_DIR=/runs/golden/cece902ba518
 cd "$RUN_DIR"
 mkdir -p logs outputs
 export RLVR_RUN_ID=cece902ba518
+RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # engine.evaluate (a later issue) writes outputs/records.jsonl and outputs/metrics.json
 # for every dataset in config.yaml.
 # Generates with the frozen protocol, then judges.
-python3 -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
+"$RLVR_PYTHON" -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
     --model Qwen/Qwen2.5-Coder-1.5B-Instruct

@@ -7,10 +7,11 @@ RUN_DIR=/runs/golden/905311d98afb
 cd "$RUN_DIR"
 mkdir -p logs outputs
 export RLVR_RUN_ID=905311d98afb
+RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # engine.evaluate (a later issue) writes outputs/records.jsonl and outputs/metrics.json
 # for every dataset in config.yaml.
 # Scores the samples its best-of-n parent generated; no generation here.
-python3 -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
+"$RLVR_PYTHON" -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
     --samples /runs/golden/3739610676db/outputs/samples

@@ -7,13 +7,14 @@ RUN_DIR=/runs/golden/4dc9d0253edd
 cd "$RUN_DIR"
 mkdir -p logs outputs
 export RLVR_RUN_ID=4dc9d0253edd
+RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (engine.data, the data issue).
-python3 -m engine.data.export --run-dir "$RUN_DIR" --format verl-rl
+"$RLVR_PYTHON" -m engine.data.export --run-dir "$RUN_DIR" --format verl-rl
 # verl's file logger truncates its file on every start: one metrics file per attempt.
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
-python3 -m verl.trainer.main_ppo \
+"$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
     data.train_files=/runs/golden/4dc9d0253edd/data/train.parquet \
@@ -63,5 +64,5 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.clip_ratio_high=0.28
 # Children and evaluations load model/ (HF format) from the last saved step.
 step="$(cat checkpoints/latest_checkpointed_iteration.txt)"
-python3 -m verl.model_merger merge --backend fsdp \
+"$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "checkpoints/global_step_${step}/actor" --target_dir model

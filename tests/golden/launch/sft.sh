@@ -7,10 +7,11 @@ RUN_DIR=/runs/golden/20a5cdf2715a
 cd "$RUN_DIR"
 mkdir -p logs outputs
 export RLVR_RUN_ID=20a5cdf2715a
+RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (engine.data, the data issue).
-python3 -m engine.data.export --run-dir "$RUN_DIR" --format verl-sft-messages
+"$RLVR_PYTHON" -m engine.data.export --run-dir "$RUN_DIR" --format verl-sft-messages
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
     data.train_files=/runs/golden/20a5cdf2715a/data/sft_train.parquet \
@@ -31,5 +32,5 @@ torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer 
     trainer.resume_mode=auto
 # Children and evaluations load model/ (HF format) from the last saved step.
 step="$(cat checkpoints/latest_checkpointed_iteration.txt)"
-python3 -m verl.model_merger merge --backend fsdp \
+"$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "checkpoints/global_step_${step}" --target_dir model
