@@ -174,3 +174,26 @@ def test_a_spec_error_is_reported_without_running(tmp_path, capsys):
     assert main([str(spec), "--runs-dir", str(tmp_path / "runs")]) == 1
     assert "bad.yaml:" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_unverified_data_checks_refuse_a_real_run_but_not_a_dry_run(tmp_path, monkeypatch):
+    """A dataset that cannot be loaded here (Hub offline) leaves rule 3 unchecked: a dry
+    run shows the plan with warnings, a real run refuses before writing anything."""
+    from engine.data.sources import hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("RLVR_RUN_CACHE_DIR", str(tmp_path / "cache"))
+    hub._hub_unreachable_reason.cache_clear()
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace(
+        "  toy_valid:", "  mbpp_train: {source: mbpp, split: train, role: train}\n  toy_valid:").replace(
+        "pairs_from: toy_valid", "pairs_from: mbpp_train"))
+    try:
+        out = run_spec(spec, runs_dir=tmp_path / "runs", dry_run=True, console=Console(file=open(os.devnull, "w")))
+        assert out.plan.runs
+        with pytest.raises(UserError, match="data-level checks could not run") as err:
+            run_spec(spec, runs_dir=tmp_path / "runs", console=Console(file=open(os.devnull, "w")))
+        assert "rule 3 for mbpp_train×humaneval" in str(err.value)
+        assert not (tmp_path / "runs").exists()
+    finally:
+        hub._hub_unreachable_reason.cache_clear()
