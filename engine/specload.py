@@ -225,10 +225,13 @@ class ParsedSpec:
     data: Any
     positions: Positions
     spec: Optional[Spec]  # None when the schema did not validate
-    # The spec minus the entries with schema errors, when that validates: enough to
-    # check references and report them alongside the schema errors.
+    # The spec minus the fields (else the entries) with schema errors, when that
+    # validates: enough to check references and report them alongside the schema errors.
     partial: Optional[Spec]
     diagnostics: list[Diagnostic]
+    # Entries ("phases.grpo") that lost a field in `partial`: what they now lack is
+    # not the user's omission, so requirement checks on them are moot.
+    pruned: frozenset[str] = frozenset()
 
     def diagnostic(self, keys: tuple[Key, ...], message: str, fix: str = "", **kw: Any) -> Diagnostic:
         return make_diagnostic(self.path, self.text, self.positions, keys, message, fix, **kw)
@@ -247,29 +250,53 @@ def parse_spec(path: Path) -> ParsedSpec:
     data = plain(tree)
     spec: Optional[Spec] = None
     partial: Optional[Spec] = None
+    pruned: frozenset[str] = frozenset()
     if isinstance(data, dict):
         try:
             spec = partial = Spec.model_validate(data)
         except ValidationError as exc:
             for keys, message, fix, at_value in describe_pydantic_errors(exc, data):
                 diags.append(make_diagnostic(path, text, positions, keys, message, fix, at_value=at_value))
-            partial = _salvage(data, exc)
+            partial, pruned = _salvage(data, exc)
     return ParsedSpec(path=path, text=text, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                      data=data, positions=positions, spec=spec, partial=partial, diagnostics=diags)
+                      data=data, positions=positions, spec=spec, partial=partial, diagnostics=diags,
+                      pruned=pruned)
 
 
 _COLLECTIONS = ("datasets", "protocols", "phases", "variants")
 _PLACEHOLDERS: dict[str, Any] = {"name": "spec", "base_model": "unknown", "datasets": {}, "phases": {}, "seeds": [0]}
 
 
-def _salvage(data: dict[str, Any], exc: ValidationError) -> Optional[Spec]:
-    """Drop every entry with a schema error; what remains is checked for references."""
-    data = copy.deepcopy(data)
+def _salvage(data: dict[str, Any], exc: ValidationError) -> tuple[Optional[Spec], frozenset[str]]:
+    """The spec without its broken fields (else its broken entries), for reference checks.
+
+    Dropping only the bad field keeps the rest of the entry checked: a phase with a
+    misspelled key still has its `from:` and datasets verified in the same report.
+    """
+    fields = _prune(copy.deepcopy(data), exc.errors(), whole_entries=False)
+    try:
+        return Spec.model_validate(fields[0]), fields[1]
+    except ValidationError:
+        pass
+    entries = _prune(copy.deepcopy(data), exc.errors(), whole_entries=True)
+    try:
+        return Spec.model_validate(entries[0]), frozenset()
+    except ValidationError:
+        return None, frozenset()
+
+
+def _prune(data: dict[str, Any], errors: list[Any], *, whole_entries: bool) -> tuple[dict[str, Any], frozenset[str]]:
     bad_waivers: set[int] = set()
-    for err in exc.errors():
+    pruned: set[str] = set()
+    for err in errors:
         section, rest = err["loc"][0], err["loc"][1:]
         if section in _COLLECTIONS and rest and isinstance(data.get(section), dict):
-            data[section].pop(rest[0], None)
+            entry = data[section].get(rest[0])
+            if not whole_entries and len(rest) > 1 and isinstance(entry, dict) and rest[1] in entry:
+                entry.pop(rest[1])
+                pruned.add(f"{section}.{rest[0]}")
+            else:
+                data[section].pop(rest[0], None)
         elif section == "allow" and rest and isinstance(rest[0], int):
             bad_waivers.add(rest[0])
         elif section in _PLACEHOLDERS:
@@ -278,10 +305,7 @@ def _salvage(data: dict[str, Any], exc: ValidationError) -> Optional[Spec]:
             data.pop(section, None)
     if isinstance(data.get("allow"), list):
         data["allow"] = [w for i, w in enumerate(data["allow"]) if i not in bad_waivers]
-    try:
-        return Spec.model_validate(data)
-    except ValidationError:
-        return None
+    return data, frozenset(pruned)
 
 
 def load_spec(path: Path) -> LoadedSpec:

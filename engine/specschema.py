@@ -127,8 +127,10 @@ def _describe(err: dict[str, Any], keys: tuple[Key, ...], data: Any, root: type[
         parent = _annotation_at(keys[:-1], root)
         allowed = next((_model_keys(a) for a in _unwrap(parent) if isinstance(a, type) and issubclass(a, BaseModel)), [])
         hint = did_you_mean(last, allowed)
-        return (f"unknown key {last!r}{hint}",
-                f"use one of: {', '.join(allowed)}" if allowed else "remove it", False)
+        fix = f"use one of: {', '.join(allowed)}" if allowed else "remove it"
+        if not hint and "hparams" in allowed:
+            fix = f"move it under `hparams:` (or a trainer key under `overrides:`), or {fix}"
+        return (f"unknown key {last!r}{hint}", fix, False)
     if kind == "missing":
         return (f"missing required key {last!r}", f"add `{last}:` here ({_expected(annotation)})", False)
     if kind in ("enum", "literal_error"):

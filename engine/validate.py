@@ -87,7 +87,8 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
     diags = list(parsed.diagnostics)
     if parsed.partial is not None:
         names = Names.of(parsed.data, set(registry.protocols))
-        diags += check_references(parsed.partial, names, parsed.diagnostic)
+        diags += [d for d in check_references(parsed.partial, names, parsed.diagnostic)
+                  if d.path not in parsed.pruned]
     if parsed.spec is None:
         raise _fail(diags)
     loaded = parsed.loaded()
