@@ -86,7 +86,7 @@ def test_failure_blocks_all_descendants_while_independent_branches_run(runs, lin
     result = run_all([a, b, c, d], lineage)
     assert result.exit_code == 1
     assert result.states == {"a": S.failed, "b": S.blocked, "c": S.blocked, "d": S.succeeded}
-    assert "exited with 3" in lineage.run("a").reason and "logs/attempt-1.log" in lineage.run("a").reason
+    assert "exited with 3: boom" in lineage.run("a").reason and "logs/attempt-1.log" in lineage.run("a").reason
     assert lineage.run("b").reason == "upstream a failed"
     assert lineage.run("c").reason == "upstream b blocked"
     assert "boom" in (a.run_dir / "logs" / "attempt-1.log").read_text()

@@ -10,6 +10,7 @@ re-queued with the other unfinished runs: re-running resumes.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import sqlite3
@@ -230,7 +231,7 @@ class _Scheduler:
         elif code < 0:
             reason = f"launch.sh killed by {signal.Signals(-code).name}; see {log}"
         else:
-            reason = f"launch.sh exited with {code}; see {log}"
+            reason = f"launch.sh exited with {code}{_last_line(log)}; see {log}"
         self._set(job.id, S.failed, reason, exit_code=code)
         self._block_descendants(job.id, "failed")
 
@@ -241,6 +242,19 @@ class _Scheduler:
             with self._live_lock:
                 del self.running[started.job.id]
             self._set(started.job.id, S.cancelled, why)
+
+
+def _last_line(log: Path, limit: int = 200) -> str:
+    """`: <the log's last non-empty line>` — usually the error that ended the script."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    if not lines or lines[-1].startswith("# rlvr-run:"):
+        return ""
+    return f": {lines[-1][:limit]}"
 
 
 @contextlib.contextmanager
