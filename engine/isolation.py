@@ -37,6 +37,8 @@ class RuleReport:
     waivers: list[AppliedWaiver] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)  # checks that could not run here
+    fingerprints: dict[str, str] = field(default_factory=dict)  # dataset → content fingerprint, when loaded
+    sizes: dict[str, int] = field(default_factory=dict)  # dataset → problems loaded
 
 
 @dataclass(frozen=True, kw_only=True)

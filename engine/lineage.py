@@ -112,9 +112,11 @@ class DatasetRecord(BaseModel):
     source: str
     split: Optional[str] = None
     role: str
-    fingerprint: Optional[str] = None
+    fingerprint: Optional[str] = None  # what pins its problems (id list or fixed split)
     idlist_path: Optional[str] = None
     idlist_sha256: Optional[str] = None
+    content_fingerprint: Optional[str] = None  # sha256 of the normalized problems as loaded
+    problems: Optional[int] = None
 
 
 class RunDatasetRecord(BaseModel):
@@ -247,6 +249,13 @@ def _m002(db: Database) -> None:
 def _m003(db: Database) -> None:
     # Resume re-runs failed runs: each execution is a numbered attempt with its own log.
     db["runs"].add_column("attempt", int, not_null_default=0)
+
+
+@MIGRATIONS(name="m004_dataset_content")
+def _m004(db: Database) -> None:
+    # What was actually loaded, not just what pins it: a re-uploaded dataset shows up here.
+    db["datasets"].add_column("content_fingerprint", str)
+    db["datasets"].add_column("problems", int)
 
 
 def _connect(path: Path, *, readonly: bool) -> Database:
@@ -511,6 +520,8 @@ def plan_records(plan: "Plan", validated: "ValidatedSpec", run_dirs: Mapping[str
                 spec_name=spec.name, name=name, source=ds.source, split=ds.split, role=ds.role.value,
                 fingerprint=validated.dataset_fingerprints.get(name), idlist_path=str(path) if path else None,
                 idlist_sha256=validated.idlist_hashes.get(name),
+                content_fingerprint=validated.content_fingerprints.get(name),
+                problems=validated.dataset_sizes.get(name),
             )
         )
     protocols: dict[str, ProtocolRecord] = {}

@@ -37,6 +37,10 @@ class ValidatedSpec:
     # Data-level checks that could not run (a dataset not loadable here): real
     # execution refuses to start while any remain; planning and dry runs go on.
     unverified: list[str] = field(default_factory=list)
+    # dataset name → sha256 of its normalized problems, for the datasets the content
+    # checks loaded (recorded in lineage), and how many problems each holds.
+    content_fingerprints: dict[str, str] = field(default_factory=dict)
+    dataset_sizes: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line: what the spec declares, for `rlvr-run validate`."""
@@ -121,6 +125,8 @@ def _merge(validated: ValidatedSpec, report: RuleReport, diags: list[Diagnostic]
     validated.waivers += report.waivers
     validated.warnings += report.warnings
     validated.unverified += report.unverified
+    validated.content_fingerprints.update(report.fingerprints)
+    validated.dataset_sizes.update(report.sizes)
 
 
 def _warn_unused_content_waivers(validated: ValidatedSpec, *, content: bool) -> None:

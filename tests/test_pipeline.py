@@ -93,6 +93,9 @@ def test_plan_runs_execute_and_land_in_lineage(executed):
         assert lin.waivers("tiny")[0].rule == 2 and lin.waivers("tiny")[0].spec_line == waiver_line
         humaneval = next(lin.db["datasets"].rows_where("name = 'humaneval'"))
         assert humaneval["fingerprint"] == validated.dataset_fingerprints["humaneval"]
+        # the content fingerprint of what was loaded (the 164 bundled problems), not just its pin
+        assert humaneval["problems"] == 164 and len(humaneval["content_fingerprint"]) == 64
+        assert humaneval["content_fingerprint"] == validated.content_fingerprints["humaneval"]
         evals = [r for r in the_plan.runs if r.kind.value == "eval"]
         assert all(lin.evaluated_datasets(r.id) == ["humaneval"] for r in evals)
         used = {row["sha256"] for row in lin.db["run_protocols"].rows}

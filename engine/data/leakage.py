@@ -63,7 +63,6 @@ class LeakageReport(RuleReport):
     settings: LeakageSpec = field(default_factory=LeakageSpec)
     pairs: list[PairCheck] = field(default_factory=list)
     unchecked_pairs: list[tuple[str, str]] = field(default_factory=list)
-    sizes: dict[str, int] = field(default_factory=dict)  # dataset name → problems checked
     cache_hits: dict[str, bool] = field(default_factory=dict)  # dataset name → sketch came from the cache
 
     @property
@@ -123,6 +122,7 @@ def check_leakage(
             loaded.problems, loaded.fingerprint, sketch_settings(leakage), cache
         )
         report.sizes[name] = len(loaded.problems)
+        report.fingerprints[name] = loaded.fingerprint
     for train in train_side:
         for evaluation in eval_side:
             if train != evaluation:  # one dataset on both sides is rule 1/2's error, not a leak
