@@ -30,7 +30,7 @@ def _console(*, stderr: bool = False) -> Console:
 console = _console()
 err_console = _console(stderr=True)
 
-SUBCOMMANDS = ("validate", "status", "judge", "data", "report", "run")
+SUBCOMMANDS = ("validate", "status", "judge", "data", "run")
 
 
 # ---------------------------------------------------------------- run / validate / status
@@ -53,7 +53,7 @@ def _add_run_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("status", help="what ran, what runs, what is blocked")
     p.add_argument("spec", nargs="?", help="limit to this spec")
-    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_status)
 
@@ -110,7 +110,8 @@ def _add_judge_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="verdict records (JSONL)")
     p.add_argument("--mode", choices=("dense", "sparse"), default="dense",
                    help="sparse stops each sample at its first failing test (only `accepted` is exact)")
-    p.add_argument("--backend", choices=("local", "sandbox_fusion"), default="local")
+    p.add_argument("--backend", choices=("local", "sandbox_fusion"), default="local",
+                   help="local sandbox (default) or a SandboxFusion server (needs --url)")
     p.add_argument("--url", help="SandboxFusion endpoint, e.g. http://host:8080/run_code (sandbox_fusion backend)")
     p.add_argument("--timeout", type=float, default=6.0, help="seconds of CPU per test (default 6)")
     p.add_argument("--memory-mb", type=int, default=1024, help="memory per sample in MiB (default 1024)")
@@ -187,9 +188,10 @@ def _add_data_parsers(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=_cmd_data_export)
 
     q = data.add_parser("toy", help="write the toy problems of a split (JSON Lines, format `problem`)")
-    q.add_argument("--split", choices=("train", "valid", "test"), default="train")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--out", type=Path, required=True)
+    q.add_argument("--split", choices=("train", "valid", "test"), default="train",
+                   help="which split (disjoint by construction; default: train)")
+    q.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    q.add_argument("--out", type=Path, required=True, help="output JSONL file")
     q.set_defaults(func=_cmd_data_toy)
 
     q = data.add_parser("leakage", help="isolation rule 3: every train/eval problem pair that is the same or nearly")
