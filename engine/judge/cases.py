@@ -25,13 +25,17 @@ from engine.problem import Problem
 _BUILTINS = frozenset(dir(builtins))
 
 
-def function_plan(problem: Problem) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(public plan the sandbox sees, secret part only the worker sees: expected literals and labels)."""
+def function_plan(problem: Problem, program: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(public plan the sandbox sees, secret part only the worker sees: expected literals and labels).
+
+    A name the program binds at top level (MBPP 126 defines its own `sum`) is not a builtin
+    for its tests: operands using it are evaluated after the program, as the test means.
+    """
     tests = problem.function_tests
     if tests is None:
         raise ValueError(f"problem {problem.id} has no function tests")
     imports = _imports(tests.setup)
-    trusted = _BUILTINS | _bound_names(imports)
+    trusted = (_BUILTINS - _top_level_names(program)) | _bound_names(imports)
     units: list[dict[str, Any]] = []
     for src in [*tests.asserts, *tests.challenge]:
         units.append(_assert_unit(src, trusted))
@@ -67,6 +71,22 @@ def _imports(setup: str) -> str:
     except SyntaxError:
         return ""
     return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def _top_level_names(program: str) -> set[str]:
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):
+        return set()  # the sandbox reports the syntax error; no operand runs
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name.split(".")[0]) for a in node.names)
+        else:
+            names.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    return names
 
 
 def _bound_names(imports: str) -> set[str]:

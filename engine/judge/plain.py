@@ -3,11 +3,19 @@
 Only exact builtin types are accepted (`type(x) is int`, never a subclass), so
 an object with a custom `__eq__` cannot reach a comparison; the judge decodes
 the tagged form into fresh builtin objects of its own and compares those.
+Three stdlib dict subclasses are accepted too (`Counter`, `OrderedDict`,
+`defaultdict`): checked by identity against the class objects captured when
+this module was imported (in the worker, before any untrusted code ran), their
+items read with `dict.items`, and rebuilt in the judge as its own objects of
+the same class, so comparisons keep the stdlib's meaning (a Counter equals a
+dict with the same counts; two OrderedDicts compare in order). A user-defined
+dict subclass is still refused, whatever its `__eq__` says.
 Stdlib only: the sandbox worker imports this file directly.
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 
 MAX_NODES = 1_000_000
@@ -51,17 +59,28 @@ def _enc(x: object, budget: list[int], depth: int) -> object:
     if t is bytes:
         budget[1] -= 2 * len(x)
         return ["b", x.hex()]
-    tag = _CONTAINERS.get(t)
-    if tag is None:
+    # Identity, not a dict lookup: a metaclass could make a foreign class hash and compare equal to `list`.
+    for cls, tag, iterate in _CONTAINERS:
+        if t is cls:
+            break
+    else:
         raise NotPlain(f"a {t.__module__}.{t.__qualname__} object is not plain data")
-    if t is dict:
-        items = list(dict.items(x))  # dict.items, not x.items: no overridable method runs
-        return ["d", [[_enc(k, budget, depth + 1), _enc(v, budget, depth + 1)] for k, v in items]]
-    return [tag, [_enc(v, budget, depth + 1) for v in _ITER[t](x)]]
+    if iterate in _ITEMS:  # the captured C method, not x.items: no overridable method runs
+        pairs = list(iterate(x))
+        return [tag, [[_enc(k, budget, depth + 1), _enc(v, budget, depth + 1)] for k, v in pairs]]
+    return [tag, [_enc(v, budget, depth + 1) for v in iterate(x)]]
 
 
-_CONTAINERS = {list: "l", tuple: "t", set: "s", frozenset: "S", dict: "d"}
-_ITER = {list: list.__iter__, tuple: tuple.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}
+# Pristine stdlib dict subclasses are captured here, at import (before untrusted code runs).
+# A defaultdict's factory is not data, so it travels and decodes as a dict.
+_CONTAINERS = (
+    (list, "l", list.__iter__), (tuple, "t", tuple.__iter__), (set, "s", set.__iter__),
+    (frozenset, "S", frozenset.__iter__), (dict, "d", dict.items), (collections.Counter, "C", dict.items),
+    (collections.OrderedDict, "O", collections.OrderedDict.items), (collections.defaultdict, "d", dict.items),
+)
+# OrderedDict (a C type, immutable) keeps its own order, which move_to_end can make differ from dict's.
+_ITEMS = (dict.items, collections.OrderedDict.items)
+_DICT_TYPES = {"d": dict, "C": lambda pairs: collections.Counter(dict(pairs)), "O": collections.OrderedDict}
 
 
 def decode(data: object) -> object:
@@ -78,8 +97,8 @@ def decode(data: object) -> object:
         return complex(float(data[1]), float(data[2]))
     if tag == "b":
         return bytes.fromhex(data[1])
-    if tag == "d":
-        return {decode(k): decode(v) for k, v in data[1]}
+    if tag in _DICT_TYPES:
+        return _DICT_TYPES[tag]((decode(k), decode(v)) for k, v in data[1])
     items = [decode(v) for v in data[1]]
     return {"l": list, "t": tuple, "s": set, "S": frozenset}[tag](items)
 

@@ -71,23 +71,35 @@ CASES = [
 ]
 
 
-def _sandbox_processes() -> list[psutil.Process]:
-    """Sandbox-uid processes still alive after a grace period (a killed namespace exits asynchronously)."""
+def _sandbox_processes(judge: Judge) -> list[psutil.Process]:
+    """This judge's sandbox processes still alive after a grace period (a killed namespace exits
+    asynchronously). Other judges on the machine use the same sandbox uids, so only descendants of
+    this judge's own workers count, plus orphans adopted by the host's init (which no judge owns)."""
+    workers = {w.pid for w in judge.backend._all}
     deadline = time.monotonic() + 3.0
     while True:
-        found = _sandbox_uid_processes()
+        found = [p for p in _sandbox_uid_processes() if _descends_from(p, workers)]
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+def _descends_from(proc: psutil.Process, pids: set[int]) -> bool:
+    try:
+        return proc.ppid() == 1 or any(parent.pid in pids for parent in proc.parents())
+    except psutil.Error:
+        return False
 
 
 def _sandbox_uid_processes() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["uids"]):
         uids = proc.info["uids"]
-        if uids and BASE_UID <= uids.real < BASE_UID + 64:
-            if proc.status() != psutil.STATUS_ZOMBIE:
+        try:
+            if uids and BASE_UID <= uids.real < BASE_UID + 64 and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
+        except psutil.Error:
+            pass  # exited meanwhile
     return found
 
 
@@ -104,7 +116,7 @@ def test_hostile_program(judge, name, problem, program, allowed):
     assert result.verdict.value in allowed, (result.verdict, result.message, result.failures[:1])
     if "ACCEPTED" not in allowed:
         assert not result.accepted
-    assert not _sandbox_processes(), f"{name} left processes behind"
+    assert not _sandbox_processes(judge), f"{name} left processes behind"
     good = judge.judge(problem, GOOD_ADD if problem is ADD else GOOD_SUM, code_is_program=True)
     assert good.accepted, (name, good)
 
