@@ -78,7 +78,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from engine.validate import validate_spec
 
     try:
-        validated = validate_spec(args.spec, content=not args.no_content)
+        with err_console.status("validating", spinner="dots") as status:
+            validated = validate_spec(args.spec, content=not args.no_content,
+                                      on_step=lambda step: status.update(f"validating: {step}"))
     except SpecError as exc:
         err_console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
         return 1

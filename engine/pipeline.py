@@ -54,7 +54,8 @@ def run_spec(
 ) -> RunOutcome:
     console = console or Console()
     runs_dir = Path(runs_dir)
-    validated = validate_spec(Path(path))
+    with console.status("validating", spinner="dots") as status:
+        validated = validate_spec(Path(path), on_step=lambda step: status.update(f"validating: {step}"))
     the_plan = plan(validated)
     states = read_states(runs_dir, the_plan)
     unmet = unmet_runs(the_plan, states, gpus=gpus)

@@ -80,11 +80,13 @@ def _fail(diagnostics: list[Diagnostic]) -> SpecError:
 
 
 def validate_spec(path: Path, *, content: bool = True, registry: Optional[Registry] = None,
-                  content_check: Optional[ContentCheck] = None) -> ValidatedSpec:
+                  content_check: Optional[ContentCheck] = None,
+                  on_step: Optional[Callable[[str], None]] = None) -> ValidatedSpec:
     """Load, cross-check, resolve and isolation-check a spec; raises SpecError with every problem.
 
     `content=False` skips rule 3 (content leakage: it reads the datasets). `content_check`
-    replaces `engine.data.leakage.check_content`.
+    replaces `engine.data.leakage.check_content`; `on_step` hears what the content
+    checks are doing (loading a streamed dataset can take minutes).
     """
     parsed = parse_spec(Path(path))
     registry = registry or load_registry(find_registry(parsed.path.parent))
@@ -108,7 +110,7 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
         raise _fail(diags)
     check = content_check or (_content_check() if content else None)
     if check is not None:
-        _merge(validated, check(validated), diags)
+        _merge(validated, check(validated) if content_check else check(validated, on_step=on_step), diags)
     elif content:
         validated.warnings.append("isolation rule 3 (content leakage) not checked: engine.data.leakage is not available")
         validated.unverified.append("rule 3 (engine.data.leakage unavailable)")

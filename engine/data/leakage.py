@@ -35,6 +35,8 @@ SHOWN_IN_ERROR = 5  # offending pairs quoted in a Diagnostic; `rlvr-run data lea
 Loader = Callable[[str], LoadedDataset]
 
 
+ROWS_PER_UPDATE = 1000  # a streamed CodeContests split takes minutes: say how far it got
+
 @dataclass(frozen=True, kw_only=True)
 class Leak:
     """One training-side problem that duplicates one evaluation-side problem."""
@@ -105,7 +107,7 @@ def check_leakage(
     sources); `cache=None` uses the default cache folder; `on_step` hears progress."""
     spec, leakage = validated.spec, validated.spec.leakage
     cache = cache or SketchCache()
-    load = load or _registry_loader(validated)
+    load = load or _registry_loader(validated, on_step)
     report = LeakageReport(settings=leakage)
     train_side, eval_side = dataset_sides(spec)
     sketches: dict[str, Sketch] = {}
@@ -133,9 +135,9 @@ def check_leakage(
     return report
 
 
-def check_content(validated: "ValidatedSpec") -> LeakageReport:
+def check_content(validated: "ValidatedSpec", *, on_step: Optional[Callable[[str], None]] = None) -> LeakageReport:
     """The rule-3 hook `engine.validate.validate_spec` calls."""
-    return check_leakage(validated)
+    return check_leakage(validated, on_step=on_step)
 
 
 def _reason(exc: UserError) -> str:
@@ -144,10 +146,15 @@ def _reason(exc: UserError) -> str:
     return str(exc).splitlines()[0]
 
 
-def _registry_loader(validated: "ValidatedSpec") -> Loader:
+def _registry_loader(validated: "ValidatedSpec", on_step: Optional[Callable[[str], None]] = None) -> Loader:
     def load(name: str) -> LoadedDataset:
+        def on_row(number: int) -> None:
+            if on_step and number % ROWS_PER_UPDATE == 0:
+                on_step(f"loading {name}: {number:,} rows")
+
         return load_dataset_problems(
-            validated.spec.datasets[name], validated.sources.get(name), name=name, spec=validated.loaded
+            validated.spec.datasets[name], validated.sources.get(name), name=name, spec=validated.loaded,
+            on_row=on_row,
         )
 
     return load
