@@ -178,11 +178,13 @@ def _add_data_parsers(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", type=Path, required=True, help="list file, e.g. registry/idlists/NAME.txt")
     q.set_defaults(func=_cmd_data_idlist)
 
-    q = data.add_parser("export", help="write a dataset as verl / trl training data")
-    q.add_argument("--spec", type=Path, required=True)
-    q.add_argument("--dataset", required=True, help="dataset name in the spec")
+    q = data.add_parser("export", help="write a dataset (or a run directory's data) as verl / trl training data")
+    q.add_argument("--run-dir", type=Path, help="a run directory: write its data/ from its config.yaml "
+                   "(as its launch.sh does), instead of --spec/--dataset/--out")
+    q.add_argument("--spec", type=Path)
+    q.add_argument("--dataset", help="dataset name in the spec")
     q.add_argument("--format", required=True, choices=EXPORT_FORMATS)
-    q.add_argument("--out", type=Path, required=True, help=".parquet, else JSON Lines")
+    q.add_argument("--out", type=Path, help=".parquet, else JSON Lines")
     q.add_argument("--prompt", help="prompt template (registry/prompts.yaml); default: per problem kind")
     q.add_argument("--model", help="registry model name: picks chat vs completion prompts (default: chat)")
     q.add_argument("--reward", choices=("dense", "sparse"), default="dense", help="reward mode (verl-rl, trl-grpo)")
@@ -260,6 +262,10 @@ def _cmd_data_export(args: argparse.Namespace) -> int:
     from engine.data.export import PromptChoice, export_dataset, read_pairs
     from engine.registry import find_registry, load_registry
 
+    if args.run_dir is not None:
+        return _cmd_data_export_run(args)
+    if args.spec is None or args.dataset is None or args.out is None:
+        raise UserError("data export needs --spec, --dataset and --out (or --run-dir DIR for a run's data)")
     registry = load_registry(find_registry(args.spec.parent))
     if args.model is not None and args.model not in registry.models:
         raise UserError(f"unknown model `{args.model}`; registry/models.yaml has: {', '.join(registry.models)}")
@@ -273,6 +279,20 @@ def _cmd_data_export(args: argparse.Namespace) -> int:
     if result.skipped:
         console.print(f"[yellow]skipped {len(result.skipped)}[/]: " + "; ".join(result.skipped[:5])
                       + (" …" if len(result.skipped) > 5 else ""), highlight=False)
+    return 0
+
+
+def _cmd_data_export_run(args: argparse.Namespace) -> int:
+    from engine.data.export import export_run, summary_line
+
+    given = [flag for flag, value in (("--spec", args.spec), ("--dataset", args.dataset), ("--out", args.out),
+                                      ("--prompt", args.prompt), ("--model", args.model), ("--pairs", args.pairs))
+             if value is not None]
+    if given:
+        raise UserError(f"--run-dir takes everything from the run's config.yaml; drop {', '.join(given)}")
+    with err_console.status(f"exporting {args.run_dir}"):
+        results = export_run(args.run_dir, args.format)
+    console.print(summary_line(args.run_dir, results), highlight=False)
     return 0
 
 

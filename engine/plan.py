@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -164,6 +165,7 @@ class _Planner:
     spec: Spec
     idlist_hashes: dict[str, str]
     fingerprints: dict[str, str]
+    files: dict[str, dict[str, str]] = field(default_factory=dict)  # see `dataset_files`
     runs: list[Run] = field(default_factory=list)
     # unit name → seed → id of the run holding that unit's model (None: base model)
     model_runs: dict[str, dict[Optional[int], Optional[str]]] = field(default_factory=dict)
@@ -238,7 +240,8 @@ def plan(validated: "ValidatedSpec") -> Plan:
     """Expand a validated spec into its DAG of runs (pure: reads nothing, writes nothing)."""
     spec = validated.spec
     planner = _Planner(spec=spec, idlist_hashes=dict(validated.idlist_hashes),
-                       fingerprints=dict(getattr(validated, "dataset_fingerprints", {}) or {}))
+                       fingerprints=dict(getattr(validated, "dataset_fingerprints", {}) or {}),
+                       files=dataset_files(validated))
     for unit in unit_order(resolve_units(spec)):
         _plan_unit(planner, unit)
     # Compose every verl run's command line against the installed verl: typos fail here.
@@ -246,6 +249,34 @@ def plan(validated: "ValidatedSpec") -> Plan:
     loaded = validated.loaded
     return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path),
                 runs=planner.runs, waivers=list(validated.waivers), warnings=list(validated.warnings))
+
+
+def dataset_files(validated: "ValidatedSpec") -> dict[str, dict[str, str]]:
+    """Dataset name → `data_file` / `ids_file`: the files it reads, as found at plan time.
+
+    The exporter reads them from config.yaml (never the spec, which may have changed).
+    Paths inside the project are relative to its root, so the ids of the same spec do
+    not depend on where the project is checked out.
+    """
+    from engine.resolve import find_file
+
+    root = validated.registry.project_root.resolve()
+    out: dict[str, dict[str, str]] = {}
+    for name, ds in validated.spec.datasets.items():
+        files: dict[str, str] = {}
+        found = find_file(validated.loaded, validated.registry, ds.path) if ds.path else None
+        if found is not None:
+            files["data_file"] = _project_path(found, root)
+        if name in validated.idlist_paths:
+            files["ids_file"] = _project_path(validated.idlist_paths[name], root)
+        if files:
+            out[name] = files
+    return out
+
+
+def _project_path(path: Path, root: Path) -> str:
+    path = path.resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def _plan_unit(planner: _Planner, unit: Unit) -> None:
@@ -361,7 +392,7 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
         "schedule": schedule, "seed": seed, "trainer": trainer,
         "base_model": _dump(spec.base_model),
         "init": "parent" if parent else "base_model",
-        "datasets": {n: {**_dump(spec.datasets[n]), **d.model_dump(exclude={"role"})}
+        "datasets": {n: {**_dump(spec.datasets[n]), **d.model_dump(exclude={"role"}), **planner.files.get(n, {})}
                      for n, d in datasets.items()},
         "protocols": {use: {"name": name, **_dump(resolved_protocols[name])} for use, name in protocols.items()},
         "judge": _dump(spec.judge),

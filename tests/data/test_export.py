@@ -80,7 +80,7 @@ def test_data_source_is_not_one_of_verls_builtin_routes(mixed, registry, tmp_pat
 def test_verl_sft_parquet_loads_in_multiturn_sft_dataset(mixed, registry, tokenizer, tmp_path):
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
-    out = export_dataset(mixed, "verl-sft", tmp_path / "sft.parquet", PromptChoice(registry=registry))
+    out = export_dataset(mixed, "verl-sft-messages", tmp_path / "sft.parquet", PromptChoice(registry=registry))
     rows = pq.read_table(out.path).to_pylist()
     assert [m["role"] for m in rows[0]["messages"]] == ["system", "user", "assistant"]
     assert rows[0]["messages"][2]["content"].startswith("```python\n")
