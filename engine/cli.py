@@ -187,7 +187,7 @@ def _add_data_parsers(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", type=Path, help=".parquet, else JSON Lines")
     q.add_argument("--prompt", help="prompt template (registry/prompts.yaml); default: per problem kind")
     q.add_argument("--model", help="registry model name: picks chat vs completion prompts (default: chat)")
-    q.add_argument("--reward", choices=("dense", "sparse"), default="dense", help="reward mode (verl-rl, trl-grpo)")
+    q.add_argument("--reward", choices=("dense", "sparse"), help="reward mode (verl-rl, trl-grpo; default dense)")
     q.add_argument("--pairs", type=Path, help="trl-dpo: pairs JSONL (default: correct vs incorrect references)")
     q.set_defaults(func=_cmd_data_export)
 
@@ -273,7 +273,7 @@ def _cmd_data_export(args: argparse.Namespace) -> int:
     loaded = _load_with_progress(args.dataset, args.spec)
     pairs = read_pairs(args.pairs) if args.pairs else None
     result = export_dataset(loaded, args.format, args.out, PromptChoice(registry=registry, template=args.prompt,
-                            model=model), reward=args.reward, pairs=pairs)
+                            model=model), reward=args.reward or "dense", pairs=pairs)
     console.print(f"wrote {result.path}: {result.rows} {result.format} rows from {loaded.name} "
                   f"(fingerprint {loaded.fingerprint[:16]}), sha256 {result.sha256}")
     if result.skipped:
@@ -286,7 +286,8 @@ def _cmd_data_export_run(args: argparse.Namespace) -> int:
     from engine.data.export import export_run, summary_line
 
     given = [flag for flag, value in (("--spec", args.spec), ("--dataset", args.dataset), ("--out", args.out),
-                                      ("--prompt", args.prompt), ("--model", args.model), ("--pairs", args.pairs))
+                                      ("--prompt", args.prompt), ("--model", args.model), ("--pairs", args.pairs),
+                                      ("--reward", args.reward))
              if value is not None]
     if given:
         raise UserError(f"--run-dir takes everything from the run's config.yaml; drop {', '.join(given)}")

@@ -262,8 +262,17 @@ class FrozenDataset(BaseModel):
     fields: Optional[dict[str, str]] = None
     max_generated_tests: Optional[int] = None
     ids_sha256: Optional[str] = None
-    data_file: Optional[str] = None  # relative to the project root, or absolute
+    path: Optional[str] = None  # as the spec wrote them (relative to a folder config.yaml does not name)
+    ids: Optional[str] = None
+    data_file: Optional[str] = None  # the files the planner found: relative to the project root, or absolute
     ids_file: Optional[str] = None
+
+    def check_located(self, name: str) -> None:
+        for written, found, key in ((self.path, self.data_file, "path"), (self.ids, self.ids_file, "ids")):
+            if written is not None and found is None:
+                raise UserError(f"dataset `{name}`: config.yaml has `{key}: {written}` but not where the planner "
+                                "found it (a run planned before rlvr-run recorded data files)\n"
+                                "  fix: re-plan the spec so the run's config records its files")
 
 
 class FrozenRun(BaseModel):
@@ -331,6 +340,7 @@ def load_run_dataset(name: str, entry: FrozenDataset, registry: Registry) -> Loa
         raise UserError(f"dataset `{name}` has role {entry.role}: it is never written into training data\n"
                         "  fix: train and validate on train/valid datasets only (isolation rules 1-2)")
     root = registry.project_root
+    entry.check_located(name)
     ids = _checked_idlist(name, entry, root)
     source = registry.datasets.get(entry.source)
     if source is None:
@@ -402,7 +412,8 @@ def export_run(run_dir: Path, fmt: str) -> list[ExportResult]:
     run_dir = Path(run_dir).resolve()
     run = read_frozen_run(run_dir)
     registry = run_registry(run_dir)
-    for name, entry in run.datasets.items():
+    for name, entry in run.datasets.items():  # also when the manifest says nothing changed
+        entry.check_located(name)
         _checked_idlist(name, entry, registry.project_root)
     data_dir = run_dir / "data"
     entries = _up_to_date(data_dir, run, fmt)

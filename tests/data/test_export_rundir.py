@@ -15,7 +15,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from engine.cli import main as cli_main
+from engine.data.export import export_run
 from engine.data.idlist import write_idlist
+from engine.errors import UserError
 from engine.materialize import materialize
 from engine.plan import Run, plan
 from engine.registry import project_registry
@@ -190,3 +192,13 @@ def test_bad_run_dir_and_flag_mixes_are_clean(project: Project, tmp_path: Path, 
     assert cli_main(["data", "export", "--run-dir", str(project.runs["sft"]), "--format", "verl-rl",
                      "--out", "x.parquet"]) == 2
     assert "drop --out" in capsys.readouterr().err
+
+
+def test_a_config_without_recorded_files_is_refused(project: Project, tmp_path: Path) -> None:
+    """A run planned before the planner recorded `ids_file` must not export the whole unlisted dataset."""
+    old = tmp_path / "old"
+    shutil.copytree(project.runs["grpo"], old, ignore=shutil.ignore_patterns("data"))
+    config = (old / "config.yaml").read_text()
+    (old / "config.yaml").write_text(re.sub(r"\n +ids_file: .*", "", config))
+    with pytest.raises(UserError, match="config.yaml has `ids: ../lists/valid.txt` but not where the planner found it"):
+        export_run(old, "verl-rl")
