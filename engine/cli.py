@@ -181,9 +181,9 @@ def _add_data_parsers(sub: argparse._SubParsersAction) -> None:
     q = data.add_parser("export", help="write a dataset (or a run directory's data) as verl / trl training data")
     q.add_argument("--run-dir", type=Path, help="a run directory: write its data/ from its config.yaml "
                    "(as its launch.sh does), instead of --spec/--dataset/--out")
-    q.add_argument("--spec", type=Path)
+    q.add_argument("--spec", type=Path, help="the spec that declares --dataset")
     q.add_argument("--dataset", help="dataset name in the spec")
-    q.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+    q.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="training data form to write")
     q.add_argument("--out", type=Path, help=".parquet, else JSON Lines")
     q.add_argument("--prompt", help="prompt template (registry/prompts.yaml); default: per problem kind")
     q.add_argument("--model", help="registry model name: picks chat vs completion prompts (default: chat)")
