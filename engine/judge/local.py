@@ -10,6 +10,7 @@ job is reported as INTERNAL_ERROR (a judge fault, never a model verdict).
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import subprocess
@@ -25,14 +26,27 @@ from engine.judge.cases import function_plan, stdio_plan
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 
 WORKER = Path(wire.__file__).resolve()
-BASE_UID = 61000  # sandbox uids: BASE_UID + worker slot; unused by any account on a normal system
+BASE_UID = 61000  # sandbox uids start here; unused by any account on a normal system
+UID_BLOCKS = 4096  # judges in one machine get different blocks of SLOTS uids (by pid)
+SLOTS = 64
+
+
+_slots = itertools.count()  # every worker of this process gets its own slot (and uid)
+
+
+def sandbox_uid() -> int:
+    """A uid no other live worker shares (unless judge pids collide modulo UID_BLOCKS or one process
+    starts more than SLOTS workers): RLIMIT_NPROC is counted per uid machine-wide, and the
+    no-PID-namespace fallback kills every process of the uid, so two judges (a trainer and an
+    evaluator, say, or two Judge objects in one process) must never share one."""
+    return BASE_UID + (os.getpid() % UID_BLOCKS) * SLOTS + next(_slots) % SLOTS
 
 
 class _WorkerProcess:
     def __init__(self, slot: int) -> None:
         self.slot = slot
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER), str(BASE_UID + slot)],
+            [sys.executable, "-I", "-S", str(WORKER), str(sandbox_uid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
             close_fds=True,
         )

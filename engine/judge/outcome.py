@@ -59,6 +59,9 @@ class Collector:
                 self._frame(frame)
                 if self.stopped:
                     break
+            if self.stopped is None and frames.orphaned:
+                self._fail_rest("INTERNAL_ERROR", "the judge closed the worker's control pipe mid-job")
+                break
             if self.stopped is None and frames.eof:
                 self._fail_rest("RUNTIME_ERROR", "the program ended its runner before every test reported"
                                 if not frames.bad else "garbled report stream")

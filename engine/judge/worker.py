@@ -77,11 +77,18 @@ def receive(fd: int) -> dict | None:
 class _Frames:
     """Non-blocking frame reader for the worker side of the result pipe."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, control: int | None = None) -> None:
         self.fd, self.buf, self.eof, self.bad = fd, bytearray(), False, False
+        self.control, self.orphaned = control, False
 
     def pump(self, timeout: float) -> list[dict]:
-        ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
+        watched = [self.fd] if self.control is None else [self.fd, self.control]
+        ready, _, _ = select.select(watched, [], [], max(0.0, timeout))
+        if self.control in ready:
+            # The judge never writes while a job runs: readable means it closed the pipe (it exited
+            # or was killed). Stop now instead of finishing a job nobody will read.
+            self.orphaned = self.eof = True
+            return []
         if ready:
             chunk = os.read(self.fd, 1 << 20)
             if not chunk:
@@ -166,7 +173,7 @@ class Runner:
         os.dup2(fd, 0)
         os.close(fd)
         sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
-        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
+        sys.stdout = sys.__stdout__ = out = open(1, "w", encoding="utf-8", closefd=False)
         sys.argv = ["solution.py"]
         atexit._clear()
         status = 0
@@ -179,7 +186,7 @@ class Runner:
 
             traceback.print_exc()
             status = 1
-        status = _finish_like_python(status)
+        status = _finish_like_python(status, (out, sys.__stderr__))
         os._exit(status)
 
     # ---- function: execute the program once, then fork per test from that state
@@ -310,7 +317,7 @@ def _exit_status(exc: SystemExit) -> int:
     return 1
 
 
-def _finish_like_python(status: int) -> int:
+def _finish_like_python(status: int, originals: tuple = ()) -> int:
     """What interpreter shutdown does: join non-daemon threads, run atexit, flush."""
     import threading
 
@@ -321,9 +328,13 @@ def _finish_like_python(status: int) -> int:
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001
         status = status or 1
-    for stream in (sys.stdout, sys.stderr):
+    # CPython flushes the current sys.stdout/stderr and, when finalizing, the original streams too
+    # (a program may swap sys.stdout for a buffer and write the buffer to sys.__stdout__ at exit).
+    streams = {id(s): s for s in (sys.stdout, sys.stderr, *originals)}
+    for stream in streams.values():
         try:
-            stream.flush()
+            if not stream.closed:  # CPython's shutdown skips a stream the program closed (`with sys.stdout`)
+                stream.flush()
         except BaseException:  # noqa: BLE001 — e.g. EFBIG past the output cap
             status = status or 1
     return status
@@ -399,7 +410,10 @@ class Worker:
                 result = self.run_job(job)
             except Exception as exc:  # noqa: BLE001 — a judge fault, reported as such
                 result = {"internal": f"{type(exc).__name__}: {exc}"}
-            send(self.cout, result)
+            try:
+                send(self.cout, result)
+            except BrokenPipeError:
+                return  # the judge is gone
 
     def run_job(self, job: dict) -> dict:
         workdir = self._workdir()
@@ -413,7 +427,7 @@ class Worker:
         try:
             # The expected side arrives only now, so the runner's memory never held it.
             secret = receive(self.cin) or {}
-            outcome = Collector(job, secret).collect(_Frames(rfd))
+            outcome = Collector(job, secret).collect(_Frames(rfd, control=self.cin))
         finally:
             _kill_group(pid)
             _, _, usage = os.wait4(pid, 0)

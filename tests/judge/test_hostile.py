@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from engine.judge.api import Judge, JudgeConfig
-from engine.judge.local import BASE_UID
+from engine.judge.local import BASE_UID, SLOTS, UID_BLOCKS
 from engine.problem import FunctionTests, Problem, StdioTest
 
 ADD = Problem(id="toy/add", source="toy", split="test", kind="function", statement="add", entry_point="add",
@@ -96,7 +96,7 @@ def _sandbox_uid_processes() -> list[psutil.Process]:
     for proc in psutil.process_iter(["uids"]):
         uids = proc.info["uids"]
         try:
-            if uids and BASE_UID <= uids.real < BASE_UID + 64 and proc.status() != psutil.STATUS_ZOMBIE:
+            if uids and BASE_UID <= uids.real < BASE_UID + SLOTS * UID_BLOCKS and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:
             pass  # exited meanwhile
@@ -130,3 +130,34 @@ def test_host_unaffected_and_no_temp_dirs_left(judge):
 def test_isolation_is_reported(judge):
     result = judge.judge(ADD, GOOD_ADD, code_is_program=True)
     assert result.isolation and result.isolation == judge.stats()["isolation"]
+
+
+_OWNER = """
+from engine.judge.api import Judge, JudgeConfig
+from engine.problem import Problem, StdioTest
+problem = Problem(id="t", source="toy", split="test", kind="stdio", statement="",
+                  stdio_tests=[StdioTest(input="1\\n", output="1\\n")] * 30)
+judge = Judge(JudgeConfig(timeout_s=5.0, workers=1, cache=False))
+judge.stats()
+print(judge.backend._all[0].pid, flush=True)
+judge.judge(problem, "while True: pass\\n", code_is_program=True)
+"""
+
+
+def test_a_killed_judge_leaves_no_worker_mid_job():
+    """A trainer killed while its judge is busy must not leave workers grinding through the job."""
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = psutil.Process(int(owner.stdout.readline()))
+        time.sleep(0.5)  # the job is running
+    finally:
+        owner.kill()
+        owner.wait()
+    try:
+        worker.wait(timeout=5)
+    except psutil.TimeoutExpired:
+        worker.kill()
+        pytest.fail("the worker kept running its job after the judge died")

@@ -98,3 +98,16 @@ def test_each_test_is_a_fresh_execution(judge):
 def test_exit_code_nonzero_is_runtime_error_even_with_right_output(judge):
     result = judge.judge(DOUBLE, "print(2 * int(input()))\nraise SystemExit(3)\n", code_is_program=True)
     assert result.verdict.value == "RUNTIME_ERROR" and result.passed == 0
+
+
+def test_program_closing_stdout_itself_exits_cleanly(judge):
+    # CodeContests 306_C: `with sys.stdout as fout:` closes stdout; CPython's shutdown skips it.
+    program = "import sys\nwith sys.stdin as fin, sys.stdout as fout:\n    print(2 * int(next(fin)), file=fout)\n"
+    assert judge.judge(DOUBLE, program, code_is_program=True).accepted
+
+
+def test_output_written_to_the_original_stdout_at_exit_is_kept(judge):
+    # CodeContests 938_E: sys.stdout swapped for a StringIO, copied to sys.__stdout__ by an atexit hook.
+    program = ("import atexit, io, sys\nbuf = io.StringIO()\nsys.stdout = buf\n"
+               "atexit.register(lambda: sys.__stdout__.write(buf.getvalue()))\nprint(2 * int(input()))\n")
+    assert judge.judge(DOUBLE, program, code_is_program=True).accepted
