@@ -20,6 +20,7 @@ import builtins
 from typing import Any
 
 from engine.judge import plain
+from engine.judge.extract import parse_quietly
 from engine.problem import Problem
 
 _BUILTINS = frozenset(dir(builtins))
@@ -75,7 +76,7 @@ def _imports(setup: str) -> str:
 
 def _top_level_names(program: str) -> set[str]:
     try:
-        tree = ast.parse(program)
+        tree = parse_quietly(program)
     except (SyntaxError, ValueError):
         return set()  # the sandbox reports the syntax error; no operand runs
     names: set[str] = set()

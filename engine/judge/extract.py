@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass
 
 _THINK = re.compile(r"<think>.*?</think>", re.S)
@@ -67,9 +68,16 @@ def _strip_fence(body: str) -> str:
     return found.group(2) if found else body
 
 
+def parse_quietly(code: str) -> ast.Module:
+    """ast.parse without SyntaxWarning/DeprecationWarning noise from untrusted code (e.g. '\\d')."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(code)
+
+
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        parse_quietly(code)
     except (SyntaxError, ValueError):
         return False
     return True
@@ -78,7 +86,7 @@ def _parses(code: str) -> bool:
 def _defines(code: str, name: str) -> bool:
     """True when `code` defines `name` at top level (def, class, assignment, import)."""
     try:
-        tree = ast.parse(code)
+        tree = parse_quietly(code)
     except (SyntaxError, ValueError):
         return re.search(rf"^\s*(?:async\s+)?def\s+{re.escape(name)}\b", code, re.M) is not None
     for node in tree.body:

@@ -508,10 +508,6 @@ def main() -> None:
     _install_exit_builtins()
 
     sys.set_int_max_str_digits(0)
-    # Objects made so far are never collected: forks then skip the GC's copy-on-write page touches.
-    import gc
-
-    gc.freeze()
     Worker(uid, control_in, control_out).serve()
 
 
