@@ -4,6 +4,7 @@ verdicts, failure reports, trusted comparison of stdlib containers, and the cont
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -156,8 +157,6 @@ def test_content_hash_cache_judges_identical_jobs_once(mbpp):
 def test_stats_reports_the_isolation_in_force(judge):
     iso = judge.stats()["isolation"]
     assert iso.startswith("rlimits+setsid")
-    import os
-
     if os.geteuid() == 0:
         assert "netns" in iso and "pidns-per-sample" in iso and "uid=" in iso
     else:
