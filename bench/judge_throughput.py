@@ -15,8 +15,8 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
   per test (stdin from a file, stdout to a pipe), per-test ms and overhead.
 
 CPU ms per sample = user+sys of this process, of reaped children
-(RUSAGE_CHILDREN) and of the judge's live workers with their reaped children
-(psutil), as deltas over the timed section. The machine may be shared: the
+(RUSAGE_CHILDREN) and of the judge's live workers and their nurseries with
+their reaped children (psutil), as deltas over the timed section. The machine may be shared: the
 load averages are printed before and after; compare rows of the same run.
 """
 
@@ -66,7 +66,9 @@ class CpuMeter:
     """CPU of this process + reaped children + the given live processes (and their reaped children)."""
 
     def __init__(self, pids: list[int] = ()) -> None:
+        # A worker's runners are forked by its nursery (a long-lived child): count both.
         self.procs = [psutil.Process(p) for p in pids]
+        self.procs += [child for proc in self.procs for child in proc.children(recursive=True)]
 
     def read(self) -> float:
         own = resource.getrusage(resource.RUSAGE_SELF)

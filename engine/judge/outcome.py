@@ -22,7 +22,7 @@ _OPS = {
     "GtE": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
     "In": lambda a, b: operator.contains(b, a), "NotIn": lambda a, b: not operator.contains(b, a),
 }
-SLACK_S = 2.0  # the runner's own guard fires first; ours only catches a runner that stopped reporting
+SLACK_S = 2.0  # stdio: the runner guards each test first; ours only catches a runner that stopped reporting
 CUT = 300
 
 
@@ -42,31 +42,62 @@ class Collector:
         self.first = True
         self.stopped: str | None = None  # why the run ended before every test reported
         self.tails = ("", "")
+        self.ready = False  # the current runner loaded the program and is running tests
+        self.hard_deadline: float | None = None
 
-    def collect(self, frames) -> dict:
-        wall = self.limits["wall_s"] + SLACK_S
-        hard_deadline = time.monotonic() + (len(self.order) + 1) * wall + 5
-        deadline = time.monotonic() + wall
+    def follow(self, frames, guard_s: float) -> str:
+        """Feed one runner's frames until the sample is decided or that runner stops reporting.
+
+        Returns why it returned: "decided", "eof" (the runner's pipe closed; the worker turns it
+        into "cpu" when the exit status says the CPU limit ended it), "wall" (no frame
+        for `guard_s`), "hard" (the whole sample's wall budget is spent), "orphaned", "bad".
+        """
+        if self.hard_deadline is None:
+            self.hard_deadline = time.monotonic() + (len(self.order) + 1) * (self.limits["wall_s"] + SLACK_S) + 5
+        self.ready = False
+        deadline = time.monotonic() + guard_s
         while self.stopped is None:
             now = time.monotonic()
-            if now >= min(deadline, hard_deadline):
-                self._fail_rest("TIMEOUT", "wall-clock guard: the runner stopped reporting")
-                break
-            batch = frames.pump(min(deadline, hard_deadline) - now)
+            if now >= min(deadline, self.hard_deadline):
+                return "wall" if deadline < self.hard_deadline else "hard"
+            batch = frames.pump(min(deadline, self.hard_deadline) - now)
             if batch:
-                deadline = time.monotonic() + wall
+                deadline = time.monotonic() + guard_s
             for frame in batch:
                 self._frame(frame)
                 if self.stopped:
                     break
-            if self.stopped is None and frames.orphaned:
-                self._fail_rest("INTERNAL_ERROR", "the judge closed the worker's control pipe mid-job")
-                break
+            if self.stopped is None and (frames.orphaned or frames.bad):
+                return "orphaned" if frames.orphaned else "bad"
             if self.stopped is None and frames.eof:
-                self._fail_rest("RUNTIME_ERROR", "the program ended its runner before every test reported"
-                                if not frames.bad else "garbled report stream")
-                break
-        return self._summary()
+                return "eof"
+        return "decided"
+
+    def give_up(self, why: str) -> None:
+        """The runner stopped for a reason no single test explains: every unjudged test fails."""
+        if self.stopped is not None:
+            return
+        if why in ("wall", "hard"):
+            self._fail_rest("TIMEOUT", "wall-clock guard: the runner stopped reporting")
+        elif why == "cpu":
+            self._fail_rest("TIMEOUT", "CPU time limit while loading the program")
+        elif why == "orphaned":
+            self._fail_rest("INTERNAL_ERROR", "the judge closed the worker's control pipe mid-job")
+        elif why == "bad":
+            self._fail_rest("RUNTIME_ERROR", "garbled report stream")
+        else:
+            self._fail_rest("RUNTIME_ERROR", "the program ended its runner before every test reported")
+
+    def first_unjudged(self, position: int) -> int | None:
+        """The first position in the test order, from `position` on, without a verdict."""
+        for k in range(position, len(self.order)):
+            if self.order[k] not in self.verdicts:
+                return k
+        return None
+
+    def crashed(self, done: dict) -> None:
+        """The runner died on test `done["i"]` (its exit status, CPU and wall come from outside)."""
+        self._done(done)
 
     # ---- frames
     def _frame(self, frame: dict) -> None:
@@ -92,6 +123,8 @@ class Collector:
                 self.tails = (str(frame.get("stdout_tail", "")), str(frame.get("stderr_tail", "")))
         elif kind == "done":
             self._done(frame)
+        elif kind == "ready":
+            self.ready = True
         elif kind == "end":
             self._fail_rest("RUNTIME_ERROR", "the runner ended before every test reported")
 
@@ -197,7 +230,7 @@ class Collector:
         self.stopped = message or verdict
 
     # ---- summary
-    def _summary(self) -> dict:
+    def summary(self) -> dict:
         ordered = [self.verdicts[i] for i in self.order if i in self.verdicts]
         failures = [v for v in ordered if v["verdict"] != "ACCEPTED"]
         passed = len(ordered) - len(failures)

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import atexit
 import json
+import mmap
 import os
 import resource
 import select
 import signal
+import socket
 import struct
 import sys
 import time
@@ -33,7 +35,7 @@ if __name__ == "__main__":
     sys.path.insert(0, _REPO)
 
 from engine.judge import plain, sandbox  # noqa: E402
-from engine.judge.outcome import Collector  # noqa: E402
+from engine.judge.outcome import SLACK_S, Collector  # noqa: E402
 
 # Modules solutions commonly import: loaded once here, shared by every fork.
 PREIMPORT = (
@@ -42,11 +44,16 @@ PREIMPORT = (
 ).split()
 
 _HEADER = struct.Struct(">I")
+XCPU_EXIT = 128 + signal.SIGXCPU  # how a function-mode runner reports its CPU limit
+_PROGRESS = struct.Struct("<qd")  # (position in the test order, runner CPU seconds at its start)
 MAX_FRAME = 64 * 1024 * 1024
 
 
 def send(fd: int, message: dict) -> None:
-    data = json.dumps(message).encode()
+    send_raw(fd, json.dumps(message).encode())
+
+
+def send_raw(fd: int, data: bytes) -> None:
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
         view = view[os.write(fd, view):]
@@ -64,11 +71,15 @@ def read_exact(fd: int, n: int) -> bytes | None:
 
 
 def receive(fd: int) -> dict | None:
+    body = receive_raw(fd)
+    return None if body is None else json.loads(body)
+
+
+def receive_raw(fd: int) -> bytes | None:
     head = read_exact(fd, _HEADER.size)
     if head is None:
         return None
-    body = read_exact(fd, _HEADER.unpack(head)[0])
-    return None if body is None else json.loads(body)
+    return read_exact(fd, _HEADER.unpack(head)[0])
 
 
 # ---------------------------------------------------------------- runner side (inside the sandbox)
@@ -136,8 +147,9 @@ def _read_capped(path: str, cap: int) -> tuple[str, bool]:
 class Runner:
     """Runs inside the sandbox (pid 1 of its namespace, unprivileged). Never returns."""
 
-    def __init__(self, job: dict, wfd: int, pidns: bool) -> None:
+    def __init__(self, job: dict, wfd: int, pidns: bool, *, start: int = 0, progress=None) -> None:
         self.job, self.wfd, self.pidns = job, wfd, pidns
+        self.start, self.progress = start, progress
         self.limits = job["limits"]
         self.pristine = dict(vars(__import__("builtins")))
 
@@ -189,11 +201,13 @@ class Runner:
         status = _finish_like_python(status, (out, sys.__stderr__))
         os._exit(status)
 
-    # ---- function: execute the program once, then fork per test from that state
+    # ---- function: execute the program once, then run the tests in this same process
     def function(self, code) -> None:
         plan = self.job["plan"]
-        before = self._before_values(plan)
-        send(self.wfd, {"t": "before", "values": before})
+        if self.start == 0:  # a resumed runner's worker already holds them
+            send(self.wfd, {"t": "before", "values": self._before_values(plan)})
+        # A PID namespace's init ignores signals it has no handler for, SIGXCPU included.
+        signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
         ns = {"__name__": "solution", "__builtins__": __import__("builtins")}
         try:
             exec(code, ns)
@@ -205,7 +219,7 @@ class Runner:
         if plan["candidate"] and plan["entry"] in ns:
             ns[plan["candidate"]] = ns[plan["entry"]]
         send(self.wfd, {"t": "ready"})
-        self._batches(ns, plan["units"])
+        self._tests(ns, plan["units"])
 
     def _before_values(self, plan: dict) -> dict:
         """Operands that name only builtins and the test's imports: evaluated before any untrusted code."""
@@ -221,48 +235,30 @@ class Runner:
                     values[f"{u}.{n}"] = _evaluate(leaf["src"], ns)
         return values
 
-    def _batches(self, ns: dict, units: list) -> None:
-        """All tests in one process forked from the loaded program; if it dies mid-way
-        (timeout, crash, exit), the test it was on fails and a fresh fork resumes after it."""
-        import mmap
-
-        order = list(self.job["order"])
-        progress = mmap.mmap(-1, 8)
-        start = 0
-        while start < len(order):
-            progress.seek(0)
-            progress.write(start.to_bytes(8, "little"))
-            done = self.run_test("f", lambda s=start: self._function_child(ns, units, order, s, progress))
-            reached = int.from_bytes(progress[:8], "little")
-            if reached >= len(order):
-                break
-            done["i"] = order[reached]
-            send(self.wfd, done)
-            start = reached + 1
-        send(self.wfd, {"t": "tails", "stdout_tail": _tail("outf", self.limits["tail_bytes"]),
-                        "stderr_tail": _tail("errf", self.limits["tail_bytes"])})
-
-    def _function_child(self, ns: dict, units: list, order: list, start: int, progress) -> None:
+    def _tests(self, ns: dict, units: list) -> None:
+        """Every test from `start` on, in this process (the PID namespace's init). Before each test
+        the shared progress page records which test runs and the CPU used so far: if the process
+        dies (CPU limit, crash, exit, the worker's wall guard), the worker fails that test and
+        starts a fresh runner from the next one."""
         import builtins
-        import resource
 
         ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
-        cpu_s = self.limits["cpu_s"]
-        for k in range(start, len(order)):
+        cpu_s, order, hard = self.limits["cpu_s"], self.job["order"], resource.getrlimit(resource.RLIMIT_CPU)[1]
+        for k in range(self.start, len(order)):
             i = order[k]
-            progress[:8] = k.to_bytes(8, "little")
             used = time.process_time()
-            resource.setrlimit(resource.RLIMIT_CPU, (int(used + cpu_s + 1), resource.getrlimit(resource.RLIMIT_CPU)[1]))
+            _PROGRESS.pack_into(self.progress, 0, k, used)
+            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + cpu_s + 1), hard), hard))
             builtins.__dict__.clear()
             builtins.__dict__.update(self.pristine)
             ns["__builtins__"] = builtins
             wall = time.monotonic()
             report = self._unit(ns, units[i], i)
             report.update(cpu=time.process_time() - used, wall=time.monotonic() - wall)
+            if k == len(order) - 1:
+                _flush_streams()
             send(self.wfd, report)
-        progress[:8] = len(order).to_bytes(8, "little")
-        _finish_like_python(0)
-        os._exit(0)
+        _PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
 
     def _unit(self, ns: dict, unit: dict, i: int) -> dict:
         if unit["kind"] == "assert":
@@ -306,6 +302,14 @@ class Runner:
         else:
             done["code"] = os.WEXITSTATUS(status)
         return done
+
+
+def _flush_streams() -> None:
+    for stream in {id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}.values():
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 — a closed or replaced stream; its output is the program's
+            pass
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -393,21 +397,113 @@ def _wait_or_kill(pid: int, wall_s: float) -> bool:
 # ---------------------------------------------------------------- worker side (trusted)
 
 
+class Nursery:
+    """Forks every runner, from a process that never holds a sample's expected answers.
+
+    Forked from the worker at start-up, before any job, so its memory is the small pre-warmed
+    interpreter and nothing else; a runner that died mid-suite is restarted from here, not from
+    the worker (which by then holds the secret side of the job). It reports each runner's pid,
+    then its exit status and resource usage once the worker has ended it.
+    """
+
+    def __init__(self, iso: sandbox.Isolation, uid: int, close_in_child: tuple[int, ...]) -> None:
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        job_r, self.job_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                self.sock.close()
+                os.close(self.job_w)
+                for fd in close_in_child:
+                    os.close(fd)
+                sandbox.die_with_parent()
+                _nursery_loop(theirs, job_r, iso, uid)
+            finally:
+                os._exit(0)
+        theirs.close()
+        os.close(job_r)
+
+    def load(self, raw_job: bytes, workdir: str) -> None:
+        self.sock.send(json.dumps({"op": "job", "workdir": workdir}).encode())
+        send_raw(self.job_w, raw_job)
+
+    def spawn(self, start: int, fds: list[int]) -> int:
+        socket.send_fds(self.sock, [json.dumps({"op": "run", "start": start}).encode()], fds)
+        return json.loads(self.sock.recv(256))["pid"]
+
+    def reaped(self) -> dict:
+        return json.loads(self.sock.recv(1024))
+
+
+def _nursery_loop(sock: socket.socket, job_r: int, iso: sandbox.Isolation, uid: int) -> None:
+    job: dict = {}
+    workdir = "/"
+    while True:
+        data, fds, _, _ = socket.recv_fds(sock, 256, 8)
+        if not data:
+            return
+        request = json.loads(data)
+        if request["op"] == "job":
+            job, workdir = receive(job_r) or {}, request["workdir"]
+            continue
+        sandbox.new_pid_namespace(iso)
+        pid = os.fork()
+        if pid == 0:
+            _become_runner(job, workdir, fds, request["start"], iso)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+        _, status, usage = os.wait4(pid, 0)
+        sock.send(json.dumps({"status": status, "cpu": usage.ru_utime + usage.ru_stime,
+                              "rss_kb": usage.ru_maxrss}).encode())
+
+
+def _become_runner(job: dict, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation) -> None:
+    """In the fresh PID namespace: fds = [result pipe, progress page, stdout file, stderr file]."""
+    try:
+        wfd, progress_fd, out_fd, err_fd = fds
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(out_fd if job["mode"] == "function" else devnull, 1)
+        os.dup2(err_fd if job["mode"] == "function" else devnull, 2)
+        progress = mmap.mmap(progress_fd, _PROGRESS.size)
+        os.closerange(3, wfd)
+        os.closerange(wfd + 1, 65536)
+        os.chdir(workdir)
+        os.environ.clear()
+        os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=workdir, TMPDIR=workdir,
+                          LANG="C.UTF-8", PYTHONIOENCODING="utf-8")
+        sandbox.drop_privileges(iso.uid)
+        sandbox.die_with_parent()  # after the uid change, which clears it
+        limits = job["limits"]
+        sandbox.apply_rlimits(memory_mb=limits["memory_mb"], max_processes=limits["max_processes"],
+                              max_open_files=limits["max_open_files"], max_file_bytes=limits["output_bytes"])
+        # Loading the program gets one test's budget; each test then raises the soft limit by its
+        # own budget (function mode) or runs in a child with its own limit (stdio mode).
+        budget = int(limits["cpu_s"] * (len(job["order"]) + 2)) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (int(limits["cpu_s"]) + 2, budget))
+        Runner(job, wfd, iso.pidns, start=start, progress=progress).main()
+    finally:
+        os._exit(0)
+
+
 class Worker:
     def __init__(self, uid: int, control_in: int, control_out: int) -> None:
         self.uid, self.cin, self.cout = uid, control_in, control_out
         hide = [os.path.expanduser("~"), _REPO, os.path.join(os.path.dirname(_REPO), "shared")]
         self.iso = sandbox.isolate_worker(uid, hide, sandbox.interpreter_dirs())
+        self.nursery = Nursery(self.iso, uid, (control_in, control_out))
         self.seq = 0
 
     def serve(self) -> None:
         send(self.cout, {"hello": self.iso.describe(), "pid": os.getpid()})
         while True:
-            job = receive(self.cin)
-            if job is None:
+            raw = receive_raw(self.cin)
+            if raw is None:
                 return
             try:
-                result = self.run_job(job)
+                result = self.run_job(raw)
             except Exception as exc:  # noqa: BLE001 — a judge fault, reported as such
                 result = {"internal": f"{type(exc).__name__}: {exc}"}
             try:
@@ -415,29 +511,75 @@ class Worker:
             except BrokenPipeError:
                 return  # the judge is gone
 
-    def run_job(self, job: dict) -> dict:
+    def run_job(self, raw: bytes) -> dict:
         workdir = self._workdir()
-        rfd, wfd = os.pipe()
-        sandbox.new_pid_namespace(self.iso)
-        pid = os.fork()
-        if pid == 0:
-            self._become_runner(job, rfd, wfd, workdir)
-        os.close(wfd)
+        job = json.loads(raw)
+        self.nursery.load(raw, workdir)
+        out_fd, err_fd = (os.open(os.path.join(workdir, name), os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
+                          for name in (".stdout", ".stderr"))
         start = time.monotonic()
         try:
-            # The expected side arrives only now, so the runner's memory never held it.
-            secret = receive(self.cin) or {}
-            outcome = Collector(job, secret).collect(_Frames(rfd, control=self.cin))
+            # The expected side is read only after the nursery has the job: it never holds it.
+            collector = Collector(job, receive(self.cin) or {})
+            cpu, rss = self._runners(job, collector, out_fd, err_fd)
+            if job["mode"] == "function":
+                collector.tails = (_fd_tail(out_fd, job["limits"]["tail_bytes"]),
+                                   _fd_tail(err_fd, job["limits"]["tail_bytes"]))
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
+            _remove_tree(workdir)
+        outcome = collector.summary()
+        outcome.update(wall=time.monotonic() - start, cpu=cpu, rss_kb=rss)
+        return outcome
+
+    def _runners(self, job: dict, collector: Collector, out_fd: int, err_fd: int) -> tuple[float, int]:
+        """Run runners until every test has a verdict: a function-mode runner that dies after loading
+        the program costs only the test it was on, and a fresh one continues from the next."""
+        cpu, rss, position = 0.0, 0, 0
+        guard = job["limits"]["wall_s"] + (SLACK_S if job["mode"] == "stdio" else 0.0)
+        while True:
+            ended = self._one_runner(job, collector, position, guard, [out_fd, err_fd])
+            cpu, rss = cpu + ended["cpu"], max(rss, ended["rss_kb"])
+            resumable = job["mode"] == "function" and ended["why"] in ("eof", "wall", "cpu") and ended["ready"]
+            if collector.stopped is not None or not resumable:
+                collector.give_up(ended["why"])
+                return cpu, rss
+            k = collector.first_unjudged(ended["position"])
+            if k is None:
+                collector.give_up(ended["why"])
+                return cpu, rss
+            collector.crashed(_crash_report(job["order"][k], ended))
+            position = k + 1
+            if collector.stopped is not None or position >= len(job["order"]):
+                collector.give_up(ended["why"])
+                return cpu, rss
+
+    def _one_runner(self, job: dict, collector: Collector, position: int, guard: float, files: list[int]) -> dict:
+        rfd, wfd = os.pipe()
+        progress_fd = os.memfd_create("progress")
+        os.ftruncate(progress_fd, _PROGRESS.size)
+        started = time.monotonic()
+        try:
+            pid = self.nursery.spawn(position, [wfd, progress_fd, *files])
+        finally:
+            os.close(wfd)
+        try:
+            why = collector.follow(_Frames(rfd, control=self.cin), guard)
         finally:
             _kill_group(pid)
-            _, _, usage = os.wait4(pid, 0)
+            ended = self.nursery.reaped()
             if not self.iso.pidns and self.iso.uid is not None:
                 sandbox.sweep_uid(self.uid)
             os.close(rfd)
-            _remove_tree(workdir)
-        outcome.update(wall=time.monotonic() - start, cpu=usage.ru_utime + usage.ru_stime,
-                       rss_kb=usage.ru_maxrss)
-        return outcome
+            with mmap.mmap(progress_fd, _PROGRESS.size) as page:
+                reached, cpu_before = _PROGRESS.unpack_from(page)
+            os.close(progress_fd)
+        if why == "eof" and _cpu_limited(ended["status"]):
+            why = "cpu"
+        ended.update(why=why, ready=collector.ready, wall=time.monotonic() - started,
+                     position=min(max(reached, position), len(job["order"])), cpu_before=cpu_before)
+        return ended
 
     def _workdir(self) -> str:
         self.seq += 1
@@ -447,30 +589,32 @@ class Worker:
             os.chown(path, self.iso.uid, self.iso.uid)
         return path
 
-    def _become_runner(self, job: dict, rfd: int, wfd: int, workdir: str) -> None:
-        try:
-            os.setsid()
-            os.close(rfd)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            os.closerange(3, wfd)
-            os.closerange(wfd + 1, 65536)
-            os.chdir(workdir)
-            os.environ.clear()
-            os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=workdir, TMPDIR=workdir,
-                              LANG="C.UTF-8", PYTHONIOENCODING="utf-8")
-            sandbox.drop_privileges(self.iso.uid)
-            limits = job["limits"]
-            sandbox.apply_rlimits(memory_mb=limits["memory_mb"], max_processes=limits["max_processes"],
-                                  max_open_files=limits["max_open_files"], max_file_bytes=limits["output_bytes"])
-            # The runner's own CPU (loading the program) gets one test's budget; the hard limit
-            # leaves room for the forked test processes, which lower their soft limit per test.
-            budget = int(limits["cpu_s"] * (len(job["order"]) + 2)) + 2
-            resource.setrlimit(resource.RLIMIT_CPU, (int(limits["cpu_s"]) + 2, budget))
-            Runner(job, wfd, self.iso.pidns).main()
-        finally:
-            os._exit(0)
+
+def _crash_report(i: int, ended: dict) -> dict:
+    """A "done" frame for the test a runner died on, built from what the worker saw from outside."""
+    status = ended["status"]
+    done = {"t": "done", "i": i, "cpu": max(0.0, ended["cpu"] - ended["cpu_before"]), "wall": ended["wall"],
+            "rss_kb": ended["rss_kb"], "wall_killed": ended["why"] == "wall"}
+    if _cpu_limited(status):
+        done["sig"] = signal.SIGXCPU  # also the runner's own handler's exit: init ignores the default action
+    elif os.WIFSIGNALED(status):
+        done["sig"] = os.WTERMSIG(status)
+    else:
+        done["code"] = os.WEXITSTATUS(status)
+    if ended["why"] == "wall":
+        done["sig"] = signal.SIGKILL
+    return done
+
+
+def _cpu_limited(status: int) -> bool:
+    if os.WIFSIGNALED(status):
+        return os.WTERMSIG(status) == signal.SIGXCPU
+    return os.WEXITSTATUS(status) == XCPU_EXIT
+
+
+def _fd_tail(fd: int, limit: int) -> str:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, limit, max(0, size - limit)).decode("utf-8", "replace")
 
 
 def _kill_group(pid: int) -> None:
