@@ -65,6 +65,7 @@ class LeakageReport(RuleReport):
     settings: LeakageSpec = field(default_factory=LeakageSpec)
     pairs: list[PairCheck] = field(default_factory=list)
     unchecked_pairs: list[tuple[str, str]] = field(default_factory=list)
+    load_failures: dict[str, str] = field(default_factory=dict)  # dataset name → why it could not load
     cache_hits: dict[str, bool] = field(default_factory=dict)  # dataset name → sketch came from the cache
 
     @property
@@ -111,7 +112,7 @@ def check_leakage(
     report = LeakageReport(settings=leakage)
     train_side, eval_side = dataset_sides(spec)
     sketches: dict[str, Sketch] = {}
-    failures: dict[str, str] = {}
+    failures = report.load_failures
     for name in dict.fromkeys([*train_side, *eval_side]):
         if on_step:
             on_step(f"sketching {name}")
@@ -194,7 +195,6 @@ def _conclude(validated: "ValidatedSpec", report: LeakageReport) -> None:
         if pair.unchecked is not None:
             report.unchecked_pairs.append((pair.train, pair.evaluation))
             report.unverified.append(f"rule 3 for {pair.train}×{pair.evaluation}")
-            report.warnings.append(f"rule 3 not checked for {pair.train}×{pair.evaluation}: {pair.unchecked}")
             continue
         if not pair.leaks:
             continue
@@ -212,6 +212,19 @@ def _conclude(validated: "ValidatedSpec", report: LeakageReport) -> None:
             index=index,
         )
         report.waivers.append(pair.waiver)
+    _warn_unchecked(report)
+
+
+def _warn_unchecked(report: LeakageReport) -> None:
+    """One line per dataset that could not load, one for the pairs left unchecked: the
+    reason is said once, not once per pair."""
+    if not report.unchecked_pairs:
+        return
+    for name, reason in report.load_failures.items():
+        reason = reason.removeprefix(f"dataset `{name}`: ")
+        report.warnings.append(f"rule 3: {name} did not load: {reason}")
+    pairs = ", ".join(f"{a}×{b}" for a, b in report.unchecked_pairs)
+    report.warnings.append(f"rule 3 not checked for {len(report.unchecked_pairs)} pair(s): {pairs}")
 
 
 def describe(leak: Leak) -> str:

@@ -299,8 +299,8 @@ def test_a_dataset_that_cannot_load_leaves_its_pairs_unchecked_and_loud(tmp_path
     report = check_leakage(validated, cache=SketchCache(root=tmp_path / "cache"))
     assert report.errors == [] and not report.checked
     assert report.unchecked_pairs == [("mix_train", "he_test"), ("mix_train", "mbpp_reg")]
-    assert report.warnings[0].startswith("rule 3 not checked for mix_train×he_test: mix_train: ")
-    assert "train.jsonl" in report.warnings[0]
+    assert report.warnings[0].startswith("rule 3: mix_train did not load: ") and "train.jsonl" in report.warnings[0]
+    assert report.warnings[-1] == "rule 3 not checked for 2 pair(s): mix_train×he_test, mix_train×mbpp_reg"
 
 
 def test_cli_lists_every_leak_with_both_ids(tmp_path, real, shared_datasets, capsys):
