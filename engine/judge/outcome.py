@@ -242,7 +242,6 @@ class Collector:
             "verdict": first,
             "passed": passed,
             "total": len(self.order),
-            "tests": ordered,
             "failures": failures[: self.job["max_failures"]],
             "stdout_tail": self.tails[0],
             "stderr_tail": self.tails[1],

@@ -1,19 +1,25 @@
 """The pre-warmed sandbox worker (zygote): `python -I -S engine/judge/worker.py UID`.
 
 A small interpreter started once per core by `engine.judge.local`; it sets up
-its namespaces once (`engine.judge.sandbox`), pre-imports common modules, then
-reads jobs (length-prefixed JSON on fd 0) and answers one result per job.
+its namespaces once (`engine.judge.sandbox`), pre-imports common modules,
+forks its *nursery*, then reads jobs (length-prefixed JSON on fd 0) and
+answers one result per job.
 
-Per job it forks a *runner* (init of a fresh PID namespace, unprivileged uid,
-rlimits). The runner compiles the program once (SYNTAX_ERROR) and forks one
-*test process* per test: for stdio tests a fresh execution of the compiled
-program with the test's input file as stdin and a size-capped file as stdout;
-for function tests a child of the runner after it executed the program once,
-evaluating that assert's operands. Each test reports over a pipe; the worker
-— which never runs untrusted code — counts the reports, applies the per-test
-wall-clock guard, decodes values into its own plain objects and compares
-them. A pass needs a report for every test: an early exit, a killed parent or
-a closed pipe leave tests unreported, which fail.
+Runners are forked by the nursery, a child of the worker made before any job:
+it never holds a job's expected side, so neither does any runner, even one
+started after the worker received it. A runner is the init of a fresh PID
+namespace with an unprivileged uid and rlimits; it compiles the program once
+(SYNTAX_ERROR). Function tests: it executes the program and then evaluates
+each test's operands itself, one test after another, recording in a shared
+page which test runs; if it dies mid-suite (CPU limit, crash, exit, the
+worker's wall guard) that test fails and a fresh runner continues from the
+next one. Stdio tests: it forks one fresh execution of the compiled program
+per test, with the test's input file as stdin and a size-capped file as
+stdout, and guards each. Each test reports over a pipe; the worker — which
+never runs untrusted code — counts the reports, applies the wall-clock guard,
+decodes values into its own plain objects and compares them. A pass needs a
+report for every test: an early exit, a killed parent or a closed pipe leave
+tests unreported, which fail.
 """
 
 from __future__ import annotations
@@ -406,7 +412,9 @@ class Nursery:
     then its exit status and resource usage once the worker has ended it.
     """
 
-    def __init__(self, iso: sandbox.Isolation, uid: int, close_in_child: tuple[int, ...]) -> None:
+    def __init__(self, iso: sandbox.Isolation, close_in_child: tuple[int, ...]) -> None:
+        # Shared with every runner (inherited, not passed): which test runs and the CPU used before it.
+        self.progress = mmap.mmap(-1, _PROGRESS.size)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         job_r, self.job_w = os.pipe()
         self.pid = os.fork()
@@ -417,7 +425,7 @@ class Nursery:
                 for fd in close_in_child:
                     os.close(fd)
                 sandbox.die_with_parent()
-                _nursery_loop(theirs, job_r, iso, uid)
+                _nursery_loop(theirs, job_r, iso, self.progress)
             finally:
                 os._exit(0)
         theirs.close()
@@ -435,7 +443,7 @@ class Nursery:
         return json.loads(self.sock.recv(1024))
 
 
-def _nursery_loop(sock: socket.socket, job_r: int, iso: sandbox.Isolation, uid: int) -> None:
+def _nursery_loop(sock: socket.socket, job_r: int, iso: sandbox.Isolation, progress: mmap.mmap) -> None:
     job: dict = {}
     workdir = "/"
     while True:
@@ -449,7 +457,7 @@ def _nursery_loop(sock: socket.socket, job_r: int, iso: sandbox.Isolation, uid: 
         sandbox.new_pid_namespace(iso)
         pid = os.fork()
         if pid == 0:
-            _become_runner(job, workdir, fds, request["start"], iso)
+            _become_runner(job, workdir, fds, request["start"], iso, progress)
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())
@@ -458,16 +466,16 @@ def _nursery_loop(sock: socket.socket, job_r: int, iso: sandbox.Isolation, uid: 
                               "rss_kb": usage.ru_maxrss}).encode())
 
 
-def _become_runner(job: dict, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation) -> None:
-    """In the fresh PID namespace: fds = [result pipe, progress page, stdout file, stderr file]."""
+def _become_runner(job: dict, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
+                   progress: mmap.mmap) -> None:
+    """In the fresh PID namespace: fds = [result pipe, stdout file, stderr file]."""
     try:
-        wfd, progress_fd, out_fd, err_fd = fds
+        wfd, out_fd, err_fd = fds
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(out_fd if job["mode"] == "function" else devnull, 1)
         os.dup2(err_fd if job["mode"] == "function" else devnull, 2)
-        progress = mmap.mmap(progress_fd, _PROGRESS.size)
         os.closerange(3, wfd)
         os.closerange(wfd + 1, 65536)
         os.chdir(workdir)
@@ -493,7 +501,7 @@ class Worker:
         self.uid, self.cin, self.cout = uid, control_in, control_out
         hide = [os.path.expanduser("~"), _REPO, os.path.join(os.path.dirname(_REPO), "shared")]
         self.iso = sandbox.isolate_worker(uid, hide, sandbox.interpreter_dirs())
-        self.nursery = Nursery(self.iso, uid, (control_in, control_out))
+        self.nursery = Nursery(self.iso, (control_in, control_out))
         self.seq = 0
 
     def serve(self) -> None:
@@ -557,11 +565,11 @@ class Worker:
 
     def _one_runner(self, job: dict, collector: Collector, position: int, guard: float, files: list[int]) -> dict:
         rfd, wfd = os.pipe()
-        progress_fd = os.memfd_create("progress")
-        os.ftruncate(progress_fd, _PROGRESS.size)
+        # The previous runner's namespace is gone (its init was reaped), so nobody else writes here.
+        _PROGRESS.pack_into(self.nursery.progress, 0, position, 0.0)
         started = time.monotonic()
         try:
-            pid = self.nursery.spawn(position, [wfd, progress_fd, *files])
+            pid = self.nursery.spawn(position, [wfd, *files])
         finally:
             os.close(wfd)
         try:
@@ -572,9 +580,7 @@ class Worker:
             if not self.iso.pidns and self.iso.uid is not None:
                 sandbox.sweep_uid(self.uid)
             os.close(rfd)
-            with mmap.mmap(progress_fd, _PROGRESS.size) as page:
-                reached, cpu_before = _PROGRESS.unpack_from(page)
-            os.close(progress_fd)
+            reached, cpu_before = _PROGRESS.unpack_from(self.nursery.progress)
         if why == "eof" and _cpu_limited(ended["status"]):
             why = "cpu"
         ended.update(why=why, ready=collector.ready, wall=time.monotonic() - started,
