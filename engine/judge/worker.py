@@ -436,15 +436,31 @@ class Nursery:
         os.close(job_r)
 
     def load(self, raw_job: bytes, workdir: str) -> None:
-        self.sock.send(json.dumps({"op": "job", "workdir": workdir}).encode())
-        send_raw(self.job_w, raw_job)
+        try:
+            self.sock.send(json.dumps({"op": "job", "workdir": workdir}).encode())
+            send_raw(self.job_w, raw_job)
+        except OSError as exc:
+            raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
 
     def spawn(self, start: int, fds: list[int]) -> int:
-        socket.send_fds(self.sock, [json.dumps({"op": "run", "start": start}).encode()], fds)
-        return json.loads(self.sock.recv(256))["pid"]
+        try:
+            socket.send_fds(self.sock, [json.dumps({"op": "run", "start": start}).encode()], fds)
+        except OSError as exc:
+            raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
+        return self._answer()["pid"]
 
     def reaped(self) -> dict:
-        return json.loads(self.sock.recv(1024))
+        return self._answer()
+
+    def _answer(self) -> dict:
+        data = self.sock.recv(1024)
+        if not data:
+            raise NurseryDied(f"the sandbox nursery {self.pid} died")
+        return json.loads(data)
+
+
+class NurseryDied(RuntimeError):
+    """The worker cannot start runners any more: it exits, and the judge replaces it."""
 
 
 def _nursery_loop(sock: socket.socket, job_r: int, iso: sandbox.Isolation, progress: mmap.mmap) -> None:
@@ -516,6 +532,8 @@ class Worker:
                 return
             try:
                 result = self.run_job(raw)
+            except NurseryDied:
+                return  # the judge sees this worker die, reports the job as a judge fault, starts another
             except Exception as exc:  # noqa: BLE001 — a judge fault, reported as such
                 result = {"internal": f"{type(exc).__name__}: {exc}"}
             try:

@@ -161,3 +161,20 @@ def test_a_killed_judge_leaves_no_worker_mid_job():
     except psutil.TimeoutExpired:
         worker.kill()
         pytest.fail("the worker kept running its job after the judge died")
+
+
+def test_a_dead_nursery_costs_one_job_and_its_worker_is_replaced():
+    """Runners are forked by each worker's nursery; if it dies, that job is a judge fault
+    (INTERNAL_ERROR, never a model verdict) and the next job runs on a fresh worker."""
+    import os
+    import signal
+
+    with Judge(JudgeConfig(timeout_s=1.0, workers=1, cache=False)) as judge:
+        assert judge.judge(ADD, GOOD_ADD, code_is_program=True).accepted
+        worker = judge.backend._all[0]
+        os.kill(psutil.Process(worker.pid).children()[0].pid, signal.SIGKILL)
+        time.sleep(0.2)
+        hit = judge.judge(ADD, GOOD_ADD + "# 2\n", code_is_program=True)
+        assert hit.verdict.value == "INTERNAL_ERROR" and "judge fault" in (hit.message or "")
+        assert judge.judge(ADD, GOOD_ADD + "# 3\n", code_is_program=True).accepted
+        assert judge.backend._all[0].pid != worker.pid
