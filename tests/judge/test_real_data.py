@@ -226,6 +226,7 @@ def test_codecontests_subset_agreement(shared_datasets):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # all 390 problems, every test: ~5 min on 2 idle cores
 def test_codecontests_all_problems_agreement(shared_datasets):
     problems = _cc_problems(shared_datasets)
     exact = _disagreements(problems, "tokens")
@@ -289,6 +290,7 @@ def test_codecontests_mutations_not_accepted_subset(shared_datasets):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 540 mutants, each first run in plain CPython to prove it differs
 def test_codecontests_mutations_not_accepted_all(shared_datasets):
     accepted, counts = _mutation_run(_mutation_targets(shared_datasets, tests=10, limit=None))
     assert not accepted, accepted
