@@ -7,12 +7,12 @@ samples' order.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from engine.data.sources.files import RowsError, numbered_jsonl
 from engine.errors import UserError
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.problems_io import read_problems
@@ -37,24 +37,19 @@ def read_samples(path: Path, problems: dict[str, Problem], *, limit: Optional[in
     if not path.is_file():
         raise UserError(f"samples file not found: {path}")
     samples: list[Sample] = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
+    try:
+        for number, row in numbered_jsonl(path):
             if limit is not None and len(samples) >= limit:
                 break
-            if line.strip():
-                samples.append(_sample(path, number, line, len(samples), problems))
+            samples.append(_sample(path, number, row, len(samples), problems))
+    except RowsError as exc:
+        raise UserError(f"{exc}\n  fix: one JSON object per line, with problem_id and completion") from None
     if not samples:
         raise UserError(f"{path}: no samples (expected JSONL rows with problem_id and completion)")
     return samples
 
 
-def _sample(path: Path, number: int, line: str, index: int, problems: dict[str, Problem]) -> Sample:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-    if not isinstance(row, dict):
-        raise UserError(f"{path}:{number}: each line must be a JSON object with problem_id and completion")
+def _sample(path: Path, number: int, row: dict, index: int, problems: dict[str, Problem]) -> Sample:
     for key in ("problem_id", "completion"):
         if not isinstance(row.get(key), str):
             raise UserError(f"{path}:{number}: missing or non-string field {key!r} (need problem_id and completion)")

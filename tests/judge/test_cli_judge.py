@@ -69,7 +69,7 @@ def test_codecontests_derived_gz_is_detected(shared_datasets, tmp_path):
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"problem_id": "HumanEval/0", "completion": "x"}', "{oops"], "s.jsonl:2: not valid JSON"),
+        (['{"problem_id": "HumanEval/0", "completion": "x"}', "{oops"], "s.jsonl:2: not JSON"),
         (['{"problem_id": "HumanEval/9999", "completion": "x"}'], "unknown problem_id 'HumanEval/9999'"),
         (['{"problem_id": "HumanEval/0"}'], "s.jsonl:1: missing or non-string field 'completion'"),
     ],

@@ -20,7 +20,8 @@ def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def numbered_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) for every non-blank line, so callers can point at a bad row."""
     with _open_text(path) as fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():
@@ -31,7 +32,12 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 raise RowsError(f"{path}:{number}: not JSON ({exc.msg})") from None
             if not isinstance(row, dict):
                 raise RowsError(f"{path}:{number}: a line must be a JSON object, got {type(row).__name__}")
-            yield row
+            yield number, row
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    for _, row in numbered_jsonl(path):
+        yield row
 
 
 def read_json(path: Path) -> Iterator[dict[str, Any]]:
