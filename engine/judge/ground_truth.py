@@ -42,35 +42,17 @@ class RewardTests(BaseModel):
         return cls.model_validate(ground_truth)
 
     def to_problem(self) -> Problem:
-        return Problem(
-            id=self.problem_id,
-            source=self.source,
-            split="reward",
-            kind=self.kind,
-            statement="",
-            prompt=self.prompt,
-            entry_point=self.entry_point,
-            function_tests=self.function_tests,
-            stdio_tests=self.stdio_tests,
-            time_limit_s=self.time_limit_s,
-            memory_limit_mb=self.memory_limit_mb,
-            checker=self.checker,
-        )
+        return Problem(id=self.problem_id, split="reward", statement="",
+                       **self.model_dump(include=_SHARED_FIELDS))
+
+
+# What a reward row carries of a Problem: the tests and what running them needs.
+_SHARED_FIELDS = {"source", "kind", "prompt", "entry_point", "function_tests", "stdio_tests",
+                  "time_limit_s", "memory_limit_mb", "checker"}
 
 
 def reward_tests_from_problem(problem: Problem) -> RewardTests:
-    return RewardTests(
-        problem_id=problem.id,
-        source=problem.source,
-        kind=problem.kind,
-        prompt=problem.prompt,
-        entry_point=problem.entry_point,
-        function_tests=problem.function_tests,
-        stdio_tests=problem.stdio_tests,
-        time_limit_s=problem.time_limit_s,
-        memory_limit_mb=problem.memory_limit_mb,
-        checker=problem.checker,
-    )
+    return RewardTests(problem_id=problem.id, **problem.model_dump(include=_SHARED_FIELDS))
 
 
 def ground_truth_from_problem(problem: Problem) -> str:

@@ -9,13 +9,10 @@ tests (both backends) are in test_reward_verl.py.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import os
 import socket
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -35,17 +32,9 @@ ECHO = Problem(
 GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
 
 
-def _server_module():
-    spec = importlib.util.spec_from_file_location("sandbox_fusion_server", Path(__file__).with_name("sandbox_fusion_server.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sandbox_fusion_server", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def server():
-    with _server_module().SandboxFusionServer() as s:
+def server(sf_server_module):
+    with sf_server_module.SandboxFusionServer() as s:
         yield s
 
 

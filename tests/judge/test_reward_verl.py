@@ -12,9 +12,7 @@ verl's import takes ~7 s, so everything verl-related lives in this one module.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +24,6 @@ from engine.judge.ground_truth import ground_truth_from_problem
 REWARD_PY = Path(__file__).resolve().parents[2] / "engine" / "reward.py"
 
 
-def _server_module():
-    spec = importlib.util.spec_from_file_location("sandbox_fusion_server", Path(__file__).with_name("sandbox_fusion_server.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sandbox_fusion_server", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module", params=["local", "sandbox_fusion"])
 def score(request):
     from omegaconf import OmegaConf
@@ -42,7 +32,7 @@ def score(request):
     kwargs = {"timeout_s": 5.0}
     server = None
     if request.param == "sandbox_fusion":
-        server = _server_module().SandboxFusionServer().__enter__()
+        server = request.getfixturevalue("sf_server_module").SandboxFusionServer().__enter__()
         kwargs.update(backend="sandbox_fusion", url=server.url + "/run_code", workers=8)
     config = OmegaConf.create(
         {"reward": {"custom_reward_function": {"path": str(REWARD_PY), "name": "compute_score", "reward_kwargs": kwargs}}}

@@ -9,10 +9,8 @@ scripted per request. No real SandboxFusion is contacted.
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,23 +20,9 @@ from engine.judge.sandbox_fusion import (
     SandboxFusionSettings,
 )
 
-_SERVER_FILE = Path(__file__).with_name("sandbox_fusion_server.py")
-
-
-def _load_server_module():
-    spec = importlib.util.spec_from_file_location("sandbox_fusion_server", _SERVER_FILE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sandbox_fusion_server", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-server_mod = _load_server_module()
-
-
 @pytest.fixture
-def server():
-    with server_mod.SandboxFusionServer() as s:
+def server(sf_server_module):
+    with sf_server_module.SandboxFusionServer() as s:
         yield s
 
 
