@@ -3,8 +3,8 @@
 Set up once per worker (`isolate_worker`): a network namespace (no interface
 is up, so no network at all, loopback included), a private mount namespace in
 which `/` is read-only, `/tmp` & co. are fresh root-owned tmpfs, and the
-judge's own files (the repository, the shared data sets, the home directory)
-are hidden under empty tmpfs while the interpreter's prefix stays visible.
+judge's own files (the repository, the shared data sets, the home directory,
+the usual data roots such as /work, /mnt, /opt) are hidden under empty tmpfs while the interpreter's prefix stays visible.
 Per sample (`new_pid_namespace` + `drop_privileges` + `apply_rlimits`): a fresh
 PID namespace whose init is the sample's runner, so every process the sample
 starts dies with it; an unprivileged uid of its own per worker, so
@@ -109,7 +109,10 @@ def _private_filesystem(hide: list[str], keep: list[str]) -> None:
     for path, size in (("/tmp", "512m"), ("/var/tmp", "1m"), ("/run/lock", "1m"), ("/dev/shm", "1m")):
         if os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=755")
-    hidden = [h for h in hide if os.path.isdir(h)]
+    hidden = []
+    for path in sorted({os.path.abspath(h) for h in hide if os.path.isdir(h)}, key=len):
+        if not any(_under(path, outer) for outer in hidden):  # gone from view once its parent is covered
+            hidden.append(path)
     kept = [k for k in keep if any(_under(k, h) for h in hidden)]
     staged = []
     for n, path in enumerate(kept):
@@ -117,7 +120,7 @@ def _private_filesystem(hide: list[str], keep: list[str]) -> None:
         os.mkdir(stage)
         _mount(path, stage, None, MS_BIND | MS_REC)
         staged.append((stage, path))
-    for path in sorted(hidden, key=len):
+    for path in hidden:
         _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     for stage, path in staged:
         os.makedirs(path, exist_ok=True)
@@ -200,6 +203,20 @@ def sweep_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+# Where users and machines keep data (a clone, its datasets, model caches): hidden whole, whatever
+# the judge's own paths are. A clone's `shared/` sibling may be a bind mount of another path, so
+# hiding the judge's own directories by name alone is not enough.
+DATA_ROOTS = ("/home", "/root", "/work", "/workspace", "/data", "/datasets", "/mnt", "/media", "/srv", "/opt",
+              "/scratch")
+
+
+def private_dirs(repo: str) -> list[str]:
+    """Directories no sample may read: the data roots, home, the repository and its `shared/` sibling
+    (each also by its real path). Interpreter directories inside them stay visible (`keep`)."""
+    named = [*DATA_ROOTS, os.path.expanduser("~"), repo, os.path.join(os.path.dirname(repo), "shared")]
+    return sorted({q for p in named for q in (p, os.path.realpath(p))})
+
+
 def interpreter_dirs() -> list[str]:
     """Directories the sandboxed interpreter must still read (stdlib, extension modules)."""
     return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)})
@@ -209,3 +226,8 @@ def die_with_parent() -> None:
     """SIGKILL this process when its parent dies (a judge killed mid-job leaves no sandbox behind)."""
     PR_SET_PDEATHSIG = 1
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+
+
+def set_name(name: bytes) -> None:
+    """The name `ps`/`top` show for this process (the judge's roles are told apart by it)."""
+    _libc.prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME

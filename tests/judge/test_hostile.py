@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import glob
+import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -17,6 +19,14 @@ ADD = Problem(id="toy/add", source="toy", split="test", kind="function", stateme
                                                     "assert add(10, 5) == 15"]))
 SUM = Problem(id="toy/sum", source="toy", split="test", kind="stdio", statement="sum",
               stdio_tests=[StdioTest(input="1 2\n", output="3\n"), StdioTest(input="5 6\n", output="11\n")])
+# The data sets beside this clone (tests/conftest.py); the judge must hide them from every sample.
+MANIFEST = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "MANIFEST.md"
+# Only the interpreter's own directory (and the empty directories leading to it) may show.
+LIST_DATA_ROOTS = """import os, sys
+seen = [os.path.join(r, f) for d in ('/work', '/root', '/home', '/mnt', '/opt') for r, ds, fs in os.walk(d)
+        if not r.startswith(sys.base_prefix) for f in fs]
+assert not seen, seen[:3]
+"""
 GOOD_ADD = "def add(a, b):\n    return a + b\n"
 GOOD_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
 
@@ -33,7 +43,11 @@ CASES = [
     ("deep_recursion", F, "def add(a, b):\n    return add(a, b)\n", {"RUNTIME_ERROR"}),
     ("write_outside_workdir", F, "open('/etc/judge_pwned', 'w').write('x')\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
     ("write_tmp", F, "open('/tmp/judge_pwned', 'w').write('x')\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
-    ("read_judge_files", S, "print(open('/work/shared/datasets/MANIFEST.md').read()[:10])\n", {"RUNTIME_ERROR"}),
+    ("read_judge_files", S, f"print(open({str(MANIFEST)!r}).read()[:10])\n", {"RUNTIME_ERROR"}),
+    ("read_real_path_of_judge_files", S, f"print(open({os.path.realpath(MANIFEST)!r}).read()[:10])\n",
+     {"RUNTIME_ERROR"}),
+    # Data roots are hidden whole (empty), wherever this clone and its data sets live.
+    ("list_data_roots", F, LIST_DATA_ROOTS + GOOD_ADD, {"ACCEPTED"}),
     ("read_own_judge_source", F, "import engine.judge.worker\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
     ("open_socket", F, "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n" + GOOD_ADD,
      {"RUNTIME_ERROR"}),
