@@ -4,7 +4,8 @@ Set up once per worker (`isolate_worker`): a network namespace (no interface
 is up, so no network at all, loopback included), a private mount namespace in
 which `/` is read-only, `/tmp` & co. are fresh root-owned tmpfs, and the
 judge's own files (the repository, the shared data sets, the home directory,
-the usual data roots such as /work, /mnt, /opt) are hidden under empty tmpfs while the interpreter's prefix stays visible.
+the usual data roots such as /work, /mnt, /opt) are hidden under empty tmpfs
+while the interpreter's prefix stays visible.
 Per sample (`new_pid_namespace` + `drop_privileges` + `apply_rlimits`): a fresh
 PID namespace whose init is the sample's runner, so every process the sample
 starts dies with it; an unprivileged uid of its own per worker, so

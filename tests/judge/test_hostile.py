@@ -12,6 +12,7 @@ import pytest
 
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.local import BASE_UID, SLOTS, UID_BLOCKS
+from engine.judge.sandbox import DATA_ROOTS
 from engine.problem import FunctionTests, Problem, StdioTest
 
 ADD = Problem(id="toy/add", source="toy", split="test", kind="function", statement="add", entry_point="add",
@@ -22,8 +23,8 @@ SUM = Problem(id="toy/sum", source="toy", split="test", kind="stdio", statement=
 # The data sets beside this clone (tests/conftest.py); the judge must hide them from every sample.
 MANIFEST = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "MANIFEST.md"
 # Only the interpreter's own directory (and the empty directories leading to it) may show.
-LIST_DATA_ROOTS = """import os, sys
-seen = [os.path.join(r, f) for d in ('/work', '/root', '/home', '/mnt', '/opt') for r, ds, fs in os.walk(d)
+LIST_DATA_ROOTS = f"""import os, sys
+seen = [os.path.join(r, f) for d in {DATA_ROOTS!r} for r, ds, fs in os.walk(d)
         if not r.startswith(sys.base_prefix) for f in fs]
 assert not seen, seen[:3]
 """
