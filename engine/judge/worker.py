@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import gc
 import json
+import marshal
 import mmap
 import os
 import resource
@@ -36,6 +37,7 @@ import socket
 import struct
 import sys
 import time
+import types
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if __name__ == "__main__":
@@ -59,6 +61,9 @@ _HEADER = struct.Struct(">I")
 XCPU_EXIT = 128 + signal.SIGXCPU  # how a function-mode runner reports its CPU limit
 _PROGRESS = struct.Struct("<qd")  # (position in the test order, runner CPU seconds at its start)
 MAX_FRAME = 64 * 1024 * 1024
+# What each function test starts from: taken once before the nursery is forked, so no runner
+# spends a copy (and the copy-on-write faults of ≈ 150 reference counts) on it.
+_PRISTINE_BUILTINS: dict = {}
 
 
 def send(fd: int, message: dict) -> None:
@@ -163,7 +168,6 @@ class Runner:
         self.job, self.wfd, self.pidns = job, wfd, pidns
         self.start, self.progress = start, progress
         self.limits = job["limits"]
-        self.pristine = dict(vars(__import__("builtins")))
 
     def main(self) -> None:
         try:
@@ -224,7 +228,7 @@ class Runner:
         try:
             exec(code, ns)
             if plan["setup"]:
-                exec(compile(plan["setup"], "<test setup>", "exec"), ns)
+                exec(_compiled(plan["setup"], "<test setup>", "exec"), ns)
         except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
             send(self.wfd, {"t": "module", **_exc_report(exc)})
             return
@@ -238,7 +242,7 @@ class Runner:
         ns = {"__builtins__": __import__("builtins")}
         values: dict[str, object] = {}
         try:
-            exec(plan["imports"], ns)
+            exec(_compiled(plan["imports"], "<test imports>", "exec"), ns)
         except BaseException as exc:  # noqa: BLE001
             return {"error": f"test imports failed: {type(exc).__name__}: {exc}"}
         for u, unit in enumerate(plan["units"]):
@@ -262,7 +266,7 @@ class Runner:
             _PROGRESS.pack_into(self.progress, 0, k, used)
             resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + cpu_s + 1), hard), hard))
             builtins.__dict__.clear()
-            builtins.__dict__.update(self.pristine)
+            builtins.__dict__.update(_PRISTINE_BUILTINS)
             ns["__builtins__"] = builtins
             wall = time.monotonic()
             report = self._unit(ns, units[i], i)
@@ -278,7 +282,7 @@ class Runner:
                       if leaf.get("phase") == "after"}
             return {"t": "result", "i": i, "values": values}
         try:
-            exec(compile(unit["src"], "<test>", "exec"), ns)
+            exec(_compiled(unit["src"], "<test>", "exec"), ns)
             if unit["kind"] == "check":
                 ns["check"](ns[self.job["plan"]["entry"]])
             return {"t": "result", "i": i, "ok": True}
@@ -355,9 +359,15 @@ def _finish_like_python(status: int, originals: tuple = ()) -> int:
     return status
 
 
-def _evaluate(src: str, ns: dict) -> dict:
+def _compiled(source, filename: str, mode: str):
+    """The worker compiles the tests' own sources once per plan; what it could not compile (a broken
+    test) is compiled here, so the error is reported as that test's, from inside the sandbox."""
+    return source if isinstance(source, types.CodeType) else compile(source, filename, mode, dont_inherit=True)
+
+
+def _evaluate(src, ns: dict) -> dict:
     try:
-        value = eval(compile(src, "<assert operand>", "eval"), ns)
+        value = eval(_compiled(src, "<assert operand>", "eval"), ns)
         return {"v": plain.encode(value)}
     except plain.NotPlain as exc:
         return {"notplain": str(exc)}
@@ -417,7 +427,7 @@ class Nursery:
     then its exit status and resource usage once the worker has ended it.
     """
 
-    def __init__(self, iso: sandbox.Isolation, close_in_child: tuple[int, ...]) -> None:
+    def __init__(self, iso: sandbox.Isolation, workdir: str, close_in_child: tuple[int, ...]) -> None:
         # Shared with every runner (inherited, not passed): which test runs and the CPU used before it.
         self.progress = mmap.mmap(-1, _PROGRESS.size)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -431,15 +441,16 @@ class Nursery:
                     os.close(fd)
                 sandbox.die_with_parent()
                 sandbox.set_name(b"judge-nursery")
-                _nursery_loop(theirs, job_r, iso, self.progress)
+                _scrub_environment(workdir)
+                _nursery_loop(theirs, job_r, workdir, iso, self.progress)
             finally:
                 os._exit(0)
         theirs.close()
         os.close(job_r)
 
-    def load(self, raw_job: bytes, workdir: str) -> None:
+    def load(self, raw_job: bytes) -> None:
         try:
-            self.sock.send(json.dumps({"op": "job", "workdir": workdir}).encode())
+            self.sock.send(b'{"op": "job"}')
             send_raw(self.job_w, raw_job)
         except OSError as exc:
             raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
@@ -465,20 +476,27 @@ class NurseryDied(RuntimeError):
     """The worker cannot start runners any more: it exits, and the judge replaces it."""
 
 
-def _nursery_loop(sock: socket.socket, job_r: int, iso: sandbox.Isolation, progress: mmap.mmap) -> None:
+def _scrub_environment(workdir: str) -> None:
+    """Every runner's environment, set once here (the work directory's path never changes)."""
+    os.environ.clear()
+    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=workdir, TMPDIR=workdir,
+                      LANG="C.UTF-8", PYTHONIOENCODING="utf-8")
+
+
+def _nursery_loop(sock: socket.socket, job_r: int, workdir: str, iso: sandbox.Isolation,
+                  progress: mmap.mmap) -> None:
     # Nothing the nursery holds is ever garbage: keep every runner's collector off those pages.
     gc.freeze()
     # The job stays raw bytes here and is parsed in the runner: every page the nursery writes is
     # a copy-on-write fault while a runner shares it (parsing here cost ≈ 100 faults per sample).
-    raw_job = b"{}"
-    workdir = "/"
+    raw_job = b""
     while True:
         data, fds, _, _ = socket.recv_fds(sock, 256, 8)
         if not data:
             return
         request = json.loads(data)
         if request["op"] == "job":
-            raw_job, workdir = receive_raw(job_r) or b"{}", request["workdir"]
+            raw_job = receive_raw(job_r) or b""
             continue
         sandbox.new_pid_namespace(iso)
         pid = os.fork()
@@ -497,7 +515,7 @@ def _become_runner(raw_job: bytes, workdir: str, fds: list[int], start: int, iso
     """In the fresh PID namespace: fds = [result pipe, stdout file, stderr file]."""
     try:
         sandbox.set_name(b"judge-runner")
-        job = json.loads(raw_job)
+        job = marshal.loads(raw_job)
         wfd, out_fd, err_fd = fds
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -507,9 +525,6 @@ def _become_runner(raw_job: bytes, workdir: str, fds: list[int], start: int, iso
         os.closerange(3, wfd)
         os.closerange(wfd + 1, 65536)
         os.chdir(workdir)
-        os.environ.clear()
-        os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=workdir, TMPDIR=workdir,
-                          LANG="C.UTF-8", PYTHONIOENCODING="utf-8")
         sandbox.drop_privileges(iso.uid)
         sandbox.die_with_parent()  # after the uid change, which clears it
         limits = job["limits"]
@@ -528,7 +543,9 @@ class Worker:
     def __init__(self, uid: int, control_in: int, control_out: int) -> None:
         self.uid, self.cin, self.cout = uid, control_in, control_out
         self.iso = sandbox.isolate_worker(uid, sandbox.private_dirs(_REPO), sandbox.interpreter_dirs())
-        self.nursery = Nursery(self.iso, (control_in, control_out))
+        # One path for every job (made afresh each time): the nursery sets HOME and TMPDIR once.
+        self.workdir = os.path.join("/tmp", f"judge-{os.getpid()}")
+        self.nursery = Nursery(self.iso, self.workdir, (control_in, control_out))
         self.seq = 0
 
     def serve(self) -> None:
@@ -549,9 +566,9 @@ class Worker:
                 return  # the judge is gone
 
     def run_job(self, raw: bytes) -> dict:
-        workdir = self._workdir()
+        workdir = self._fresh_workdir()
         job = json.loads(raw)
-        self.nursery.load(raw, workdir)
+        self.nursery.load(_runner_job(job))
         out_fd, err_fd = (os.open(os.path.join(workdir, name), os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
                           for name in (".stdout", ".stderr"))
         start = time.monotonic()
@@ -616,13 +633,46 @@ class Worker:
                      position=min(max(reached, position), len(job["order"])), cpu_before=cpu_before)
         return ended
 
-    def _workdir(self) -> str:
-        self.seq += 1
-        path = os.path.join("/tmp", f"judge-{os.getpid()}-{self.seq}")
+    def _fresh_workdir(self) -> str:
+        path = self.workdir
+        if os.path.lexists(path):  # a previous job's tree that could not be removed: set it aside
+            self.seq += 1
+            os.rename(path, f"{path}.stale{self.seq}")
         os.mkdir(path, 0o700)
         if self.iso.uid is not None:
             os.chown(path, self.iso.uid, self.iso.uid)
         return path
+
+
+_CODE_CACHE: dict[tuple[str, str, str], types.CodeType | str] = {}
+
+
+def _runner_job(job: dict) -> bytes:
+    """The job as its runner reads it: marshal (a fraction of JSON's parsing cost in every runner)
+    with the tests' sources compiled here, once per source for the worker's life (an RL step sends
+    n samples of each problem)."""
+    if job["mode"] == "function":
+        plan = job["plan"]
+        units = [{**u, "leaves": [{**leaf, "src": _test_code(leaf["src"], "<assert operand>", "eval")}
+                                  if "src" in leaf else leaf for leaf in u["leaves"]]} if u["kind"] == "assert"
+                 else {**u, "src": _test_code(u["src"], "<test>", "exec")} for u in plan["units"]]
+        job = {**job, "plan": {**plan, "setup": _test_code(plan["setup"], "<test setup>", "exec"),
+                               "imports": _test_code(plan["imports"], "<test imports>", "exec"), "units": units}}
+    return marshal.dumps(job)
+
+
+def _test_code(source: str, filename: str, mode: str) -> types.CodeType | str:
+    key = (source, filename, mode)
+    code = _CODE_CACHE.get(key)
+    if code is None:
+        if len(_CODE_CACHE) > 100_000:
+            _CODE_CACHE.clear()
+        try:
+            code = compile(source, filename, mode, dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            code = source  # the runner compiles it again and reports the error as the test's
+        _CODE_CACHE[key] = code
+    return code
 
 
 def _crash_report(i: int, ended: dict) -> dict:
@@ -688,6 +738,7 @@ def main() -> None:
     _install_exit_builtins()
 
     sys.set_int_max_str_digits(0)
+    _PRISTINE_BUILTINS.update(vars(__import__("builtins")))
     Worker(uid, control_in, control_out).serve()
 
 
