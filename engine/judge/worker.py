@@ -25,6 +25,7 @@ tests unreported, which fail.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import gc
 import json
 import marshal
@@ -61,6 +62,8 @@ _HEADER = struct.Struct(">I")
 XCPU_EXIT = 128 + signal.SIGXCPU  # how a function-mode runner reports its CPU limit
 _PROGRESS = struct.Struct("<qd")  # (position in the test order, runner CPU seconds at its start)
 MAX_FRAME = 64 * 1024 * 1024
+LAZY_POLL_S = 0.05
+_F_SETPIPE_SZ = 1031  # fcntl: a 1 MiB result pipe holds a whole suite's frames without the runner waiting
 # What each function test starts from: taken once before the nursery is forked, so no runner
 # spends a copy (and the copy-on-write faults of ≈ 150 reference counts) on it.
 _PRISTINE_BUILTINS: dict = {}
@@ -103,25 +106,51 @@ def receive_raw(fd: int) -> bytes | None:
 
 
 class _Frames:
-    """Non-blocking frame reader for the worker side of the result pipe."""
+    """The worker side of one runner's result pipe.
 
-    def __init__(self, fd: int, control: int | None = None) -> None:
+    Eager (sparse reward: the first failure ends the sample) wakes on every frame. Lazy (every
+    test runs anyway) sleeps until the nursery reports the runner's exit, then reads every frame
+    at once: a runner's frames wait in the pipe, which outlives it, so nothing is lost when it
+    dies, and the worker is woken once per runner instead of once per test (each wake-up costs
+    tens of microseconds on a virtual machine). While asleep it still drains the pipe every
+    LAZY_POLL_S, so a runner that fills the pipe waits at most that long and the wall guard
+    (no frame for guard_s) keeps its meaning.
+    """
+
+    def __init__(self, fd: int, control: int, nursery: "Nursery", *, eager: bool) -> None:
         self.fd, self.buf, self.eof, self.bad = fd, bytearray(), False, False
         self.control, self.orphaned = control, False
+        self.nursery, self.eager, self.ended = nursery, eager, None
+        os.set_blocking(fd, False)
 
     def pump(self, timeout: float) -> list[dict]:
-        watched = [self.fd] if self.control is None else [self.fd, self.control]
-        ready, _, _ = select.select(watched, [], [], max(0.0, timeout))
+        watched = [self.control, self.nursery.sock.fileno()] + ([self.fd] if self.eager else [])
+        wait = max(0.0, timeout if self.eager else min(timeout, LAZY_POLL_S))
+        ready, _, _ = select.select(watched, [], [], wait)
         if self.control in ready:
             # The judge never writes while a job runs: readable means it closed the pipe (it exited
             # or was killed). Stop now instead of finishing a job nobody will read.
             self.orphaned = self.eof = True
             return []
-        if ready:
-            chunk = os.read(self.fd, 1 << 20)
+        if self.nursery.sock.fileno() in ready:
+            self.ended = self.nursery.reaped()  # the runner and its namespace are gone
+        self._drain()
+        if self.ended is not None:
+            self.eof = True
+        return self._parse()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                return
             if not chunk:
                 self.eof = True
+                return
             self.buf += chunk
+
+    def _parse(self) -> list[dict]:
         out = []
         while len(self.buf) >= 4:
             size = _HEADER.unpack(self.buf[:4])[0]
@@ -180,6 +209,9 @@ class Runner:
         else:
             self.function(code)
         send(self.wfd, {"t": "end"})
+        # Now, not after unwinding: the worker reads the frames once this process is gone, and
+        # freeing the program's objects first would only delay that.
+        os._exit(0)
 
     # ---- stdio: one fresh execution of the compiled program per test
     def stdio(self, code) -> None:
@@ -448,28 +480,33 @@ class Nursery:
         theirs.close()
         os.close(job_r)
 
-    def load(self, raw_job: bytes) -> None:
+    def spawn(self, start: int, fds: list[int], raw_job: bytes | None) -> int:
+        """Start a runner at test position `start`; `raw_job` is sent with a sample's first runner
+        (a resumed runner reuses the one the nursery holds)."""
         try:
-            self.sock.send(b'{"op": "job"}')
-            send_raw(self.job_w, raw_job)
+            socket.send_fds(self.sock, [_SPAWN.pack(start, len(raw_job or b""))], fds)
+            if raw_job:
+                view = memoryview(raw_job)
+                while view:
+                    view = view[os.write(self.job_w, view):]
         except OSError as exc:
             raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
-
-    def spawn(self, start: int, fds: list[int]) -> int:
-        try:
-            socket.send_fds(self.sock, [json.dumps({"op": "run", "start": start}).encode()], fds)
-        except OSError as exc:
-            raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
-        return self._answer()["pid"]
+        return _PID.unpack(self._answer(_PID.size))[0]
 
     def reaped(self) -> dict:
-        return self._answer()
+        status, rss_kb, cpu = _REAPED.unpack(self._answer(_REAPED.size))
+        return {"status": status, "rss_kb": rss_kb, "cpu": cpu}
 
-    def _answer(self) -> dict:
-        data = self.sock.recv(1024)
-        if not data:
+    def _answer(self, size: int) -> bytes:
+        data = self.sock.recv(size)
+        if len(data) != size:
             raise NurseryDied(f"the sandbox nursery {self.pid} died")
-        return json.loads(data)
+        return data
+
+
+_SPAWN = struct.Struct("<iQ")  # test position to start from, length of the job that follows (0: same job)
+_PID = struct.Struct("<i")
+_REAPED = struct.Struct("<iqd")  # wait status, peak RSS kB, CPU seconds
 
 
 class NurseryDied(RuntimeError):
@@ -491,23 +528,21 @@ def _nursery_loop(sock: socket.socket, job_r: int, workdir: str, iso: sandbox.Is
     # a copy-on-write fault while a runner shares it (parsing here cost ≈ 100 faults per sample).
     raw_job = b""
     while True:
-        data, fds, _, _ = socket.recv_fds(sock, 256, 8)
-        if not data:
+        data, fds, _, _ = socket.recv_fds(sock, _SPAWN.size, 8)
+        if len(data) != _SPAWN.size:
             return
-        request = json.loads(data)
-        if request["op"] == "job":
-            raw_job = receive_raw(job_r) or b""
-            continue
+        start, size = _SPAWN.unpack(data)
+        if size:
+            raw_job = read_exact(job_r, size) or b""
         sandbox.new_pid_namespace(iso)
         pid = os.fork()
         if pid == 0:
-            _become_runner(raw_job, workdir, fds, request["start"], iso, progress)
+            _become_runner(raw_job, workdir, fds, start, iso, progress)
         for fd in fds:
             os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
+        sock.send(_PID.pack(pid))
         _, status, usage = os.wait4(pid, 0)
-        sock.send(json.dumps({"status": status, "cpu": usage.ru_utime + usage.ru_stime,
-                              "rss_kb": usage.ru_maxrss}).encode())
+        sock.send(_REAPED.pack(status, usage.ru_maxrss, usage.ru_utime + usage.ru_stime))
 
 
 def _become_runner(raw_job: bytes, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
@@ -568,14 +603,14 @@ class Worker:
     def run_job(self, raw: bytes) -> dict:
         workdir = self._fresh_workdir()
         job = json.loads(raw)
-        self.nursery.load(_runner_job(job))
+        raw_job = _runner_job(job)
         out_fd, err_fd = (os.open(os.path.join(workdir, name), os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
                           for name in (".stdout", ".stderr"))
         start = time.monotonic()
         try:
             # The expected side is read only after the nursery has the job: it never holds it.
             collector = Collector(job, receive(self.cin) or {})
-            cpu, rss = self._runners(job, collector, out_fd, err_fd)
+            cpu, rss = self._runners(job, raw_job, collector, out_fd, err_fd)
             if job["mode"] == "function":
                 collector.tails = (_fd_tail(out_fd, job["limits"]["tail_bytes"]),
                                    _fd_tail(err_fd, job["limits"]["tail_bytes"]))
@@ -587,13 +622,14 @@ class Worker:
         outcome.update(wall=time.monotonic() - start, cpu=cpu, rss_kb=rss)
         return outcome
 
-    def _runners(self, job: dict, collector: Collector, out_fd: int, err_fd: int) -> tuple[float, int]:
+    def _runners(self, job: dict, raw_job: bytes, collector: Collector, out_fd: int, err_fd: int) -> tuple[float, int]:
         """Run runners until every test has a verdict: a function-mode runner that dies after loading
         the program costs only the test it was on, and a fresh one continues from the next."""
         cpu, rss, position = 0.0, 0, 0
         guard = job["limits"]["wall_s"] + (SLACK_S if job["mode"] == "stdio" else 0.0)
         while True:
-            ended = self._one_runner(job, collector, position, guard, [out_fd, err_fd])
+            ended = self._one_runner(job, raw_job if position == 0 else None, collector, position, guard,
+                                     [out_fd, err_fd])
             cpu, rss = cpu + ended["cpu"], max(rss, ended["rss_kb"])
             resumable = job["mode"] == "function" and ended["why"] in ("eof", "wall", "cpu") and ended["ready"]
             if collector.stopped is not None or not resumable:
@@ -609,20 +645,27 @@ class Worker:
                 collector.give_up(ended["why"])
                 return cpu, rss
 
-    def _one_runner(self, job: dict, collector: Collector, position: int, guard: float, files: list[int]) -> dict:
+    def _one_runner(self, job: dict, raw_job: bytes | None, collector: Collector, position: int, guard: float,
+                    files: list[int]) -> dict:
         rfd, wfd = os.pipe()
+        try:
+            fcntl.fcntl(wfd, _F_SETPIPE_SZ, 1 << 20)
+        except OSError:
+            pass  # above this machine's pipe-max-size: the lazy reader drains the default 64 KiB
         # The previous runner's namespace is gone (its init was reaped), so nobody else writes here.
         _PROGRESS.pack_into(self.nursery.progress, 0, position, 0.0)
         started = time.monotonic()
         try:
-            pid = self.nursery.spawn(position, [wfd, *files])
+            pid = self.nursery.spawn(position, [wfd, *files], raw_job)
         finally:
             os.close(wfd)
+        frames = _Frames(rfd, self.cin, self.nursery, eager=job["stop_first"])
         try:
-            why = collector.follow(_Frames(rfd, control=self.cin), guard)
+            why = collector.follow(frames, guard)
         finally:
-            _kill_group(pid)
-            ended = self.nursery.reaped()
+            if frames.ended is None:
+                _kill_group(pid)
+            ended = frames.ended or self.nursery.reaped()
             if not self.iso.pidns and self.iso.uid is not None:
                 sandbox.sweep_uid(self.uid)
             os.close(rfd)
