@@ -437,7 +437,7 @@ def _wait_or_kill(pid: int, wall_s: float) -> bool:
     else:
         deadline = time.monotonic() + wall_s
         while time.monotonic() < deadline:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            if _exited(pid):
                 return False
             time.sleep(0.002)
     try:
@@ -455,8 +455,10 @@ class Nursery:
 
     Forked from the worker at start-up, before any job, so its memory is the small pre-warmed
     interpreter and nothing else; a runner that died mid-suite is restarted from here, not from
-    the worker (which by then holds the secret side of the job). It reports each runner's pid,
-    then its exit status and resource usage once the worker has ended it.
+    the worker (which by then holds the secret side of the job). It ends a runner when the
+    worker asks (wall guard, early decision) and reports each runner's exit status and resource
+    usage; the worker never learns a runner's pid, so it cannot signal a process that pid was
+    recycled to, and is woken once per runner.
     """
 
     def __init__(self, iso: sandbox.Isolation, workdir: str, close_in_child: tuple[int, ...]) -> None:
@@ -480,7 +482,7 @@ class Nursery:
         theirs.close()
         os.close(job_r)
 
-    def spawn(self, start: int, fds: list[int], raw_job: bytes | None) -> int:
+    def spawn(self, start: int, fds: list[int], raw_job: bytes | None) -> None:
         """Start a runner at test position `start`; `raw_job` is sent with a sample's first runner
         (a resumed runner reuses the one the nursery holds)."""
         try:
@@ -491,7 +493,13 @@ class Nursery:
                     view = view[os.write(self.job_w, view):]
         except OSError as exc:
             raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
-        return _PID.unpack(self._answer(_PID.size))[0]
+
+    def kill(self) -> None:
+        """End the current runner; a request that arrives after it ended is ignored."""
+        try:
+            self.sock.send(_KILL)
+        except OSError as exc:
+            raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
 
     def reaped(self) -> dict:
         status, rss_kb, cpu = _REAPED.unpack(self._answer(_REAPED.size))
@@ -505,7 +513,7 @@ class Nursery:
 
 
 _SPAWN = struct.Struct("<iQ")  # test position to start from, length of the job that follows (0: same job)
-_PID = struct.Struct("<i")
+_KILL = b"k"
 _REAPED = struct.Struct("<iqd")  # wait status, peak RSS kB, CPU seconds
 
 
@@ -529,6 +537,8 @@ def _nursery_loop(sock: socket.socket, job_r: int, workdir: str, iso: sandbox.Is
     raw_job = b""
     while True:
         data, fds, _, _ = socket.recv_fds(sock, _SPAWN.size, 8)
+        if data == _KILL:
+            continue  # for a runner that had already ended
         if len(data) != _SPAWN.size:
             return
         start, size = _SPAWN.unpack(data)
@@ -540,9 +550,36 @@ def _nursery_loop(sock: socket.socket, job_r: int, workdir: str, iso: sandbox.Is
             _become_runner(raw_job, workdir, fds, start, iso, progress)
         for fd in fds:
             os.close(fd)
-        sock.send(_PID.pack(pid))
+        _until_exit(sock, pid)
         _, status, usage = os.wait4(pid, 0)
         sock.send(_REAPED.pack(status, usage.ru_maxrss, usage.ru_utime + usage.ru_stime))
+
+
+def _until_exit(sock: socket.socket, pid: int) -> None:
+    """Wait for the runner to end, killing it (and its process group) when the worker asks or goes
+    away. The runner is not reaped yet, so its pid cannot have been recycled."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # before Linux 5.3: poll
+        pidfd = None
+    watched = [sock.fileno()] + ([pidfd] if pidfd is not None else [])
+    try:
+        while True:
+            ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.002)
+            if pidfd in ready or (pidfd is None and _exited(pid)):
+                return
+            if sock.fileno() in ready:
+                request = sock.recv(_SPAWN.size)
+                if request != _KILL:
+                    watched.remove(sock.fileno())  # the worker is gone
+                _kill_group(pid)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _exited(pid: int) -> bool:
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def _become_runner(raw_job: bytes, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
@@ -656,7 +693,7 @@ class Worker:
         _PROGRESS.pack_into(self.nursery.progress, 0, position, 0.0)
         started = time.monotonic()
         try:
-            pid = self.nursery.spawn(position, [wfd, *files], raw_job)
+            self.nursery.spawn(position, [wfd, *files], raw_job)
         finally:
             os.close(wfd)
         frames = _Frames(rfd, self.cin, self.nursery, eager=job["stop_first"])
@@ -664,7 +701,7 @@ class Worker:
             why = collector.follow(frames, guard)
         finally:
             if frames.ended is None:
-                _kill_group(pid)
+                self.nursery.kill()
             ended = frames.ended or self.nursery.reaped()
             if not self.iso.pidns and self.iso.uid is not None:
                 sandbox.sweep_uid(self.uid)
