@@ -7,17 +7,20 @@ answers one result per job.
 
 Runners are forked by the nursery, a child of the worker made before any job:
 it never holds a job's expected side, so neither does any runner, even one
-started after the worker received it. A runner is the init of a fresh PID
-namespace with an unprivileged uid and rlimits; it compiles the program once
-(SYNTAX_ERROR). Function tests: it executes the program and then evaluates
+started after the worker received it. The job reaches a runner as marshal,
+with the tests' own sources already compiled by the worker. A runner is the
+init of a fresh PID namespace with an unprivileged uid and rlimits; it
+compiles the program once (SYNTAX_ERROR). Function tests: it executes the program and then evaluates
 each test's operands itself, one test after another, recording in a shared
 page which test runs; if it dies mid-suite (CPU limit, crash, exit, the
 worker's wall guard) that test fails and a fresh runner continues from the
 next one. Stdio tests: it forks one fresh execution of the compiled program
 per test, with the test's input file as stdin and a size-capped file as
-stdout, and guards each. Each test reports over a pipe; the worker — which
-never runs untrusted code — counts the reports, applies the wall-clock guard,
-decodes values into its own plain objects and compares them. A pass needs a
+stdout, and guards each. Each test reports over a pipe that outlives the
+runner; the worker — which never runs untrusted code — reads the reports when
+the runner has ended (or at each one when the first failure ends the sample),
+applies the wall-clock guard, decodes values into its own plain objects and
+compares them. A pass needs a
 report for every test: an early exit, a killed parent or a closed pipe leave
 tests unreported, which fail.
 """
