@@ -648,7 +648,8 @@ class Worker:
                           for name in (".stdout", ".stderr"))
         start = time.monotonic()
         try:
-            # The expected side is read only after the nursery has the job: it never holds it.
+            # The expected side stays in this process: the nursery, a separate process since
+            # start-up, and the runners it forks never see it.
             collector = Collector(job, receive(self.cin) or {})
             cpu, rss = self._runners(job, raw_job, collector, out_fd, err_fd)
             if job["mode"] == "function":
