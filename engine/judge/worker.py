@@ -77,7 +77,11 @@ def send(fd: int, message: dict) -> None:
 
 
 def send_raw(fd: int, data: bytes) -> None:
-    view = memoryview(_HEADER.pack(len(data)) + data)
+    write_all(fd, _HEADER.pack(len(data)) + data)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
@@ -491,9 +495,7 @@ class Nursery:
         try:
             socket.send_fds(self.sock, [_SPAWN.pack(start, len(raw_job or b""))], fds)
             if raw_job:
-                view = memoryview(raw_job)
-                while view:
-                    view = view[os.write(self.job_w, view):]
+                write_all(self.job_w, raw_job)
         except OSError as exc:
             raise NurseryDied(f"the sandbox nursery {self.pid} is gone ({exc})") from exc
 
@@ -737,12 +739,18 @@ def _runner_job(job: dict) -> bytes:
     n samples of each problem)."""
     if job["mode"] == "function":
         plan = job["plan"]
-        units = [{**u, "leaves": [{**leaf, "src": _test_code(leaf["src"], "<assert operand>", "eval")}
-                                  if "src" in leaf else leaf for leaf in u["leaves"]]} if u["kind"] == "assert"
-                 else {**u, "src": _test_code(u["src"], "<test>", "exec")} for u in plan["units"]]
         job = {**job, "plan": {**plan, "setup": _test_code(plan["setup"], "<test setup>", "exec"),
-                               "imports": _test_code(plan["imports"], "<test imports>", "exec"), "units": units}}
+                               "imports": _test_code(plan["imports"], "<test imports>", "exec"),
+                               "units": [_unit_code(u) for u in plan["units"]]}}
     return marshal.dumps(job)
+
+
+def _unit_code(unit: dict) -> dict:
+    if unit["kind"] != "assert":
+        return {**unit, "src": _test_code(unit["src"], "<test>", "exec")}
+    leaves = [{**leaf, "src": _test_code(leaf["src"], "<assert operand>", "eval")} if "src" in leaf else leaf
+              for leaf in unit["leaves"]]
+    return {**unit, "leaves": leaves}
 
 
 def _test_code(source: str, filename: str, mode: str) -> types.CodeType | str:
