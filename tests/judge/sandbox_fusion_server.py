@@ -138,20 +138,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, {"detail": "Not Found"})
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         action = self.server.next_action(body)
+        # The request stops counting as in flight before its answer is written: once the client has
+        # the answer it may send the next request, which must not overlap this one in the count.
         self.server.track(+1)
         try:
-            self._answer(action, body)
+            code, payload = self._answer(action, body)
         finally:
             self.server.track(-1)
+        self._send(code, payload)
 
-    def _answer(self, action: tuple, body: dict[str, Any]) -> None:
+    def _answer(self, action: tuple, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if action[0] == "http":
-            return self._send(action[1], {"detail": "scripted failure"})
+            return action[1], {"detail": "scripted failure"}
         if action[0] == "sandbox_error":
-            return self._send(200, {"status": "SandboxError", "message": "scripted sandbox failure"})
+            return 200, {"status": "SandboxError", "message": "scripted sandbox failure"}
         if action[0] == "sleep":
             time.sleep(action[1])
-        self._send(200, run_request(body))
+        return 200, run_request(body)
 
     def _send(self, code: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
