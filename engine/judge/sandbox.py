@@ -6,12 +6,14 @@ which `/` is read-only, `/tmp` & co. are fresh root-owned tmpfs, and the
 judge's own files (the repository, the shared data sets, the home directory,
 the usual data roots such as /work, /mnt, /opt) are hidden under empty tmpfs
 while the interpreter's prefix stays visible.
-Per sample (`new_pid_namespace` + `drop_privileges` + `apply_rlimits`): a fresh
-PID namespace whose init is the sample's runner, so every process the sample
-starts dies with it; an unprivileged uid of its own per worker, so
-RLIMIT_NPROC is effective and the program cannot signal or trace the judge;
-no_new_privs; rlimits on CPU, address space, processes, file size, open files
-and core dumps. Without root (or where the kernel refuses) the worker falls
+Once per nursery (the process forking the runners): the init of a PID namespace
+of its own, so every runner dies with it, plus no_new_privs and non-dumpable,
+which its runners inherit. Per sample (`new_pid_namespace` + `drop_privileges`
++ `apply_rlimits`): a fresh PID namespace whose init is the sample's runner, so
+every process the sample starts dies with it; an unprivileged uid of its own per
+worker, so RLIMIT_NPROC is effective and the program cannot signal or trace the
+judge; rlimits on CPU, address space, processes, file size, open files and core
+dumps. Without root (or where the kernel refuses) the worker falls
 back to rlimits + its own session/process group, and says so.
 Stdlib only: the worker imports this file before hiding the repository.
 """
@@ -142,17 +144,52 @@ def new_pid_namespace(iso: Isolation) -> None:
     """
     if iso._own_pidns_fd is None:
         return
-    _check(_libc.setns(iso._own_pidns_fd, CLONE_NEWPID), "setns(pid)")
+    enter_own_pid_namespace(iso)
     _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
 
 
-def drop_privileges(uid: int | None) -> None:
+def lock_down_descendants() -> None:
+    """Once, in the process that forks every runner: both flags are inherited by its children.
+
+    Runners then make no foreign-function call of their own (each ctypes call in a fresh fork
+    copies pages the sample may never touch). no_new_privs survives the uid change; "dumpable" is
+    reset by it to fs.suid_dumpable, which `runner_needs_dumpable_reset` checks.
+    """
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def runner_needs_dumpable_reset() -> bool:
+    """True where a uid change leaves a process dumpable (fs.suid_dumpable = 1): then, and only
+    then, the runner clears the flag itself so nothing in the sandbox can ptrace it."""
+    try:
+        with open("/proc/sys/fs/suid_dumpable") as fh:
+            return fh.read().strip() == "1"
+    except OSError:
+        return True
+
+
+def enter_own_pid_namespace(iso: Isolation) -> None:
+    """This process's next child is made in its own PID namespace again."""
+    if iso._own_pidns_fd is not None:
+        _check(_libc.setns(iso._own_pidns_fd, CLONE_NEWPID), "setns(pid)")
+
+
+def adopt_pid_namespace(iso: Isolation) -> None:
+    """In the nursery: its runners' namespaces are made from its own (the worker's is an ancestor,
+    which setns cannot enter)."""
+    if iso._own_pidns_fd is not None:
+        os.close(iso._own_pidns_fd)
+        iso._own_pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
+
+
+def drop_privileges(uid: int | None, *, reset_dumpable: bool) -> None:
     if uid is not None and os.geteuid() == 0:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # nothing in the sandbox can ptrace its runner
+    if reset_dumpable:
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def apply_rlimits(*, memory_mb: int, max_processes: int, max_open_files: int, max_file_bytes: int) -> None:

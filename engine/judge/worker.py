@@ -473,6 +473,9 @@ class Nursery:
         self.progress = mmap.mmap(-1, _PROGRESS.size)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         job_r, self.job_w = os.pipe()
+        # The nursery is the init of a PID namespace in which every runner's own one nests: when it
+        # dies, however it dies, the kernel kills them all, so runners need no parent-death signal.
+        sandbox.new_pid_namespace(iso)
         self.pid = os.fork()
         if self.pid == 0:
             try:
@@ -482,10 +485,13 @@ class Nursery:
                     os.close(fd)
                 sandbox.die_with_parent()
                 sandbox.set_name(b"judge-nursery")
+                sandbox.adopt_pid_namespace(iso)
+                sandbox.lock_down_descendants()
                 _scrub_environment(workdir)
                 _nursery_loop(theirs, job_r, workdir, iso, self.progress)
             finally:
                 os._exit(0)
+        sandbox.enter_own_pid_namespace(iso)
         theirs.close()
         os.close(job_r)
 
@@ -539,7 +545,8 @@ def _nursery_loop(sock: socket.socket, job_r: int, workdir: str, iso: sandbox.Is
     gc.freeze()
     # The job stays raw bytes here and is parsed in the runner: every page the nursery writes is
     # a copy-on-write fault while a runner shares it (parsing here cost ≈ 100 faults per sample).
-    raw_job = b""
+    job = _JobBuffer()
+    reset_dumpable = sandbox.runner_needs_dumpable_reset()
     while True:
         data, fds, _, _ = socket.recv_fds(sock, _SPAWN.size, 8)
         if data == _KILL:
@@ -547,17 +554,55 @@ def _nursery_loop(sock: socket.socket, job_r: int, workdir: str, iso: sandbox.Is
         if len(data) != _SPAWN.size:
             return
         start, size = _SPAWN.unpack(data)
-        if size:
-            raw_job = read_exact(job_r, size) or b""
+        if size and not job.load(job_r, size):
+            return
         sandbox.new_pid_namespace(iso)
         pid = os.fork()
         if pid == 0:
-            _become_runner(raw_job, workdir, fds, start, iso, progress)
+            _become_runner(job, workdir, fds, start, iso, progress, reset_dumpable)
         for fd in fds:
             os.close(fd)
         _until_exit(sock, pid)
         _, status, usage = os.wait4(pid, 0)
         sock.send(_REAPED.pack(status, usage.ru_maxrss, usage.ru_utime + usage.ru_stime))
+
+
+class _JobBuffer:
+    """The nursery's copy of the current sample's job, kept outside the Python heap.
+
+    Every runner can read all of the nursery's memory it was forked from (/proc/self/mem), and
+    bytes freed on a heap stay there until reused. An earlier sample's program, for RL often a
+    correct solution of the very same problem, must not be there for a later sample to find: the
+    job is read straight into an anonymous mapping that is emptied (MADV_DONTNEED reads back as
+    zeros) before the next job is read into it.
+    """
+
+    def __init__(self) -> None:
+        self.map, self.size = _private_map(mmap.PAGESIZE), 0
+
+    def load(self, fd: int, size: int) -> bool:
+        self.map.madvise(mmap.MADV_DONTNEED)
+        if size > len(self.map):
+            self.map.close()
+            self.map = _private_map(-(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
+        self.size, got = size, 0
+        with memoryview(self.map) as view:
+            while got < size:
+                n = os.readv(fd, [view[got:size]])
+                if n == 0:
+                    return False
+                got += n
+        return True
+
+    def parse(self) -> dict:
+        with memoryview(self.map) as view:
+            return marshal.loads(view[:self.size])
+
+
+def _private_map(size: int) -> mmap.mmap:
+    """Copy-on-write, never shared (Python's default is MAP_SHARED): a runner that wrote into a
+    shared job buffer would edit the jobs of the samples after it."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 def _until_exit(sock: socket.socket, pid: int) -> None:
@@ -587,12 +632,13 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _become_runner(raw_job: bytes, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
-                   progress: mmap.mmap) -> None:
-    """In the fresh PID namespace: fds = [result pipe, stdout file, stderr file]."""
+def _become_runner(raw_job: "_JobBuffer", workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
+                   progress: mmap.mmap, reset_dumpable: bool) -> None:
+    """In the fresh PID namespace: fds = [result pipe, stdout file, stderr file]. No ctypes call
+    here unless a fallback needs one (see `sandbox.lock_down_descendants`); `ps` shows runners
+    as the nursery's children, under its name."""
     try:
-        sandbox.set_name(b"judge-runner")
-        job = marshal.loads(raw_job)
+        job = raw_job.parse()
         wfd, out_fd, err_fd = fds
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -602,8 +648,9 @@ def _become_runner(raw_job: bytes, workdir: str, fds: list[int], start: int, iso
         os.closerange(3, wfd)
         os.closerange(wfd + 1, 65536)
         os.chdir(workdir)
-        sandbox.drop_privileges(iso.uid)
-        sandbox.die_with_parent()  # after the uid change, which clears it
+        sandbox.drop_privileges(iso.uid, reset_dumpable=reset_dumpable)
+        if not iso.pidns:  # else the nursery's namespace ends every runner with it
+            sandbox.die_with_parent()  # after the uid change, which clears it
         limits = job["limits"]
         sandbox.apply_rlimits(memory_mb=limits["memory_mb"], max_processes=limits["max_processes"],
                               max_open_files=limits["max_open_files"], max_file_bytes=limits["output_bytes"])

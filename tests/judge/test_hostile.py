@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -193,3 +194,67 @@ def test_a_dead_nursery_costs_one_job_and_its_worker_is_replaced():
         assert hit.verdict.value == "INTERNAL_ERROR" and "judge fault" in (hit.message or "")
         assert judge.judge(ADD, GOOD_ADD + "# 3\n", code_is_program=True).accepted
         assert judge.backend._all[0].pid != worker.pid
+
+
+# Scans this process's whole memory for a marker that only the *earlier* sample's source contains
+# whole: the scan holds its two halves apart (each half sits in its own bytes object), so finding
+# them side by side means another sample's program is readable from inside this sandbox.
+_SCAN = """
+import ctypes
+found = False
+with open("/proc/self/maps") as maps:
+    regions = [line.split() for line in maps]
+for fields in regions:
+    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+    if not fields[1].startswith("rw") or found:
+        continue  # every writable mapping, private or shared: heaps, arenas, buffers
+    data = ctypes.string_at(lo, hi - lo)
+    i = data.find(HEAD)
+    while i != -1 and not found:
+        found = data[i + len(HEAD):i + len(HEAD) + len(TAIL)] == TAIL
+        i = data.find(HEAD, i + 1)
+def add(a, b):
+    return a + b if found else 0
+"""
+
+
+def test_a_sample_cannot_read_an_earlier_samples_program():
+    """For RL, an earlier sample of the same prompt is often correct: a later one must not find its
+    program (or anything else of it) in the memory its sandbox was forked from."""
+    head, tail = "QZXMARK", uuid.uuid4().hex
+    earlier = GOOD_ADD + "# padding: a longer job than the later one\n" * 2000 + f"# {head}{tail}\n"
+    later = f"HEAD = bytes.fromhex('{head.encode().hex()}')\nTAIL = bytes.fromhex('{tail.encode().hex()}')\n" + _SCAN
+    with Judge(JudgeConfig(timeout_s=5.0, memory_mb=1024, workers=1, cache=False)) as judge:
+        assert judge.judge(ADD, earlier, code_is_program=True).accepted
+        result = judge.judge(ADD, later, code_is_program=True)
+    assert result.verdict.value == "WRONG_ANSWER", (result.verdict, result.message, result.failures[:1])
+
+
+def test_runners_die_with_their_nursery():
+    """A runner has no parent-death signal of its own: it lives in a PID namespace nested in the
+    nursery's, which the kernel empties when the nursery dies, however it dies."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Judge(JudgeConfig(timeout_s=30.0, wall_timeout_s=60.0, workers=1, cache=False)) as judge:
+        judge.stats()  # starts the worker
+        nursery = psutil.Process(judge.backend._all[0].pid).children()[0]
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(judge.judge, ADD, "import time\ntime.sleep(60)\n" + GOOD_ADD, code_is_program=True)
+            deadline = time.monotonic() + 10
+            while not nursery.children() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            runner = nursery.children()[0]
+            os.kill(nursery.pid, signal.SIGKILL)
+            assert pending.result(timeout=30).verdict.value == "INTERNAL_ERROR"
+        deadline = time.monotonic() + 5
+        while _alive(runner) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(runner), "a runner outlived its nursery"
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
