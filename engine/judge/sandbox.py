@@ -1,7 +1,9 @@
 """Kernel-level isolation for the sandbox worker: namespaces, mounts, rlimits, privileges.
 
 Set up once per worker (`isolate_worker`): a network namespace (no interface
-is up, so no network at all, loopback included), a private mount namespace in
+is up, so no network at all, loopback included), an IPC namespace in which no
+System V IPC object or POSIX message queue can be made (they would outlive a
+sample and carry its answers to the next), a private mount namespace in
 which `/` is read-only, `/tmp` & co. are fresh root-owned tmpfs, and the
 judge's own files (the repository, the shared data sets, the home directory,
 the usual data roots such as /work, /mnt, /opt) are hidden under empty tmpfs
@@ -58,6 +60,7 @@ class Isolation:
     """What is active in this worker; `describe()` is what results report."""
 
     netns: bool = False
+    ipc_off: bool = False
     mountns: bool = False
     pidns: bool = False
     uid: int | None = None
@@ -70,6 +73,8 @@ class Isolation:
             parts.append(f"uid={self.uid}")
         if self.netns:
             parts.append("netns")
+        if self.ipc_off:
+            parts.append("ipcns(no-sysv-ipc,no-mqueue)")
         if self.mountns:
             parts.append("mountns(ro-root,private-tmp,hidden-judge-files)")
         if self.pidns:
@@ -88,6 +93,7 @@ def isolate_worker(uid: int, hide: list[str], keep: list[str]) -> Isolation:
     try:
         _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare(net)")
         iso.netns = True
+        iso.ipc_off = _forbid_ipc_objects(iso.notes)
     except IsolationError as exc:
         iso.notes.append(f"network not isolated ({exc})")
     try:
@@ -104,6 +110,23 @@ def isolate_worker(uid: int, hide: list[str], keep: list[str]) -> Isolation:
     except (IsolationError, OSError) as exc:
         iso.notes.append(f"no per-sample PID namespace ({exc}); leftovers are killed by uid sweep")
     return iso
+
+
+# System V IPC objects and POSIX message queues outlive the process that made them: in a worker's
+# IPC namespace (shared by all its samples) one sample could leave its outputs for a later sample
+# of the same prompt to copy. Their per-namespace limits set to zero, none can be made at all.
+_NO_IPC_OBJECTS = {"kernel/shmmni": "0", "kernel/msgmni": "0", "kernel/sem": "0 0 0 0", "fs/mqueue/queues_max": "0"}
+
+
+def _forbid_ipc_objects(notes: list[str]) -> bool:
+    try:
+        for name, value in _NO_IPC_OBJECTS.items():
+            with open(f"/proc/sys/{name}", "w") as fh:
+                fh.write(value)
+    except OSError as exc:
+        notes.append(f"IPC objects not forbidden ({exc})")
+        return False
+    return True
 
 
 def _private_filesystem(hide: list[str], keep: list[str]) -> None:

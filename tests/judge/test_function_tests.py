@@ -158,6 +158,6 @@ def test_stats_reports_the_isolation_in_force(judge):
     iso = judge.stats()["isolation"]
     assert iso.startswith("rlimits+setsid")
     if os.geteuid() == 0:
-        assert "netns" in iso and "pidns-per-sample" in iso and "uid=" in iso
+        assert "netns" in iso and "ipcns(no-sysv-ipc,no-mqueue)" in iso and "pidns-per-sample" in iso and "uid=" in iso
     else:
         assert "fallback" in iso

@@ -258,3 +258,35 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+_LEAVE_IN_IPC = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+segment = libc.shmget(0x5EED, 4096, 0o1666)
+if segment >= 0:
+    ctypes.memmove(libc.shmat(segment, None, 0), b"ANSWER:3", 8)
+libc.mq_open(b"/answers", 0o100 | 2, 0o666, None)
+"""
+
+_FIND_IN_IPC = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+segment = libc.shmget(0x5EED, 4096, 0o666)
+left = ctypes.string_at(libc.shmat(segment, None, 0), 8) if segment >= 0 else b""
+queue = libc.mq_open(b"/answers", 2)
+def add(a, b):
+    return a + b if left == b"ANSWER:3" or queue >= 0 else 0
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="IPC objects are forbidden in the worker's IPC namespace (root only)")
+def test_samples_cannot_leave_ipc_objects_for_later_samples():
+    """Shared memory segments and message queues outlive their process: a sample must not be able
+    to leave answers in them for a later sample (of the same prompt, say) to pick up."""
+    with Judge(JudgeConfig(timeout_s=5.0, workers=1, cache=False)) as judge:
+        assert judge.judge(ADD, _LEAVE_IN_IPC + GOOD_ADD, code_is_program=True).accepted
+        result = judge.judge(ADD, _FIND_IN_IPC, code_is_program=True)
+    assert result.verdict.value == "WRONG_ANSWER", (result.verdict, result.message)
