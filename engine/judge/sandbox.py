@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import struct
 import sys
 from dataclasses import dataclass, field
 
@@ -61,6 +62,7 @@ class Isolation:
 
     netns: bool = False
     ipc_off: bool = False
+    keys_off: bool = False
     mountns: bool = False
     pidns: bool = False
     uid: int | None = None
@@ -75,6 +77,8 @@ class Isolation:
             parts.append("netns")
         if self.ipc_off:
             parts.append("ipcns(no-sysv-ipc,no-mqueue)")
+        if self.keys_off:
+            parts.append("seccomp(no-keyrings)")
         if self.mountns:
             parts.append("mountns(ro-root,private-tmp,hidden-judge-files)")
         if self.pidns:
@@ -86,6 +90,7 @@ class Isolation:
 def isolate_worker(uid: int, hide: list[str], keep: list[str]) -> Isolation:
     """Enter new net/mount/ipc/uts namespaces once; the per-sample cost is then only a fork."""
     iso = Isolation()
+    iso.keys_off = _forbid_keyrings(iso.notes)
     if os.geteuid() != 0:
         iso.notes.append("not root: no namespaces, no uid switch, RLIMIT_NPROC counts the judge's own uid")
         return iso
@@ -105,7 +110,7 @@ def isolate_worker(uid: int, hide: list[str], keep: list[str]) -> Isolation:
     try:
         iso._own_pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
         new_pid_namespace(iso)
-        _check(_libc.setns(iso._own_pidns_fd, CLONE_NEWPID), "setns(pid)")
+        enter_own_pid_namespace(iso)
         iso.pidns = True
     except (IsolationError, OSError) as exc:
         iso.notes.append(f"no per-sample PID namespace ({exc}); leftovers are killed by uid sweep")
@@ -125,6 +130,47 @@ def _forbid_ipc_objects(notes: list[str]) -> bool:
                 fh.write(value)
     except OSError as exc:
         notes.append(f"IPC objects not forbidden ({exc})")
+        return False
+    return True
+
+
+# The kernel's key store is per uid, not per process: a sample could add a key that a later sample
+# (same sandbox uid) reads back. A seccomp filter, inherited by the nursery and every runner, makes
+# add_key, request_key and keyctl fail with EPERM. Syscall numbers per architecture; a syscall
+# made through another ABI (i386 via int 0x80, x32) is refused whatever it is.
+_KEY_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+_X32_BIT = 0x40000000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_ALLOW, _SECCOMP_EPERM = 0x7FFF0000, 0x00050000 | 1
+_LD_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
+
+
+def _keyring_filter(arch: int, numbers: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """BPF: (code, jump-if-true, jump-if-false, k); jumps count the instructions skipped."""
+    n = len(numbers)
+    prog = [(_LD_ABS, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _SECCOMP_EPERM), (_LD_ABS, 0, 0, 0),
+            (_JGE, n + 1, 0, _X32_BIT)]
+    prog += [(_JEQ, n - i, 0, nr) for i, nr in enumerate(numbers)]
+    return prog + [(_RET, 0, 0, _SECCOMP_ALLOW), (_RET, 0, 0, _SECCOMP_EPERM)]
+
+
+def _forbid_keyrings(notes: list[str]) -> bool:
+    known = _KEY_SYSCALLS.get(os.uname().machine)
+    if known is None:
+        notes.append(f"keyrings not closed (no syscall table for {os.uname().machine})")
+        return False
+    prog = _keyring_filter(*known)
+    filters = (ctypes.c_ubyte * (8 * len(prog))).from_buffer_copy(b"".join(struct.pack("<HBBI", *i) for i in prog))
+
+    class _Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    program = _Program(len(prog), ctypes.addressof(filters))
+    try:
+        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "seccomp")
+    except IsolationError as exc:
+        notes.append(f"keyrings not closed ({exc})")
         return False
     return True
 

@@ -156,7 +156,7 @@ def test_content_hash_cache_judges_identical_jobs_once(mbpp):
 
 def test_stats_reports_the_isolation_in_force(judge):
     iso = judge.stats()["isolation"]
-    assert iso.startswith("rlimits+setsid")
+    assert iso.startswith("rlimits+setsid") and "seccomp(no-keyrings)" in iso
     if os.geteuid() == 0:
         assert "netns" in iso and "ipcns(no-sysv-ipc,no-mqueue)" in iso and "pidns-per-sample" in iso and "uid=" in iso
     else:

@@ -290,3 +290,33 @@ def test_samples_cannot_leave_ipc_objects_for_later_samples():
         assert judge.judge(ADD, _LEAVE_IN_IPC + GOOD_ADD, code_is_program=True).accepted
         result = judge.judge(ADD, _FIND_IN_IPC, code_is_program=True)
     assert result.verdict.value == "WRONG_ANSWER", (result.verdict, result.message)
+
+
+_LEAVE_IN_KEYRING = """
+import ctypes, platform
+ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall(ADD_KEY, b"user", b"answers", b"ANSWER:3", 8, -4)  # the uid's own keyring
+"""
+
+_FIND_IN_KEYRING = """
+import ctypes, platform
+ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+key = libc.syscall(KEYCTL, 10, -4, b"user", b"answers", 0)  # KEYCTL_SEARCH
+left = ctypes.create_string_buffer(8)
+if key > 0:
+    libc.syscall(KEYCTL, 11, key, left, 8)  # KEYCTL_READ
+def add(a, b):
+    return a + b if left.raw == b"ANSWER:3" else 0
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="no syscall table for this machine")
+def test_samples_cannot_leave_keys_for_later_samples():
+    """The kernel's key store is per uid and outlives processes; the sandbox's seccomp filter
+    refuses the key syscalls, so no sample can pass answers to a later one through it."""
+    with Judge(JudgeConfig(timeout_s=5.0, workers=1, cache=False)) as judge:
+        assert judge.judge(ADD, _LEAVE_IN_KEYRING + GOOD_ADD, code_is_program=True).accepted
+        result = judge.judge(ADD, _FIND_IN_KEYRING, code_is_program=True)
+    assert result.verdict.value == "WRONG_ANSWER", (result.verdict, result.message)
