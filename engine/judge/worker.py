@@ -66,6 +66,7 @@ XCPU_EXIT = 128 + signal.SIGXCPU  # how a function-mode runner reports its CPU l
 _PROGRESS = struct.Struct("<qd")  # (position in the test order, runner CPU seconds at its start)
 MAX_FRAME = 64 * 1024 * 1024
 LAZY_POLL_S = 0.05
+_EMPTY_PAGE = bytes(mmap.PAGESIZE)
 _F_SETPIPE_SZ = 1031  # fcntl: a 1 MiB result pipe holds a whole suite's frames without the runner waiting
 # What each function test starts from: taken once before the nursery is forked, so no runner
 # spends a copy (and the copy-on-write faults of ≈ 150 reference counts) on it.
@@ -470,7 +471,7 @@ class Nursery:
 
     def __init__(self, iso: sandbox.Isolation, workdir: str, close_in_child: tuple[int, ...]) -> None:
         # Shared with every runner (inherited, not passed): which test runs and the CPU used before it.
-        self.progress = mmap.mmap(-1, _PROGRESS.size)
+        self.progress = mmap.mmap(-1, mmap.PAGESIZE)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         job_r, self.job_w = os.pipe()
         # The nursery is the init of a PID namespace in which every runner's own one nests: when it
@@ -743,6 +744,9 @@ class Worker:
         except OSError:
             pass  # above this machine's pipe-max-size: the lazy reader drains the default 64 KiB
         # The previous runner's namespace is gone (its init was reaped), so nobody else writes here.
+        # The whole page is emptied: it is the one memory all of this worker's sandboxes map, and a
+        # sample must not find anything a previous one left in it.
+        self.nursery.progress[:] = _EMPTY_PAGE
         _PROGRESS.pack_into(self.nursery.progress, 0, position, 0.0)
         started = time.monotonic()
         try:

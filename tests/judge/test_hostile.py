@@ -320,3 +320,37 @@ def test_samples_cannot_leave_keys_for_later_samples():
         assert judge.judge(ADD, _LEAVE_IN_KEYRING + GOOD_ADD, code_is_program=True).accepted
         result = judge.judge(ADD, _FIND_IN_KEYRING, code_is_program=True)
     assert result.verdict.value == "WRONG_ANSWER", (result.verdict, result.message)
+
+
+# The page a runner shares with its worker (which test runs) is the one memory every sandbox of a
+# worker maps: a sample must find nothing there from the sample before.
+_LEAVE_IN_SHARED_PAGE = """
+import ctypes
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        span, perms = line.split()[:2]
+        if perms == "rw-s":
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            ctypes.memmove(hi - 64, b"ANSWER:3", 8)
+"""
+
+_FIND_IN_SHARED_PAGE = """
+import ctypes
+left = []
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        span, perms = line.split()[:2]
+        if perms == "rw-s":
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            left.append(ctypes.string_at(hi - 64, 8))
+def add(a, b):
+    return a + b if b"ANSWER:3" in left else 0
+"""
+
+
+def test_samples_cannot_leave_answers_in_the_page_they_share_with_the_judge():
+    """The worker empties the whole page before each runner, not only the bytes it uses."""
+    with Judge(JudgeConfig(timeout_s=5.0, workers=1, cache=False)) as judge:
+        assert judge.judge(ADD, _LEAVE_IN_SHARED_PAGE + GOOD_ADD, code_is_program=True).accepted
+        result = judge.judge(ADD, _FIND_IN_SHARED_PAGE, code_is_program=True)
+    assert result.verdict.value == "WRONG_ANSWER", (result.verdict, result.message)
