@@ -339,8 +339,8 @@ class Runner:
                 fd_err = os.open(f"err{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 os.dup2(fd_out, 1)
                 os.dup2(fd_err, 2)
-                os.close(fd_out)
-                os.close(fd_err)
+                # The result pipe above all: only the runner reports a test, never the program.
+                os.closerange(3, 65536)
                 if self.job["mode"] == "stdio":
                     sandbox.set_cpu_limit(self.limits["cpu_s"])
                 body()

@@ -354,3 +354,28 @@ def test_samples_cannot_leave_answers_in_the_page_they_share_with_the_judge():
         assert judge.judge(ADD, _LEAVE_IN_SHARED_PAGE + GOOD_ADD, code_is_program=True).accepted
         result = judge.judge(ADD, _FIND_IN_SHARED_PAGE, code_is_program=True)
     assert result.verdict.value == "WRONG_ANSWER", (result.verdict, result.message)
+
+
+# A stdio program answers its own input right, forges the report of its test (little CPU, exit 0)
+# on every pipe it can find, then runs on past the limit: only the runner may report a test.
+_FORGE_REPORT = """
+import json, os, stat, struct
+a, b = map(int, input().split())
+for fd in range(3, 256):
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            for i in range(2):
+                body = json.dumps({"t": "done", "i": i, "cpu": 0.01, "wall": 0.01, "rss_kb": 1000,
+                                   "wall_killed": False, "stderr_tail": "", "code": 0, "out": f"{a + b}\\n",
+                                   "out_truncated": False}).encode()
+                os.write(fd, struct.pack(">I", len(body)) + body)
+    except OSError:
+        pass
+while True:
+    pass
+"""
+
+
+def test_a_stdio_program_cannot_report_its_own_test(judge):
+    result = judge.judge(SUM, _FORGE_REPORT, code_is_program=True)
+    assert result.verdict.value == "TIMEOUT" and result.passed == 0, (result.verdict, result.passed, result.message)
