@@ -1,6 +1,6 @@
 """The `local` backend: a pool of pre-warmed sandbox workers on this machine.
 
-Workers are small interpreters (`python -I -S engine/judge/worker.py UID`),
+Workers are small interpreters (`python -I -S -c <import engine.judge.worker; main()> UID`),
 started once — never forked from this (possibly large) process — each with
 its namespaces already set up and a sandbox uid of its own. Jobs go to idle
 workers over pipes (length-prefixed JSON); independent samples run on all
@@ -25,7 +25,10 @@ from engine.judge.api import JudgeConfig, JudgeJob, test_count
 from engine.judge.cases import function_plan, stdio_plan
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 
-WORKER = Path(wire.__file__).resolve()
+REPO = Path(wire.__file__).resolve().parents[2]
+# Imported, not run as a script: a script is compiled from source at every start, and the memory
+# that compiling churns stays in the worker's heap, which every fork copies (≈ 2 MB here).
+WORKER_MAIN = f"import sys; sys.path.insert(0, {str(REPO)!r}); from engine.judge.worker import main; main()"
 BASE_UID = 61000  # sandbox uids start here; unused by any account on a normal system
 UID_BLOCKS = 4096  # judges in one machine get different blocks of SLOTS uids (by pid)
 SLOTS = 64
@@ -46,7 +49,7 @@ class _WorkerProcess:
     def __init__(self, slot: int) -> None:
         self.slot = slot
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER), str(sandbox_uid())],
+            [sys.executable, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
             close_fds=True,
         )

@@ -1,4 +1,4 @@
-"""The pre-warmed sandbox worker (zygote): `python -I -S engine/judge/worker.py UID`.
+"""The pre-warmed sandbox worker (zygote): `python -I -S -c "...worker import main; main()" UID`.
 
 A small interpreter started once per core by `engine.judge.local`; it sets up
 its namespaces once (`engine.judge.sandbox`), pre-imports common modules,
@@ -43,12 +43,10 @@ import sys
 import time
 import types
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if __name__ == "__main__":
-    sys.path.insert(0, _REPO)
+from engine.judge import plain, sandbox
+from engine.judge.outcome import SLACK_S, Collector
 
-from engine.judge import plain, sandbox  # noqa: E402
-from engine.judge.outcome import SLACK_S, Collector  # noqa: E402
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Modules solutions commonly import: loaded once here, shared by every fork. Every resident MB
 # costs each fork and exit ≈ 0.05 ms, so rarely imported heavy modules stay out: hashlib (OpenSSL,
@@ -884,6 +882,3 @@ def main() -> None:
     _PRISTINE_BUILTINS.update(vars(__import__("builtins")))
     Worker(uid, control_in, control_out).serve()
 
-
-if __name__ == "__main__":
-    main()

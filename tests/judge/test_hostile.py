@@ -50,7 +50,10 @@ CASES = [
      {"RUNTIME_ERROR"}),
     # Data roots are hidden whole (empty), wherever this clone and its data sets live.
     ("list_data_roots", F, LIST_DATA_ROOTS + GOOD_ADD, {"ACCEPTED"}),
-    ("read_own_judge_source", F, "import engine.judge.worker\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    # The sandbox is a fork of the judge's worker, so its modules are loaded; their files stay hidden.
+    ("read_own_judge_source", F, "import engine.judge.worker as w\nopen(w.__file__).read()\n" + GOOD_ADD,
+     {"RUNTIME_ERROR"}),
+    ("import_judge_module", F, "import engine.judge.local\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
     ("open_socket", F, "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n" + GOOD_ADD,
      {"RUNTIME_ERROR"}),
     ("daemon_outlives", F, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\n    os._exit(0)\n"
