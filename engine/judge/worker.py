@@ -28,6 +28,8 @@ tests unreported, which fail.
 from __future__ import annotations
 
 import atexit
+import builtins
+import ctypes
 import fcntl
 import gc
 import json
@@ -43,7 +45,7 @@ import sys
 import time
 import types
 
-from engine.judge import plain, sandbox
+from engine.judge import plain, sandbox, warmup
 from engine.judge.outcome import SLACK_S, Collector
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,9 +68,51 @@ MAX_FRAME = 64 * 1024 * 1024
 LAZY_POLL_S = 0.05
 _EMPTY_PAGE = bytes(mmap.PAGESIZE)
 _F_SETPIPE_SZ = 1031  # fcntl: a 1 MiB result pipe holds a whole suite's frames without the runner waiting
-# What each function test starts from: taken once before the nursery is forked, so no runner
-# spends a copy (and the copy-on-write faults of ≈ 150 reference counts) on it.
-_PRISTINE_BUILTINS: dict = {}
+
+
+class _Builtins:
+    """The builtins each function test starts from, put back before a test only if changed.
+
+    Putting them back writes the reference counts of ≈ 160 objects spread over ≈ 60 pages, each a
+    copy-on-write fault in a fresh runner. Whether anything wrote to the builtins dict since they
+    were last put back, its version tag tells (CPython bumps a dict's ma_version_tag on every
+    write) without touching any of them. Taken, with a view of that tag, before the nursery is
+    forked; where the tag cannot be read that way, they are put back before every test.
+    """
+
+    def __init__(self) -> None:
+        self.pristine: dict = {}
+        self._tag = None
+        self._clean = 0
+
+    def snapshot(self) -> None:
+        self.pristine.update(vars(builtins))
+        self._tag = _version_tag(builtins.__dict__)
+        self._clean = self._tag.value if self._tag is not None else 0
+
+    def restore(self, *, force: bool = False) -> None:
+        if not force and self._tag is not None and self._tag.value == self._clean:
+            return
+        builtins.__dict__.clear()
+        builtins.__dict__.update(self.pristine)
+        if self._tag is not None:
+            self._clean = self._tag.value
+
+
+def _version_tag(d: dict):
+    """A live view of d's version tag (CPython 3.11-3.13 layout), or None where a test write to
+    another dict does not change what that view reads."""
+    if sys.version_info >= (3, 14):  # ma_version_tag is gone: no longer bumped by every write
+        return None
+    offset = 3 * struct.calcsize("n")  # after the reference count, the type and ma_used
+    probe: dict = {}
+    view = ctypes.c_uint64.from_address(id(probe) + offset)
+    before = view.value
+    probe["written"] = True
+    return ctypes.c_uint64.from_address(id(d) + offset) if view.value != before else None
+
+
+_BUILTINS = _Builtins()
 
 
 def send(fd: int, message: dict) -> None:
@@ -205,19 +249,24 @@ class Runner:
         self.limits = job["limits"]
 
     def main(self) -> None:
+        if self.run():
+            # Now, not after unwinding: the worker reads the frames once this process is gone, and
+            # freeing the program's objects first would only delay that.
+            os._exit(0)
+
+    def run(self) -> bool:
+        """Every frame of the job; False when the program did not compile."""
         try:
             code = compile(self.job["program"], "<solution>", "exec", dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
             send(self.wfd, {"t": "syntax", "msg": f"{type(exc).__name__}: {exc}"})
-            return
+            return False
         if self.job["mode"] == "stdio":
             self.stdio(code)
         else:
             self.function(code)
         send(self.wfd, {"t": "end"})
-        # Now, not after unwinding: the worker reads the frames once this process is gone, and
-        # freeing the program's objects first would only delay that.
-        os._exit(0)
+        return True
 
     # ---- stdio: one fresh execution of the compiled program per test
     def stdio(self, code) -> None:
@@ -232,8 +281,6 @@ class Runner:
                 os.unlink(name)
 
     def _stdio_child(self, code, i: int) -> None:
-        import builtins
-
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         fd = os.open(f"in{i}", os.O_RDONLY)
         os.dup2(fd, 0)
@@ -262,7 +309,7 @@ class Runner:
             send(self.wfd, {"t": "before", "values": self._before_values(plan)})
         # A PID namespace's init ignores signals it has no handler for, SIGXCPU included.
         signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
-        ns = {"__name__": "solution", "__builtins__": __import__("builtins")}
+        ns = {"__name__": "solution", "__builtins__": builtins}
         try:
             exec(code, ns)
             if plan["setup"]:
@@ -277,7 +324,7 @@ class Runner:
 
     def _before_values(self, plan: dict) -> dict:
         """Operands that name only builtins and the test's imports: evaluated before any untrusted code."""
-        ns = {"__builtins__": __import__("builtins")}
+        ns = {"__builtins__": builtins}
         values: dict[str, object] = {}
         try:
             exec(_compiled(plan["imports"], "<test imports>", "exec"), ns)
@@ -294,8 +341,6 @@ class Runner:
         the shared progress page records which test runs and the CPU used so far: if the process
         dies (CPU limit, crash, exit, the worker's wall guard), the worker fails that test and
         starts a fresh runner from the next one."""
-        import builtins
-
         ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
         cpu_s, order, hard = self.limits["cpu_s"], self.job["order"], resource.getrlimit(resource.RLIMIT_CPU)[1]
         for k in range(self.start, len(order)):
@@ -303,8 +348,7 @@ class Runner:
             used = time.process_time()
             _PROGRESS.pack_into(self.progress, 0, k, used)
             resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + cpu_s + 1), hard), hard))
-            builtins.__dict__.clear()
-            builtins.__dict__.update(_PRISTINE_BUILTINS)
+            _BUILTINS.restore()
             ns["__builtins__"] = builtins
             wall = time.monotonic()
             report = self._unit(ns, units[i], i)
@@ -668,6 +712,7 @@ class Worker:
         self.iso = sandbox.isolate_worker(uid, sandbox.private_dirs(_REPO), sandbox.interpreter_dirs())
         # One path for every job (made afresh each time): the nursery sets HOME and TMPDIR once.
         self.workdir = os.path.join("/tmp", f"judge-{os.getpid()}")
+        _warm_up()
         self.nursery = Nursery(self.iso, self.workdir, (control_in, control_out))
         self.seq = 0
 
@@ -779,6 +824,24 @@ class Worker:
         return path
 
 
+def _warm_up() -> None:
+    """Run the judge's own problems through this process's runner code (`engine.judge.warmup`
+    says why), then undo what a runner changes in its process: CPU limit, SIGXCPU, builtins."""
+    cpu_limit, on_xcpu = resource.getrlimit(resource.RLIMIT_CPU), signal.getsignal(signal.SIGXCPU)
+    sink, progress = os.open(os.devnull, os.O_WRONLY), mmap.mmap(-1, mmap.PAGESIZE)
+    raw_jobs = [_runner_job(job) for job in warmup.jobs()]
+    try:
+        for _ in range(warmup.ROUNDS):
+            for raw in raw_jobs:
+                Runner(marshal.loads(raw), sink, False, progress=progress).run()
+    finally:
+        resource.setrlimit(resource.RLIMIT_CPU, cpu_limit)
+        signal.signal(signal.SIGXCPU, on_xcpu)
+        _BUILTINS.restore(force=True)
+        os.close(sink)
+        progress.close()
+
+
 _CODE_CACHE: dict[tuple[str, str, str], types.CodeType | str] = {}
 
 
@@ -859,8 +922,6 @@ def _remove_tree(path: str) -> None:
 
 def _install_exit_builtins() -> None:
     """`exit`/`quit` come from the `site` module, which `-S` skips; programs use them."""
-    import builtins
-
     def exit(code=None):  # noqa: A001
         raise SystemExit(code)
 
@@ -879,6 +940,6 @@ def main() -> None:
     _install_exit_builtins()
 
     sys.set_int_max_str_digits(0)
-    _PRISTINE_BUILTINS.update(vars(__import__("builtins")))
+    _BUILTINS.snapshot()
     Worker(uid, control_in, control_out).serve()
 

@@ -161,3 +161,19 @@ def test_stats_reports_the_isolation_in_force(judge):
         assert "netns" in iso and "ipcns(no-sysv-ipc,no-mqueue)" in iso and "pidns-per-sample" in iso and "uid=" in iso
     else:
         assert "fallback" in iso
+
+
+SORTS = Problem(id="toy/sorts", source="toy", split="test", kind="function", statement="", entry_point="order",
+                function_tests=FunctionTests(asserts=["assert sorted(order([3, 1])) == [1, 3]",
+                                                      "assert sorted(order([2, 9, 5])) == [2, 5, 9]"]))
+
+
+@pytest.mark.parametrize("where", ["module", "first test"])
+def test_builtins_a_program_patches_are_put_back_before_each_test(judge, where):
+    """Each test starts from the pristine builtins, whether the program patched them while loading
+    or during an earlier test: the patch cannot decide a later operand."""
+    patch = "import builtins\nbuiltins.sorted = lambda *a, **k: [0]\n"
+    program = (patch + "def order(xs):\n    return xs\n" if where == "module" else
+               "def order(xs):\n    exec(" + repr(patch) + ")\n    return xs\n")
+    result = judge.judge(SORTS, program, code_is_program=True)
+    assert result.accepted, (result.verdict, result.failures)
