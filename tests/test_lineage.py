@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,7 @@ def test_heartbeat_touches_only_running_runs(lineage):
     planned(lineage, "a", "b")
     lineage.set_state("a", S.queued)
     first = lineage.set_state("a", S.running).heartbeat_at
+    time.sleep(0.005)  # timestamps have millisecond resolution: let the clock move past `first`
     lineage.heartbeat(["a", "b"])
     assert lineage.run("a").heartbeat_at > first
     assert lineage.run("b").heartbeat_at is None
