@@ -16,8 +16,10 @@ round trip; they pass on the positive "unit finished" frame.
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import functools
+import itertools
 import re
 from typing import Any
 
@@ -66,9 +68,7 @@ def _plan(key: tuple, shadowed: frozenset[str]) -> tuple[dict[str, Any], dict[st
     entry_point, candidate, setup, asserts, challenge, check = key
     imports = _imports(setup)
     trusted = (_BUILTINS - shadowed) | _bound_names(imports)
-    units: list[dict[str, Any]] = []
-    for src in [*asserts, *challenge]:
-        units.append(_assert_unit(src, trusted))
+    units = _assert_units([*asserts, *challenge], trusted)
     if not units and check:
         units.append({"kind": "check", "src": _plain_guarded(check), "label": f"check({entry_point})"})
     public = {
@@ -127,6 +127,30 @@ def _bound_names(imports: str) -> set[str]:
     return names
 
 
+def _assert_units(srcs: list[str], trusted: frozenset[str] | set[str]) -> list[dict[str, Any]]:
+    """A problem's asserts parsed together, one `ast.parse` instead of one each (parsing was most
+    of what a cold plan cost); one that does not parse, or does not sit alone on its own lines
+    once joined, is parsed on its own."""
+    texts = [src.strip() for src in srcs]
+    source = _Source("\n".join(texts))
+    try:
+        body = ast.parse(source.text).body
+    except SyntaxError:
+        return [_assert_unit(src, trusted) for src in srcs]
+    starts = list(itertools.accumulate([1] + [t.count("\n") + 1 for t in texts[:-1]]))
+    owned: list[list[ast.stmt]] = [[] for _ in texts]
+    for stmt in body:
+        owned[bisect.bisect_right(starts, stmt.lineno) - 1].append(stmt)
+    units = []
+    for src, text, start, stmts in zip(srcs, texts, starts, owned):
+        alone = len(stmts) == 1 and stmts[0].end_lineno <= start + text.count("\n")
+        if alone and isinstance(stmts[0], ast.Assert):
+            units.append(_assert_from(stmts[0], source, text, trusted))
+        else:
+            units.append(_assert_unit(src, trusted))
+    return units
+
+
 def _assert_unit(src: str, trusted: frozenset[str] | set[str]) -> dict[str, Any]:
     try:
         body = ast.parse(src.strip()).body
@@ -134,26 +158,55 @@ def _assert_unit(src: str, trusted: frozenset[str] | set[str]) -> dict[str, Any]
         return {"kind": "stmt", "src": src, "label": src}  # the sandbox reports the syntax error
     if len(body) != 1 or not isinstance(body[0], ast.Assert):
         return {"kind": "stmt", "src": _plain_guarded(src), "label": src}
+    return _assert_from(body[0], _Source(src.strip()), src.strip(), trusted)
+
+
+def _assert_from(node: ast.Assert, source: "_Source", label: str, trusted: frozenset[str] | set[str]) -> dict[str, Any]:
     leaves: list[dict[str, Any]] = []
-    tree = _logic(body[0].test, leaves, trusted)
-    return {"kind": "assert", "tree": tree, "leaves": leaves, "label": src.strip()}
+    tree = _Logic(source, leaves, trusted).tree(node.test)
+    return {"kind": "assert", "tree": tree, "leaves": leaves, "label": label}
 
 
-def _logic(node: ast.expr, leaves: list[dict[str, Any]], trusted: frozenset[str] | set[str]) -> dict[str, Any]:
-    if isinstance(node, ast.Compare):
-        operands = [_logic_leaf(n, leaves, trusted) for n in [node.left, *node.comparators]]
-        return {"cmp": operands, "ops": [type(op).__name__ for op in node.ops]}
-    if isinstance(node, ast.BoolOp):
-        return {"and" if isinstance(node.op, ast.And) else "or": [_logic(v, leaves, trusted) for v in node.values]}
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return {"not": _logic(node.operand, leaves, trusted)}
-    # A bare operand is used for its truth value only: take bool() in the sandbox so any object
-    # (a re.Match, a generator) can cross; a custom __bool__ can only claim what `return True` could.
-    return _logic_leaf(ast.Call(func=ast.Name(id="bool", ctx=ast.Load()), args=[node], keywords=[]), leaves, trusted)
+class _Source:
+    """Text that nodes were parsed from; a node's own source is cut from it (`ast.unparse` of
+    every operand was the other big part of a cold plan)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.lines = text.encode().split(b"\n")  # ast column offsets count UTF-8 bytes
+
+    def of(self, node: ast.expr) -> str:
+        """On one line, the node's own text; else (its lines may only join inside brackets that are
+        not its own), or for `:=` (whose parentheses are not its own), `ast.unparse`."""
+        if node.lineno == node.end_lineno and not isinstance(node, ast.NamedExpr):
+            return self.lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode()
+        return ast.unparse(node)
 
 
-def _logic_leaf(node: ast.expr, leaves: list[dict[str, Any]], trusted: frozenset[str] | set[str]) -> dict[str, Any]:
-    src = ast.unparse(node)
+class _Logic:
+    """An assert's test as a logic tree (compare / and / or / not) over leaves."""
+
+    def __init__(self, source: _Source, leaves: list[dict[str, Any]], trusted: frozenset[str] | set[str]) -> None:
+        self.source, self.leaves, self.trusted = source, leaves, trusted
+
+    def tree(self, node: ast.expr) -> dict[str, Any]:
+        if isinstance(node, ast.Compare):
+            return {"cmp": [self.leaf(n, self.source.of(n)) for n in [node.left, *node.comparators]],
+                    "ops": [type(op).__name__ for op in node.ops]}
+        if isinstance(node, ast.BoolOp):
+            return {"and" if isinstance(node.op, ast.And) else "or": [self.tree(v) for v in node.values]}
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return {"not": self.tree(node.operand)}
+        # A bare operand is used for its truth value only: take bool() in the sandbox so any object
+        # (a re.Match, a generator) can cross; a custom __bool__ can only claim what `return True` could.
+        call = ast.Call(func=ast.Name(id="bool", ctx=ast.Load()), args=[node], keywords=[])
+        return self.leaf(call, f"bool({self.source.of(node)})")
+
+    def leaf(self, node: ast.expr, src: str) -> dict[str, Any]:
+        return _logic_leaf(node, src, self.leaves, self.trusted)
+
+
+def _logic_leaf(node: ast.expr, src: str, leaves: list[dict[str, Any]], trusted: frozenset[str] | set[str]) -> dict[str, Any]:
     leaf: dict[str, Any] = {"src": src}
     try:
         leaf["literal"] = plain.encode(ast.literal_eval(node))

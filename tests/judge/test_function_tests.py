@@ -177,3 +177,17 @@ def test_builtins_a_program_patches_are_put_back_before_each_test(judge, where):
                "def order(xs):\n    exec(" + repr(patch) + ")\n    return xs\n")
     result = judge.judge(SORTS, program, code_is_program=True)
     assert result.accepted, (result.verdict, result.failures)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["parsed together", "one does not parse"])
+def test_asserts_parsed_together_still_judge_one_by_one(judge, broken):
+    """A problem's asserts are parsed in one go (when one does not parse, each on its own);
+    operands spanning lines, continued lines and `:=` keep their meaning either way."""
+    asserts = ["assert f(3) == (\n    4 +\n    5)", "assert (y := f(2)) == 4 and y > 3", "assert f(1) == 1 + \\\n    0"]
+    if broken:
+        asserts.insert(1, "assert f(2) ==")
+    problem = Problem(id="toy/square", source="toy", split="test", kind="function", statement="", entry_point="f",
+                      function_tests=FunctionTests(asserts=asserts))
+    result = judge.judge(problem, "def f(x):\n    return x * x\n", code_is_program=True)
+    assert (result.passed, result.total) == (3, len(asserts)), result.failures
+    assert [f.index for f in result.failures] == ([1] if broken else [])
