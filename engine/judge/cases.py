@@ -137,13 +137,14 @@ def _assert_units(srcs: list[str], trusted: frozenset[str] | set[str]) -> list[d
         body = ast.parse(source.text).body
     except SyntaxError:
         return [_assert_unit(src, trusted) for src in srcs]
-    starts = list(itertools.accumulate([1] + [t.count("\n") + 1 for t in texts[:-1]]))
+    heights = [t.count("\n") + 1 for t in texts]
+    starts = list(itertools.accumulate([1] + heights[:-1]))
     owned: list[list[ast.stmt]] = [[] for _ in texts]
     for stmt in body:
         owned[bisect.bisect_right(starts, stmt.lineno) - 1].append(stmt)
     units = []
-    for src, text, start, stmts in zip(srcs, texts, starts, owned):
-        alone = len(stmts) == 1 and stmts[0].end_lineno <= start + text.count("\n")
+    for src, text, start, height, stmts in zip(srcs, texts, starts, heights, owned):
+        alone = len(stmts) == 1 and stmts[0].end_lineno < start + height
         if alone and isinstance(stmts[0], ast.Assert):
             units.append(_assert_from(stmts[0], source, text, trusted))
         else:
@@ -161,7 +162,7 @@ def _assert_unit(src: str, trusted: frozenset[str] | set[str]) -> dict[str, Any]
     return _assert_from(body[0], _Source(src.strip()), src.strip(), trusted)
 
 
-def _assert_from(node: ast.Assert, source: "_Source", label: str, trusted: frozenset[str] | set[str]) -> dict[str, Any]:
+def _assert_from(node: ast.Assert, source: _Source, label: str, trusted: frozenset[str] | set[str]) -> dict[str, Any]:
     leaves: list[dict[str, Any]] = []
     tree = _Logic(source, leaves, trusted).tree(node.test)
     return {"kind": "assert", "tree": tree, "leaves": leaves, "label": label}
@@ -203,18 +204,14 @@ class _Logic:
         return self.leaf(call, f"bool({self.source.of(node)})")
 
     def leaf(self, node: ast.expr, src: str) -> dict[str, Any]:
-        return _logic_leaf(node, src, self.leaves, self.trusted)
-
-
-def _logic_leaf(node: ast.expr, src: str, leaves: list[dict[str, Any]], trusted: frozenset[str] | set[str]) -> dict[str, Any]:
-    leaf: dict[str, Any] = {"src": src}
-    try:
-        leaf["literal"] = plain.encode(ast.literal_eval(node))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, plain.NotPlain):
-        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-        leaf["phase"] = "before" if names <= trusted and not _has_lambda_or_walrus(node) else "after"
-    leaves.append(leaf)
-    return {"leaf": len(leaves) - 1}
+        leaf: dict[str, Any] = {"src": src}
+        try:
+            leaf["literal"] = plain.encode(ast.literal_eval(node))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, plain.NotPlain):
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            leaf["phase"] = "before" if names <= self.trusted and not _has_lambda_or_walrus(node) else "after"
+        self.leaves.append(leaf)
+        return {"leaf": len(self.leaves) - 1}
 
 
 def _has_lambda_or_walrus(node: ast.expr) -> bool:

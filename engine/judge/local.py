@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Callable, Sequence
 
 from engine.judge import worker as wire
@@ -25,10 +24,9 @@ from engine.judge.api import JudgeConfig, JudgeJob, test_count
 from engine.judge.cases import function_plan, stdio_plan
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 
-REPO = Path(wire.__file__).resolve().parents[2]
 # Imported, not run as a script: a script is compiled from source at every start, and the memory
 # that compiling churns stays in the worker's heap, which every fork copies (≈ 2 MB here).
-WORKER_MAIN = f"import sys; sys.path.insert(0, {str(REPO)!r}); from engine.judge.worker import main; main()"
+WORKER_MAIN = f"import sys; sys.path.insert(0, {wire.REPO!r}); from engine.judge.worker import main; main()"
 BASE_UID = 61000  # sandbox uids start here; unused by any account on a normal system
 UID_BLOCKS = 4096  # judges in one machine get different blocks of SLOTS uids (by pid)
 SLOTS = 64

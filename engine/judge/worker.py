@@ -48,7 +48,7 @@ import types
 from engine.judge import plain, sandbox, warmup
 from engine.judge.outcome import SLACK_S, Collector
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Modules solutions commonly import: loaded once here, shared by every fork. Every resident MB
 # costs each fork and exit ≈ 0.05 ms, so rarely imported heavy modules stay out: hashlib (OpenSSL,
@@ -692,13 +692,13 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _become_runner(raw_job: "_JobBuffer", workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
+def _become_runner(job_buffer: _JobBuffer, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
                    progress: mmap.mmap, reset_dumpable: bool) -> None:
     """In the fresh PID namespace: fds = [result pipe, stdout file, stderr file]. No ctypes call
     here unless a fallback needs one (see `sandbox.lock_down_descendants`); `ps` shows runners
     as the nursery's children, under its name."""
     try:
-        job = raw_job.parse()
+        job = job_buffer.parse()
         wfd, out_fd, err_fd = fds
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -726,7 +726,7 @@ def _become_runner(raw_job: "_JobBuffer", workdir: str, fds: list[int], start: i
 class Worker:
     def __init__(self, uid: int, control_in: int, control_out: int) -> None:
         self.uid, self.cin, self.cout = uid, control_in, control_out
-        self.iso = sandbox.isolate_worker(uid, sandbox.private_dirs(_REPO), sandbox.interpreter_dirs())
+        self.iso = sandbox.isolate_worker(uid, sandbox.private_dirs(REPO), sandbox.interpreter_dirs())
         # One path for every job (made afresh each time): the nursery sets HOME and TMPDIR once.
         self.workdir = os.path.join("/tmp", f"judge-{os.getpid()}")
         _warm_up()
