@@ -32,6 +32,10 @@ class JudgeConfig:
     memory_mb: int = 1024  # address space per sample
     max_output_bytes: int = 16 * 1024 * 1024  # per test; beyond it → OUTPUT_LIMIT
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # One CPU per worker (its nursery and sandboxes inherit it): a sample's processes then share
+    # one core's caches and TLB. None: pin when the workers are at least this process's CPUs, so
+    # pinning never takes a free CPU away from them.
+    pin_workers: Optional[bool] = None
     compare: CompareMode = "tokens"
     float_tol: float = 1e-6  # absolute-or-relative, used by compare="float"
     max_failures_reported: int = 3  # K failing tests kept for repair feedback

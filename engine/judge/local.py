@@ -10,9 +10,12 @@ job is reported as INTERNAL_ERROR (a judge fault, never a model verdict).
 
 from __future__ import annotations
 
+import collections
 import itertools
+import json
 import os
 import queue
+import select
 import subprocess
 import sys
 import threading
@@ -43,11 +46,18 @@ def sandbox_uid() -> int:
     return BASE_UID + (os.getpid() % UID_BLOCKS) * SLOTS + next(_slots) % SLOTS
 
 
+def worker_cpus(config: JudgeConfig) -> list[int] | None:
+    """The CPU of each worker slot, or None when workers float (see `JudgeConfig.pin_workers`)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    pin = config.pin_workers if config.pin_workers is not None else config.workers >= len(allowed)
+    return [allowed[slot % len(allowed)] for slot in range(config.workers)] if pin else None
+
+
 class _WorkerProcess:
-    def __init__(self, slot: int) -> None:
-        self.slot = slot
+    def __init__(self, slot: int, cpu: int | None) -> None:
+        self.slot, self.cpu = slot, cpu
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid())],
+            [sys.executable, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid()), str(-1 if cpu is None else cpu)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
             close_fds=True,
         )
@@ -57,9 +67,10 @@ class _WorkerProcess:
         self.isolation: str = hello["hello"]
         self.pid: int = hello["pid"]
 
-    def run(self, public: dict, secret: dict) -> dict:
-        wire.send(self.proc.stdin.fileno(), public)
-        wire.send(self.proc.stdin.fileno(), secret)
+    def send(self, message: bytes) -> None:
+        wire.write_all(self.proc.stdin.fileno(), message)
+
+    def answer(self) -> dict:
         answer = wire.receive(self.proc.stdout.fileno())
         if answer is None:
             raise RuntimeError(f"sandbox worker {self.pid} died (exit {self.proc.poll()})")
@@ -83,50 +94,89 @@ class LocalBackend:
         self._all: list[_WorkerProcess] = []
         self._lock = threading.Lock()
         self._isolation = ""
+        self._cpus = worker_cpus(config)
 
     def _start(self) -> None:
         with self._lock:
             if self._all:
                 return
             with ThreadPoolExecutor(self.config.workers) as pool:
-                started = list(pool.map(_WorkerProcess, range(self.config.workers)))
+                started = list(pool.map(self._spawn, range(self.config.workers)))
             for w in started:
                 self._all.append(w)
                 self._idle.put(w)
             self._isolation = started[0].isolation
+
+    def _spawn(self, slot: int) -> _WorkerProcess:
+        return _WorkerProcess(slot, self._cpus[slot] if self._cpus else None)
 
     def isolation(self) -> str:
         self._start()
         return self._isolation
 
     def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]:
+        """Every job on the first idle worker, from this one thread: it waits on the busy workers'
+        answer pipes together and encodes the next jobs while they run (no thread per job, no
+        hand-off between threads per sample). Calls from several threads share the workers."""
         self._start()
-        with ThreadPoolExecutor(self.config.workers) as pool:
-            futures = [pool.submit(self._run_one, job) for job in jobs]
-            results = []
-            for future in futures:
-                results.append(future.result())
-                if progress:
-                    progress(1)
-        return results
-
-    def _run_one(self, job: JudgeJob) -> SampleResult:
-        public, secret = self._messages(job)
-        worker = self._idle.get()
+        batch = _Batch(jobs)
+        busy: dict[int, tuple[_WorkerProcess, int]] = {}  # answer fd → (worker, job index)
         try:
-            answer = worker.run(public, secret)
-        except (RuntimeError, OSError, ValueError) as exc:
-            worker = self._replace(worker)
-            return _internal(job, f"{exc}", self._isolation)
+            while batch.left or busy:
+                self._dispatch(batch, busy)
+                for fd in self._ready(batch, busy):
+                    worker, i = busy[fd]
+                    batch.results[i] = self._collect(worker, jobs[i])
+                    del busy[fd]
+                    if progress:
+                        progress(1)
         finally:
-            self._idle.put(worker)
+            for worker, _ in busy.values():  # interrupted: their answers will never be read
+                self._idle.put(self._replace(worker))
+        return batch.results
+
+    def _dispatch(self, batch: "_Batch", busy: dict) -> None:
+        """Hand pending jobs to idle workers; wait for one only when nothing is in flight."""
+        while batch.left:
+            try:
+                worker = self._idle.get(block=not busy)
+            except queue.Empty:
+                return
+            i, message = batch.next(self._encode)
+            try:
+                worker.send(message)
+            except OSError as exc:
+                batch.results[i] = _internal(batch.jobs[i], f"sandbox worker {worker.pid} died ({exc})", self._isolation)
+                self._idle.put(self._replace(worker))
+                continue
+            busy[worker.proc.stdout.fileno()] = (worker, i)
+
+    def _ready(self, batch: "_Batch", busy: dict) -> list[int]:
+        """The answer pipes that are readable; while none is, the next job is encoded."""
+        while True:
+            ready, _, _ = select.select(list(busy), [], [], 0 if batch.can_encode else None)
+            if ready or not batch.can_encode:
+                return ready
+            batch.encode_ahead(self._encode)
+
+    def _collect(self, worker: _WorkerProcess, job: JudgeJob) -> SampleResult:
+        try:
+            answer = worker.answer()
+        except (RuntimeError, OSError, ValueError) as exc:
+            answer = {"internal": f"{exc}"}
+            worker = self._replace(worker)
+        self._idle.put(worker)
         if "internal" in answer:
             return _internal(job, answer["internal"], self._isolation)
         return _to_result(job, answer, self._isolation)
 
+    def _encode(self, job: JudgeJob) -> bytes:
+        public, secret = self._messages(job)
+        return b"".join(wire.frame(json.dumps(m).encode()) for m in (public, secret))
+
     def _replace(self, dead: _WorkerProcess) -> _WorkerProcess:
         dead.close()
-        fresh = _WorkerProcess(dead.slot)
+        fresh = self._spawn(dead.slot)
         with self._lock:
             self._all[self._all.index(dead)] = fresh
         return fresh
@@ -153,6 +203,35 @@ class LocalBackend:
             for w in self._all:
                 w.close()
             self._all.clear()
+
+
+class _Batch:
+    """One `run_many` call's jobs: which are left, their encoded messages, their results."""
+
+    AHEAD = 4  # jobs encoded before a worker asks for them
+
+    def __init__(self, jobs: Sequence[JudgeJob]) -> None:
+        self.jobs = jobs
+        self.results: list[SampleResult] = [None] * len(jobs)  # type: ignore[list-item]
+        self.encoded: collections.deque[bytes] = collections.deque()
+        self.sent = 0
+
+    @property
+    def left(self) -> bool:
+        return self.sent < len(self.jobs)
+
+    @property
+    def can_encode(self) -> bool:
+        return len(self.encoded) < self.AHEAD and self.sent + len(self.encoded) < len(self.jobs)
+
+    def encode_ahead(self, encode: Callable[[JudgeJob], bytes]) -> None:
+        self.encoded.append(encode(self.jobs[self.sent + len(self.encoded)]))
+
+    def next(self, encode: Callable[[JudgeJob], bytes]) -> tuple[int, bytes]:
+        if not self.encoded:
+            self.encode_ahead(encode)
+        self.sent += 1
+        return self.sent - 1, self.encoded.popleft()
 
 
 def _to_result(job: JudgeJob, answer: dict, isolation: str) -> SampleResult:

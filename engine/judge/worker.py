@@ -120,7 +120,11 @@ def send(fd: int, message: dict) -> None:
 
 
 def send_raw(fd: int, data: bytes) -> None:
-    write_all(fd, _HEADER.pack(len(data)) + data)
+    write_all(fd, frame(data))
+
+
+def frame(data: bytes) -> bytes:
+    return _HEADER.pack(len(data)) + data
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -946,7 +950,9 @@ def _install_exit_builtins() -> None:
 
 
 def main() -> None:
-    uid = int(sys.argv[1])
+    uid, cpu = int(sys.argv[1]), int(sys.argv[2])
+    if cpu >= 0:  # first, so everything it warms and forks lives on that CPU
+        os.sched_setaffinity(0, {cpu})
     sandbox.set_name(b"judge-worker")
     control_in, control_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
