@@ -61,6 +61,7 @@ def clear_plan_cache() -> None:
     """Forget cached plans (benchmarks use it to time the cold path)."""
     _plan.cache_clear()
     _builtins_named_in.cache_clear()
+    _STDIO_PLANS.clear()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -247,7 +248,18 @@ def _plain_guarded(src: str) -> str:
 
 
 def stdio_plan(problem: Problem, *, compare: str, tol: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    public = {"inputs": [t.input for t in problem.stdio_tests]}
-    secret = {"outputs": [t.output for t in problem.stdio_tests], "checker": problem.checker,
-              "compare": compare, "tol": tol}
-    return public, secret
+    """The same objects for the same problem object: a worker that holds a plan is not sent it
+    again (inputs can be megabytes). The returned dicts are shared and must not be mutated."""
+    held = _STDIO_PLANS.get(id(problem))
+    if held is not None and held[0] is problem and held[1] == (compare, tol):
+        return held[2]
+    plan = ({"inputs": [t.input for t in problem.stdio_tests]},
+            {"outputs": [t.output for t in problem.stdio_tests], "checker": problem.checker, "compare": compare,
+             "tol": tol})
+    if len(_STDIO_PLANS) >= 256:
+        _STDIO_PLANS.clear()
+    _STDIO_PLANS[id(problem)] = (problem, (compare, tol), plan)  # the problem held: its id stays its own
+    return plan
+
+
+_STDIO_PLANS: dict[int, tuple[Problem, tuple[str, float], tuple[dict[str, Any], dict[str, Any]]]] = {}

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from engine.judge import worker as wire
@@ -33,6 +34,7 @@ WORKER_MAIN = f"import sys; sys.path.insert(0, {wire.REPO!r}); from engine.judge
 BASE_UID = 61000  # sandbox uids start here; unused by any account on a normal system
 UID_BLOCKS = 4096  # judges in one machine get different blocks of SLOTS uids (by pid)
 SLOTS = 64
+PLANS, PLAN_BYTES = 512, 64 << 20  # plans a worker holds, least recently used go first
 
 
 _slots = itertools.count()  # every worker of this process gets its own slot (and uid)
@@ -61,14 +63,30 @@ class _WorkerProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
             close_fds=True,
         )
+        self.plans: collections.OrderedDict[int, int] = collections.OrderedDict()  # held: id → bytes sent
         hello = wire.receive(self.proc.stdout.fileno())
         if hello is None:
             raise RuntimeError("sandbox worker failed to start")
         self.isolation: str = hello["hello"]
         self.pid: int = hello["pid"]
 
-    def send(self, message: bytes) -> None:
+    def send(self, head: dict, plan: "_Plan") -> None:
+        """The job; its plan too when this worker does not hold it (then the oldest go)."""
+        if plan.id in self.plans:
+            self.plans.move_to_end(plan.id)
+            message = _encode({**head, "plan_id": plan.id})
+        else:
+            parts = _encode(plan.public) + _encode(plan.secret)
+            head = {**head, "plan_id": plan.id, "new_plan": True, "forget": self._make_room(len(parts))}
+            self.plans[plan.id] = len(parts)
+            message = _encode(head) + parts
         wire.write_all(self.proc.stdin.fileno(), message)
+
+    def _make_room(self, size: int) -> list[int]:
+        forget = []
+        while self.plans and (sum(self.plans.values()) + size > PLAN_BYTES or len(self.plans) >= PLANS):
+            forget.append(self.plans.popitem(last=False)[0])
+        return forget
 
     def answer(self) -> dict:
         answer = wire.receive(self.proc.stdout.fileno())
@@ -95,6 +113,10 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._isolation = ""
         self._cpus = worker_cpus(config)
+        # Plans by identity (the planners return the same objects for the same tests): each gets
+        # an id never reused, so a worker holding an id holds that very plan.
+        self._plans: dict[int, _Plan] = {}
+        self._plan_ids = itertools.count()
 
     def _start(self) -> None:
         with self._lock:
@@ -116,7 +138,7 @@ class LocalBackend:
 
     def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]:
         """Every job on the first idle worker, from this one thread: it waits on the busy workers'
-        answer pipes together and encodes the next jobs while they run (no thread per job, no
+        answer pipes together and prepares the next jobs while they run (no thread per job, no
         hand-off between threads per sample). Calls from several threads share the workers."""
         self._start()
         batch = _Batch(jobs)
@@ -142,9 +164,9 @@ class LocalBackend:
                 worker = self._idle.get(block=not busy)
             except queue.Empty:
                 return
-            i, message = batch.next(self._encode)
+            i, (head, plan) = batch.next(self._prepare)
             try:
-                worker.send(message)
+                worker.send(head, plan)
             except OSError as exc:
                 batch.results[i] = _internal(batch.jobs[i], f"sandbox worker {worker.pid} died ({exc})", self._isolation)
                 self._idle.put(self._replace(worker))
@@ -152,12 +174,12 @@ class LocalBackend:
             busy[worker.proc.stdout.fileno()] = (worker, i)
 
     def _ready(self, batch: "_Batch", busy: dict) -> list[int]:
-        """The answer pipes that are readable; while none is, the next job is encoded."""
+        """The answer pipes that are readable; while none is, the next job is prepared."""
         while True:
-            ready, _, _ = select.select(list(busy), [], [], 0 if batch.can_encode else None)
-            if ready or not batch.can_encode:
+            ready, _, _ = select.select(list(busy), [], [], 0 if batch.can_prepare else None)
+            if ready or not batch.can_prepare:
                 return ready
-            batch.encode_ahead(self._encode)
+            batch.prepare_ahead(self._prepare)
 
     def _collect(self, worker: _WorkerProcess, job: JudgeJob) -> SampleResult:
         try:
@@ -170,9 +192,15 @@ class LocalBackend:
             return _internal(job, answer["internal"], self._isolation)
         return _to_result(job, answer, self._isolation)
 
-    def _encode(self, job: JudgeJob) -> bytes:
-        public, secret = self._messages(job)
-        return b"".join(wire.frame(json.dumps(m).encode()) for m in (public, secret))
+    def _prepare(self, job: JudgeJob) -> tuple[dict, "_Plan"]:
+        head, public, secret = self._messages(job)
+        with self._lock:
+            plan = self._plans.get(id(public))
+            if plan is None or plan.public is not public:
+                if len(self._plans) >= 8192:
+                    self._plans.clear()
+                plan = self._plans[id(public)] = _Plan(id=next(self._plan_ids), public=public, secret=secret)
+        return head, plan
 
     def _replace(self, dead: _WorkerProcess) -> _WorkerProcess:
         dead.close()
@@ -181,7 +209,7 @@ class LocalBackend:
             self._all[self._all.index(dead)] = fresh
         return fresh
 
-    def _messages(self, job: JudgeJob) -> tuple[dict, dict]:
+    def _messages(self, job: JudgeJob) -> tuple[dict, dict, dict]:
         problem, cfg = job.problem, self.config
         if problem.kind == "stdio":
             public_plan, secret = stdio_plan(problem, compare=cfg.compare, tol=cfg.float_tol)
@@ -193,10 +221,10 @@ class LocalBackend:
             "memory_mb": problem.memory_limit_mb or cfg.memory_mb, "output_bytes": cfg.max_output_bytes,
             "max_processes": cfg.max_processes, "max_open_files": cfg.max_open_files, "tail_bytes": cfg.tail_bytes,
         }
-        public = {"mode": problem.kind, "program": job.program, "plan": public_plan, "limits": limits,
-                  "order": list(range(test_count(problem))), "stop_first": job.stop_on_first_failure,
-                  "max_failures": cfg.max_failures_reported}
-        return public, secret
+        head = {"mode": problem.kind, "program": job.program, "limits": limits,
+                "order": list(range(test_count(problem))), "stop_first": job.stop_on_first_failure,
+                "max_failures": cfg.max_failures_reported}
+        return head, public_plan, secret
 
     def close(self) -> None:
         with self._lock:
@@ -205,15 +233,26 @@ class LocalBackend:
             self._all.clear()
 
 
-class _Batch:
-    """One `run_many` call's jobs: which are left, their encoded messages, their results."""
+@dataclass(kw_only=True, frozen=True)
+class _Plan:
+    id: int
+    public: dict
+    secret: dict
 
-    AHEAD = 4  # jobs encoded before a worker asks for them
+
+def _encode(message: dict) -> bytes:
+    return wire.frame(json.dumps(message).encode())
+
+
+class _Batch:
+    """One `run_many` call's jobs: which are left, the next ones prepared, their results."""
+
+    AHEAD = 4  # jobs prepared (plan looked up or built) before a worker asks for them
 
     def __init__(self, jobs: Sequence[JudgeJob]) -> None:
         self.jobs = jobs
         self.results: list[SampleResult] = [None] * len(jobs)  # type: ignore[list-item]
-        self.encoded: collections.deque[bytes] = collections.deque()
+        self.prepared: collections.deque[tuple[dict, _Plan]] = collections.deque()
         self.sent = 0
 
     @property
@@ -221,17 +260,17 @@ class _Batch:
         return self.sent < len(self.jobs)
 
     @property
-    def can_encode(self) -> bool:
-        return len(self.encoded) < self.AHEAD and self.sent + len(self.encoded) < len(self.jobs)
+    def can_prepare(self) -> bool:
+        return len(self.prepared) < self.AHEAD and self.sent + len(self.prepared) < len(self.jobs)
 
-    def encode_ahead(self, encode: Callable[[JudgeJob], bytes]) -> None:
-        self.encoded.append(encode(self.jobs[self.sent + len(self.encoded)]))
+    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, _Plan]]) -> None:
+        self.prepared.append(prepare(self.jobs[self.sent + len(self.prepared)]))
 
-    def next(self, encode: Callable[[JudgeJob], bytes]) -> tuple[int, bytes]:
-        if not self.encoded:
-            self.encode_ahead(encode)
+    def next(self, prepare: Callable[[JudgeJob], tuple[dict, _Plan]]) -> tuple[int, tuple[dict, _Plan]]:
+        if not self.prepared:
+            self.prepare_ahead(prepare)
         self.sent += 1
-        return self.sent - 1, self.encoded.popleft()
+        return self.sent - 1, self.prepared.popleft()
 
 
 def _to_result(job: JudgeJob, answer: dict, isolation: str) -> SampleResult:

@@ -31,6 +31,7 @@ stable integer for metrics. It never raises: a fault gives score 0 with
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -41,6 +42,7 @@ from typing import Any, Literal, Mapping, Optional
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import SampleResult, Verdict
+from engine.problem import Problem
 
 log = logging.getLogger("rlvr.reward")
 
@@ -140,11 +142,11 @@ def compute_score(
     STATS["calls"] += 1
     try:
         settings = RewardSettings.resolve(kwargs, extra_info)
-        tests = RewardTests.parse(ground_truth)
+        problem = _problem_of(ground_truth)
     except Exception as exc:  # bad config or ground truth: the pipeline's fault, not the model's
         return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
     try:
-        result = _judge_bounded(settings, tests, solution_str)
+        result = _judge_bounded(settings, problem, solution_str)
     except Exception as exc:
         return _internal(f"judge failed: {type(exc).__name__}: {exc}", data_source, start)
     if result is None:
@@ -167,7 +169,20 @@ async def compute_score_async(
     )
 
 
-def _judge_bounded(settings: RewardSettings, tests: RewardTests, solution_str: str) -> Optional[SampleResult]:
+def _problem_of(ground_truth: Any) -> Problem:
+    """The same Problem object for the same ground-truth text: the n samples of a prompt parse
+    it once, and each judge worker is sent its tests once."""
+    if isinstance(ground_truth, (str, bytes)):
+        return _parsed(ground_truth)
+    return RewardTests.parse(ground_truth).to_problem()
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(ground_truth: str | bytes) -> Problem:
+    return RewardTests.parse(ground_truth).to_problem()
+
+
+def _judge_bounded(settings: RewardSettings, problem: Problem, solution_str: str) -> Optional[SampleResult]:
     """Judge the last code block in a thread, waiting at most `wall_timeout_s` (None past it).
 
     The judge enforces per-test limits itself; this bound is a backstop for a
@@ -178,7 +193,7 @@ def _judge_bounded(settings: RewardSettings, tests: RewardTests, solution_str: s
     def work() -> None:
         try:
             judge = _JUDGES.get(settings)
-            box["result"] = judge.judge(tests.to_problem(), solution_str, stop_on_first_failure=settings.mode == "sparse")
+            box["result"] = judge.judge(problem, solution_str, stop_on_first_failure=settings.mode == "sparse")
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 

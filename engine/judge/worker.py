@@ -44,6 +44,7 @@ import struct
 import sys
 import time
 import types
+from dataclasses import dataclass
 
 from engine.judge import plain, sandbox, warmup
 from engine.judge.outcome import SLACK_S, Collector
@@ -735,6 +736,7 @@ class Worker:
         self.workdir = os.path.join("/tmp", f"judge-{os.getpid()}")
         _warm_up()
         self.nursery = Nursery(self.iso, self.workdir, (control_in, control_out))
+        self.plans = _Plans()
         self.seq = 0
 
     def serve(self) -> None:
@@ -755,16 +757,18 @@ class Worker:
                 return  # the judge is gone
 
     def run_job(self, raw: bytes) -> dict:
-        workdir = self._fresh_workdir()
         job = json.loads(raw)
-        raw_job = _runner_job(job)
+        plan = self.plans.take(job, self.cin)
+        job["plan"] = plan.public
+        raw_job = marshal.dumps({**job, "plan": plan.runner})
+        workdir = self._fresh_workdir()
         out_fd, err_fd = (os.open(os.path.join(workdir, name), os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
                           for name in (".stdout", ".stderr"))
         start = time.monotonic()
         try:
             # The expected side stays in this process: the nursery, a separate process since
             # start-up, and the runners it forks never see it.
-            collector = Collector(job, receive(self.cin) or {})
+            collector = Collector(job, plan.secret)
             cpu, rss = self._runners(job, raw_job, collector, out_fd, err_fd)
             if job["mode"] == "function":
                 collector.tails = (_fd_tail(out_fd, job["limits"]["tail_bytes"]),
@@ -863,19 +867,45 @@ def _warm_up() -> None:
         progress.close()
 
 
+@dataclass(kw_only=True, frozen=True)
+class _Plan:
+    public: dict  # the tests as the judge sent them (stdio inputs are also the checker's)
+    secret: dict  # expected outputs and literals: this process only
+    runner: dict  # `public` as runners get it: the tests' code compiled
+
+
+class _Plans:
+    """The plans this worker holds, by the judge's id. A problem's tests cross the pipe, are
+    parsed and compiled once, not once per sample (an RL step sends n samples of each problem,
+    and stdio inputs can be megabytes); the judge says which to forget."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, _Plan] = {}
+
+    def take(self, job: dict, control: int) -> _Plan:
+        for gone in job.pop("forget", ()):
+            self.held.pop(gone, None)
+        if job.pop("new_plan", False):  # its public and secret parts follow, a message each
+            public, secret = receive(control) or {}, receive(control) or {}
+            self.held[job["plan_id"]] = _Plan(public=public, secret=secret, runner=_runner_plan(job["mode"], public))
+        return self.held[job["plan_id"]]
+
+
 _CODE_CACHE: dict[tuple[str, str, str], types.CodeType | str] = {}
 
 
 def _runner_job(job: dict) -> bytes:
-    """The job as its runner reads it: marshal (a fraction of JSON's parsing cost in every runner)
-    with the tests' sources compiled here, once per source for the worker's life (an RL step sends
-    n samples of each problem)."""
-    if job["mode"] == "function":
-        plan = job["plan"]
-        job = {**job, "plan": {**plan, "setup": _test_code(plan["setup"], "<test setup>", "exec"),
-                               "imports": _test_code(plan["imports"], "<test imports>", "exec"),
-                               "units": [_unit_code(u) for u in plan["units"]]}}
-    return marshal.dumps(job)
+    """The job as its runner reads it: marshal (a fraction of JSON's parsing cost in every runner)."""
+    return marshal.dumps({**job, "plan": _runner_plan(job["mode"], job["plan"])})
+
+
+def _runner_plan(mode: str, plan: dict) -> dict:
+    """The tests' sources compiled here, once per source for the worker's life."""
+    if mode != "function":
+        return plan
+    return {**plan, "setup": _test_code(plan["setup"], "<test setup>", "exec"),
+            "imports": _test_code(plan["imports"], "<test imports>", "exec"),
+            "units": [_unit_code(u) for u in plan["units"]]}
 
 
 def _unit_code(unit: dict) -> dict:

@@ -52,6 +52,14 @@ def test_ground_truth_round_trip():
     assert RewardTests.parse(json.loads(ground_truth_from_problem(ADD))).to_problem().function_tests == ADD.function_tests
 
 
+def test_a_prompts_samples_share_one_parsed_problem():
+    """The n samples of a prompt carry the same ground-truth text: parsed once, and the local
+    judge's workers, which keep plans by problem, are sent its tests once."""
+    text = ground_truth_from_problem(ECHO)
+    assert reward_score._problem_of(text) is reward_score._problem_of(text)
+    assert reward_score._problem_of(json.loads(text)) is not reward_score._problem_of(json.loads(text))
+
+
 def test_dense_and_sparse(kw):
     gt = ground_truth_from_problem(ADD)
     half = "```python\ndef add(a, b):\n    return 3\n```"

@@ -1,0 +1,70 @@
+"""Workers keep the plans (tests) they were sent: each crosses the pipe once, not once per sample.
+
+The judge mirrors what every worker holds and tells it which plans to forget; a worker asked to
+run a plan it does not hold, or holding another plan under the same id, would give wrong or
+INTERNAL_ERROR verdicts, so mixed samples of many problems through a tiny plan budget check both.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.judge import local
+from engine.judge.api import Judge, JudgeConfig
+from engine.judge.cases import stdio_plan
+from engine.problem import FunctionTests, Problem, StdioTest
+
+
+def _function_problem(k: int) -> Problem:
+    return Problem(id=f"toy/add{k}", source="toy", split="test", kind="function", statement="", entry_point="f",
+                   function_tests=FunctionTests(asserts=[f"assert f({x}) == {x + k}" for x in range(3)]))
+
+
+def _stdio_problem(k: int) -> Problem:
+    return Problem(id=f"toy/echo{k}", source="toy", split="test", kind="stdio", statement="",
+                   stdio_tests=[StdioTest(input=f"{x}\n", output=f"{x * k}\n") for x in range(3)])
+
+
+def _samples(n_problems: int, rounds: int) -> list[tuple[Problem, str, bool]]:
+    out = []
+    for k in range(n_problems):
+        fn, io = _function_problem(k), _stdio_problem(k)
+        for _ in range(rounds):
+            out.append((fn, f"def f(x):\n    return x + {k}\n", True))
+            out.append((fn, f"def f(x):\n    return x + {k + 1}\n", False))
+            out.append((io, f"print(int(input()) * {k})\n", True))
+            out.append((io, f"print(int(input()) * {k} + 1)\n", False))
+    random.Random(7).shuffle(out)
+    return out
+
+
+@pytest.mark.parametrize("plans", [2, local.PLANS])
+def test_verdicts_stay_right_while_workers_forget_and_get_plans_again(monkeypatch, plans):
+    monkeypatch.setattr(local, "PLANS", plans)
+    samples = _samples(n_problems=6, rounds=3)
+    with Judge(JudgeConfig(workers=2, cache=False)) as judge:
+        for _ in range(2):
+            results = judge.judge_many([(p, code) for p, code, _ in samples], code_is_program=True)
+            assert [r.accepted for r in results] == [ok for _, _, ok in samples]
+            assert {r.verdict.value for r in results} == {"ACCEPTED", "WRONG_ANSWER"}
+        held = [w.plans for w in judge.backend._all]
+    assert all(0 < len(h) <= plans for h in held)
+
+
+def test_a_plan_crosses_to_a_worker_once_for_all_its_samples():
+    problem = _function_problem(3)
+    with Judge(JudgeConfig(workers=1, cache=False)) as judge:
+        judge.judge_many([(problem, "def f(x):\n    return x + 3\n")] * 5, code_is_program=True)
+        worker = judge.backend._all[0]
+        assert len(worker.plans) == 1
+        # The worker holds it: a job that names the plan without sending it is judged.
+        assert judge.judge(problem, "def f(x):\n    return x + 3\n", code_is_program=True).accepted
+
+
+def test_stdio_plans_are_the_same_objects_for_the_same_problem_object():
+    a, b = _stdio_problem(2), _stdio_problem(2)
+    assert stdio_plan(a, compare="tokens", tol=0.0) is stdio_plan(a, compare="tokens", tol=0.0)
+    assert stdio_plan(a, compare="tokens", tol=0.0) is not stdio_plan(b, compare="tokens", tol=0.0)
+    assert stdio_plan(a, compare="exact", tol=0.0)[1]["compare"] == "exact"
