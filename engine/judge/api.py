@@ -140,7 +140,10 @@ class Judge:
         code_is_program: bool = False,
         progress: Callable[[int], None] | None = None,
     ) -> list[SampleResult]:
-        """Judge every (problem, completion); results in input order. `progress(n)` reports n more done."""
+        """Judge every (problem, completion); results in input order. `progress(n)` reports n more done.
+
+        What is derived from a problem's tests (plans, cache keys) is kept per problem object:
+        treat a Problem as immutable once judged (build a new one for other tests)."""
         sparse = self.config.stop_on_first_failure if stop_on_first_failure is None else stop_on_first_failure
         results: list[SampleResult | None] = [None] * len(items)
         pending: dict[str, list[int]] = {}  # cache key → indices waiting for it
@@ -172,7 +175,8 @@ class Judge:
                 results[i] = result if n == 0 else result.model_copy(update={"problem_id": items[i][0].id, "cached": True})
             if progress:
                 progress(len(indices))
-        return [r.model_copy(update={"format_ok": formats[i]}) for i, r in enumerate(results)]  # type: ignore[union-attr]
+        return [r if r.format_ok == formats[i] else r.model_copy(update={"format_ok": formats[i]})  # type: ignore[union-attr]
+                for i, r in enumerate(results)]
 
     def _program(self, problem: Problem, completion: str, code_is_program: bool) -> tuple[str, bool]:
         if code_is_program:

@@ -11,16 +11,32 @@ from engine.judge.verdict import SampleResult
 
 if TYPE_CHECKING:
     from engine.judge.api import JudgeConfig, JudgeJob
+    from engine.problem import Problem
 
 
 def job_key(job: "JudgeJob", config: "JudgeConfig") -> str:
     """Hash of everything that can change a verdict; the problem id is deliberately not part of it."""
-    tests = job.problem.model_dump(include={"kind", "entry_point", "function_tests", "stdio_tests", "checker"})
     limits = [config.timeout_s, config.wall_s, config.memory_mb, config.max_output_bytes, config.compare,
               config.float_tol, config.max_failures_reported, config.max_processes, config.max_open_files,
               job.problem.time_limit_s, job.problem.memory_limit_mb, job.stop_on_first_failure, config.backend]
-    blob = json.dumps([job.program, tests, limits], sort_keys=True, default=str)
+    blob = json.dumps([job.program, _tests_digest(job.problem), limits], default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _tests_digest(problem: "Problem") -> str:
+    """Once per problem object (the n samples of a problem share it), not once per sample."""
+    held = _DIGESTS.get(id(problem))
+    if held is not None and held[0] is problem:
+        return held[1]
+    tests = problem.model_dump(include={"kind", "entry_point", "function_tests", "stdio_tests", "checker"})
+    digest = hashlib.sha256(json.dumps(tests, sort_keys=True, default=str).encode()).hexdigest()
+    if len(_DIGESTS) >= 1024:
+        _DIGESTS.clear()
+    _DIGESTS[id(problem)] = (problem, digest)  # the problem held: its id stays its own
+    return digest
+
+
+_DIGESTS: dict[int, tuple["Problem", str]] = {}
 
 
 class ResultCache:
@@ -45,7 +61,7 @@ class ResultCache:
     def put(self, key: str, result: SampleResult) -> None:
         if self.enabled:
             with self._lock:
-                self._results[key] = result
+                self._results[key] = result.model_copy()  # the caller gets `result` itself
 
     def stats(self) -> dict[str, object]:
         lookups = self.hits + self.misses
