@@ -27,7 +27,6 @@ import os
 import resource
 import struct
 import sys
-from dataclasses import dataclass, field
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -56,18 +55,17 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
-@dataclass(kw_only=True)
 class Isolation:
-    """What is active in this worker; `describe()` is what results report."""
+    """What is active in this worker; `describe()` is what results report.
 
-    netns: bool = False
-    ipc_off: bool = False
-    keys_off: bool = False
-    mountns: bool = False
-    pidns: bool = False
-    uid: int | None = None
-    notes: list[str] = field(default_factory=list)
-    _own_pidns_fd: int | None = None
+    A plain class, like everything the worker imports: `dataclasses` would bring `inspect` and
+    its imports into the nursery, 1.3 MB that every fork copies the page tables of."""
+
+    def __init__(self) -> None:
+        self.netns = self.ipc_off = self.keys_off = self.mountns = self.pidns = False
+        self.uid: int | None = None
+        self.notes: list[str] = []
+        self._own_pidns_fd: int | None = None
 
     def describe(self) -> str:
         parts = ["rlimits", "setsid"]

@@ -15,7 +15,7 @@ import the plan builder (`engine.judge.cases` needs pydantic); a test checks the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 ROUNDS = 10  # a function's bytecode is quickened after 8 calls; more rounds measured no better
 
@@ -35,8 +35,7 @@ def _check(*leaves: dict) -> dict:
 _LITERAL: dict = {}  # a literal operand never enters the sandbox
 
 
-@dataclass(frozen=True, kw_only=True)
-class WarmupProblem:
+class WarmupProblem(NamedTuple):  # not a dataclass: see `sandbox.Isolation`
     entry: str
     program: str
     asserts: list[str]

@@ -44,3 +44,17 @@ def test_warm_up_leaves_the_worker_as_it_found_it():
 def _status(proc: psutil.Process) -> dict[str, str]:
     with open(f"/proc/{proc.pid}/status") as fh:
         return dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+
+
+def test_sandboxes_start_with_the_pre_imports_and_nothing_heavy():
+    """Every module the worker holds is in every fork's page tables: what programs commonly import
+    is there, and nothing big that none of them does (dataclasses alone brings inspect: +1.3 MB)."""
+    probe = Problem(id="toy/modules", source="toy", split="test", kind="function", statement="", entry_point="f",
+                    function_tests=FunctionTests(asserts=["assert f() == []"]))
+    program = ("import sys\nHEAVY = ('dataclasses', 'inspect', 'ast', 'hashlib', 'threading', 'asyncio')\n"
+               "def f():\n    return [m for m in HEAVY if m in sys.modules]\n"
+               "print(sorted(m for m in ('typing', 're', 'json', 'collections') if m in sys.modules))\n")
+    with Judge(JudgeConfig(timeout_s=2.0, workers=1, cache=False)) as judge:
+        result = judge.judge(probe, program, code_is_program=True)
+    assert result.accepted, result.failures
+    assert result.stdout_tail.strip() == "['collections', 'json', 're', 'typing']"
