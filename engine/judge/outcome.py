@@ -36,6 +36,7 @@ class Collector:
     def __init__(self, job: dict, secret: dict) -> None:
         self.job, self.secret, self.limits = job, secret, job["limits"]
         self.order: list[int] = job["order"]
+        self._known = frozenset(self.order)
         self.verdicts: dict[int, dict[str, Any]] = {}
         self.results: dict[int, dict] = {}
         self.before: dict | None = None
@@ -130,7 +131,7 @@ class Collector:
 
     def _done(self, done: dict) -> None:
         i = int(done["i"])
-        if i in self.verdicts or i not in self.order:
+        if i in self.verdicts or i not in self._known:
             return
         try:
             verdict, extra = self._decide(i, done)
@@ -200,9 +201,10 @@ class Collector:
 
     def _leaf_values(self, i: int, unit: dict, after: dict) -> dict[int, object]:
         values: dict[int, object] = {}
+        literals = _literals(unit)
         for n in range(len(unit["sources"])):
-            if str(n) in unit["literals"]:
-                values[n] = plain.decode(unit["literals"][str(n)])
+            if n in literals:
+                values[n] = literals[n]
                 continue
             key = f"{i}.{n}"
             if self.before and key in self.before:
@@ -249,6 +251,15 @@ class Collector:
         }
 
 
+def _literals(unit: dict) -> dict[int, object]:
+    """The unit's expected literals, decoded once per plan (the worker keeps a plan's secret part
+    for all its samples; nothing here mutates a value it compares)."""
+    decoded = unit.get("decoded")
+    if decoded is None:
+        decoded = unit["decoded"] = {int(n): plain.decode(v) for n, v in unit["literals"].items()}
+    return decoded
+
+
 def _truth(tree: dict, values: dict[int, object]) -> bool:
     return bool(_eval_tree(tree, values))
 
@@ -256,6 +267,10 @@ def _truth(tree: dict, values: dict[int, object]) -> bool:
 def _eval_tree(tree: dict, values: dict[int, object]) -> object:
     if "leaf" in tree:
         return values[tree["leaf"]]
+    ops = tree.get("ops")
+    if ops is not None and len(ops) == 1:  # most asserts: one comparison
+        left, right = tree["cmp"]
+        return _OPS[ops[0]](_eval_tree(left, values), _eval_tree(right, values))
     if "not" in tree:
         return not _eval_tree(tree["not"], values)
     if "and" in tree:
