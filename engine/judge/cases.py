@@ -21,7 +21,7 @@ import builtins
 import functools
 import itertools
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.judge import plain
 from engine.judge.extract import parse_quietly
@@ -30,8 +30,17 @@ from engine.problem import Problem
 _BUILTINS = frozenset(dir(builtins))
 
 
-def function_plan(problem: Problem, program: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
-    """(public plan the sandbox sees, secret part only the worker sees: expected literals and labels).
+class Plan(NamedTuple):
+    public: dict[str, Any]  # what the sandbox sees
+    secret: dict[str, Any]  # only the worker: expected literals/outputs and labels
+    id: int  # never reused in this process: a worker holding a plan by this id holds this very plan
+
+
+_PLAN_IDS = itertools.count()
+
+
+def function_plan(problem: Problem, program: str = "") -> Plan:
+    """The plan of a function problem's tests.
 
     A name the program binds at top level (MBPP 126 defines its own `sum`) is not a builtin
     for its tests: operands using it are evaluated after the program, as the test means.
@@ -87,7 +96,7 @@ def clear_plan_cache() -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(key: tuple, shadowed: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _plan(key: tuple, shadowed: frozenset[str]) -> Plan:
     entry_point, candidate, setup, asserts, challenge, check = key
     imports = _imports(setup)
     trusted = (_BUILTINS - shadowed) | _bound_names(imports)
@@ -105,7 +114,7 @@ def _plan(key: tuple, shadowed: frozenset[str]) -> tuple[dict[str, Any], dict[st
                          "literals": {str(n): leaf["literal"] for n, leaf in enumerate(u.get("leaves", ()))
                                       if "literal" in leaf},
                          "sources": [leaf["src"] for leaf in u.get("leaves", ())]} for u in units]}
-    return public, secret
+    return Plan(public, secret, next(_PLAN_IDS))
 
 
 def _public_unit(unit: dict[str, Any]) -> dict[str, Any]:
@@ -269,19 +278,20 @@ def _plain_guarded(src: str) -> str:
     return ast.unparse(ast.fix_missing_locations(_PlainGuard().visit(tree)))
 
 
-def stdio_plan(problem: Problem, *, compare: str, tol: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The same objects for the same problem object: a worker that holds a plan is not sent it
+def stdio_plan(problem: Problem, *, compare: str, tol: float) -> Plan:
+    """The same plan for the same problem object: a worker that holds a plan is not sent it
     again (inputs can be megabytes). The returned dicts are shared and must not be mutated."""
     held = _STDIO_PLANS.get(id(problem))
     if held is not None and held[0] is problem and held[1] == (compare, tol):
         return held[2]
-    plan = ({"inputs": [t.input for t in problem.stdio_tests]},
-            {"outputs": [t.output for t in problem.stdio_tests], "checker": problem.checker, "compare": compare,
-             "tol": tol})
+    plan = Plan({"inputs": [t.input for t in problem.stdio_tests]},
+                {"outputs": [t.output for t in problem.stdio_tests], "checker": problem.checker, "compare": compare,
+                 "tol": tol},
+                next(_PLAN_IDS))
     if len(_STDIO_PLANS) >= 256:
         _STDIO_PLANS.clear()
     _STDIO_PLANS[id(problem)] = (problem, (compare, tol), plan)  # the problem held: its id stays its own
     return plan
 
 
-_STDIO_PLANS: dict[int, tuple[Problem, tuple[str, float], tuple[dict[str, Any], dict[str, Any]]]] = {}
+_STDIO_PLANS: dict[int, tuple[Problem, tuple[str, float], Plan]] = {}

@@ -20,12 +20,11 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from engine.judge import worker as wire
 from engine.judge.api import JudgeConfig, JudgeJob, test_count
-from engine.judge.cases import function_plan, stdio_plan
+from engine.judge.cases import Plan, function_plan, stdio_plan
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 
 # Imported, not run as a script: a script is compiled from source at every start, and the memory
@@ -64,13 +63,14 @@ class _WorkerProcess:
             close_fds=True,
         )
         self.plans: collections.OrderedDict[int, int] = collections.OrderedDict()  # held: id → bytes sent
+        self.plan_bytes = 0
         hello = wire.receive(self.proc.stdout.fileno())
         if hello is None:
             raise RuntimeError("sandbox worker failed to start")
         self.isolation: str = hello["hello"]
         self.pid: int = hello["pid"]
 
-    def send(self, head: dict, plan: "_Plan") -> None:
+    def send(self, head: dict, plan: Plan) -> None:
         """The job; its plan too when this worker does not hold it (then the oldest go)."""
         if plan.id in self.plans:
             self.plans.move_to_end(plan.id)
@@ -79,13 +79,16 @@ class _WorkerProcess:
             parts = _encode(plan.public) + _encode(plan.secret)
             head = {**head, "plan_id": plan.id, "new_plan": True, "forget": self._make_room(len(parts))}
             self.plans[plan.id] = len(parts)
+            self.plan_bytes += len(parts)
             message = _encode(head) + parts
         wire.write_all(self.proc.stdin.fileno(), message)
 
     def _make_room(self, size: int) -> list[int]:
         forget = []
-        while self.plans and (sum(self.plans.values()) + size > PLAN_BYTES or len(self.plans) >= PLANS):
-            forget.append(self.plans.popitem(last=False)[0])
+        while self.plans and (self.plan_bytes + size > PLAN_BYTES or len(self.plans) >= PLANS):
+            gone, sent = self.plans.popitem(last=False)
+            self.plan_bytes -= sent
+            forget.append(gone)
         return forget
 
     def answer(self) -> dict:
@@ -113,10 +116,6 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._isolation = ""
         self._cpus = worker_cpus(config)
-        # Plans by identity (the planners return the same objects for the same tests): each gets
-        # an id never reused, so a worker holding an id holds that very plan.
-        self._plans: dict[int, _Plan] = {}
-        self._plan_ids = itertools.count()
 
     def _start(self) -> None:
         with self._lock:
@@ -192,29 +191,12 @@ class LocalBackend:
             return _internal(job, answer["internal"], self._isolation)
         return _to_result(job, answer, self._isolation)
 
-    def _prepare(self, job: JudgeJob) -> tuple[dict, "_Plan"]:
-        head, public, secret = self._messages(job)
-        with self._lock:
-            plan = self._plans.get(id(public))
-            if plan is None or plan.public is not public:
-                if len(self._plans) >= 8192:
-                    self._plans.clear()
-                plan = self._plans[id(public)] = _Plan(id=next(self._plan_ids), public=public, secret=secret)
-        return head, plan
-
-    def _replace(self, dead: _WorkerProcess) -> _WorkerProcess:
-        dead.close()
-        fresh = self._spawn(dead.slot)
-        with self._lock:
-            self._all[self._all.index(dead)] = fresh
-        return fresh
-
-    def _messages(self, job: JudgeJob) -> tuple[dict, dict, dict]:
+    def _prepare(self, job: JudgeJob) -> tuple[dict, Plan]:
         problem, cfg = job.problem, self.config
         if problem.kind == "stdio":
-            public_plan, secret = stdio_plan(problem, compare=cfg.compare, tol=cfg.float_tol)
+            plan = stdio_plan(problem, compare=cfg.compare, tol=cfg.float_tol)
         else:
-            public_plan, secret = function_plan(problem, job.program)
+            plan = function_plan(problem, job.program)
         cpu_s = problem.time_limit_s or cfg.timeout_s
         limits = {
             "cpu_s": cpu_s, "wall_s": cfg.wall_timeout_s or max(2 * cpu_s, cpu_s + 1.0),
@@ -224,20 +206,20 @@ class LocalBackend:
         head = {"mode": problem.kind, "program": job.program, "limits": limits,
                 "order": list(range(test_count(problem))), "stop_first": job.stop_on_first_failure,
                 "max_failures": cfg.max_failures_reported}
-        return head, public_plan, secret
+        return head, plan
+
+    def _replace(self, dead: _WorkerProcess) -> _WorkerProcess:
+        dead.close()
+        fresh = self._spawn(dead.slot)
+        with self._lock:
+            self._all[self._all.index(dead)] = fresh
+        return fresh
 
     def close(self) -> None:
         with self._lock:
             for w in self._all:
                 w.close()
             self._all.clear()
-
-
-@dataclass(kw_only=True, frozen=True)
-class _Plan:
-    id: int
-    public: dict
-    secret: dict
 
 
 def _encode(message: dict) -> bytes:
@@ -252,7 +234,7 @@ class _Batch:
     def __init__(self, jobs: Sequence[JudgeJob]) -> None:
         self.jobs = jobs
         self.results: list[SampleResult] = [None] * len(jobs)  # type: ignore[list-item]
-        self.prepared: collections.deque[tuple[dict, _Plan]] = collections.deque()
+        self.prepared: collections.deque[tuple[dict, Plan]] = collections.deque()
         self.sent = 0
 
     @property
@@ -263,10 +245,10 @@ class _Batch:
     def can_prepare(self) -> bool:
         return len(self.prepared) < self.AHEAD and self.sent + len(self.prepared) < len(self.jobs)
 
-    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, _Plan]]) -> None:
+    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, Plan]]) -> None:
         self.prepared.append(prepare(self.jobs[self.sent + len(self.prepared)]))
 
-    def next(self, prepare: Callable[[JudgeJob], tuple[dict, _Plan]]) -> tuple[int, tuple[dict, _Plan]]:
+    def next(self, prepare: Callable[[JudgeJob], tuple[dict, Plan]]) -> tuple[int, tuple[dict, Plan]]:
         if not self.prepared:
             self.prepare_ahead(prepare)
         self.sent += 1
