@@ -174,8 +174,11 @@ class LocalBackend:
 
     def _ready(self, batch: "_Batch", busy: dict) -> list[int]:
         """The answer pipes that are readable; while none is, the next job is prepared."""
+        poller = select.poll()  # not select(): a trainer's process may hold fds past FD_SETSIZE
+        for fd in busy:
+            poller.register(fd, select.POLLIN)
         while True:
-            ready, _, _ = select.select(list(busy), [], [], 0 if batch.can_prepare else None)
+            ready = [fd for fd, _ in poller.poll(0 if batch.can_prepare else None)]
             if ready or not batch.can_prepare:
                 return ready
             batch.prepare_ahead(self._prepare)

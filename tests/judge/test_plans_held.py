@@ -68,3 +68,25 @@ def test_stdio_plans_are_the_same_objects_for_the_same_problem_object():
     assert stdio_plan(a, compare="tokens", tol=0.0) is stdio_plan(a, compare="tokens", tol=0.0)
     assert stdio_plan(a, compare="tokens", tol=0.0) is not stdio_plan(b, compare="tokens", tol=0.0)
     assert stdio_plan(a, compare="exact", tol=0.0)[1]["compare"] == "exact"
+
+
+def test_workers_are_waited_on_past_fd_setsize():
+    """A trainer's process can hold thousands of files: the judge must not wait with select()."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("this machine's fd limit is below FD_SETSIZE")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with Judge(JudgeConfig(workers=1, cache=False)) as judge:
+            judge.stats()  # starts the worker: its pipes get fds past the filler's
+            assert min(w.proc.stdout.fileno() for w in judge.backend._all) > 1024
+            problem = _function_problem(1)
+            assert judge.judge(problem, "def f(x):\n    return x + 1\n", code_is_program=True).accepted
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
