@@ -4,8 +4,10 @@ Workers are small interpreters (`python -I -S -c <import engine.judge.worker; ma
 started once — never forked from this (possibly large) process — each with
 its namespaces already set up and a sandbox uid of its own. Jobs go to idle
 workers over pipes (length-prefixed JSON); independent samples run on all
-workers at once. A worker that dies or stops answering is replaced and the
-job is reported as INTERNAL_ERROR (a judge fault, never a model verdict).
+workers at once. A worker keeps the plans (a problem's tests) it was sent, so
+each crosses the pipe once per worker. A worker that dies or stops answering is
+replaced and the job is reported as INTERNAL_ERROR (a judge fault, never a model
+verdict).
 """
 
 from __future__ import annotations
