@@ -90,3 +90,18 @@ def test_workers_are_waited_on_past_fd_setsize():
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_threads_sharing_one_judge_get_their_own_verdicts():
+    """verl's reward managers call from a pool of threads: each call takes idle workers as they
+    free up, and plans, held per worker, never cross between the calls' problems."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    samples = _samples(n_problems=4, rounds=2)
+    chunks = [samples[k::4] for k in range(4)]
+    with Judge(JudgeConfig(workers=2, cache=False)) as judge:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda chunk: judge.judge_many([(p, c) for p, c, _ in chunk],
+                                                                   code_is_program=True), chunks * 2))
+    for chunk, got in zip(chunks * 2, results):
+        assert [r.accepted for r in got] == [ok for _, _, ok in chunk]
