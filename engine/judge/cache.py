@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from engine.judge.verdict import SampleResult
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from engine.judge.api import JudgeConfig, JudgeJob
@@ -25,18 +27,37 @@ def job_key(job: "JudgeJob", config: "JudgeConfig") -> str:
 
 def _tests_digest(problem: "Problem") -> str:
     """Once per problem object (the n samples of a problem share it), not once per sample."""
-    held = _DIGESTS.get(id(problem))
-    if held is not None and held[0] is problem:
-        return held[1]
-    tests = problem.model_dump(include={"kind", "entry_point", "function_tests", "stdio_tests", "checker"})
-    digest = hashlib.sha256(json.dumps(tests, sort_keys=True, default=str).encode()).hexdigest()
-    if len(_DIGESTS) >= 1024:
-        _DIGESTS.clear()
-    _DIGESTS[id(problem)] = (problem, digest)  # the problem held: its id stays its own
-    return digest
+    return _DIGESTS.get(problem, None, lambda: _digest(
+        problem.model_dump(include={"kind", "entry_point", "function_tests", "stdio_tests", "checker"})))
 
 
-_DIGESTS: dict[int, tuple["Problem", str]] = {}
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class PerObject:
+    """Values derived from an object (and a key), computed once per object: the object is held,
+    so its id stays its own while the entry lives; past `size` objects all are forgotten."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._held: dict[int, tuple[object, object, object]] = {}
+
+    def get(self, obj: object, key: object, make: Callable[[], T]) -> T:
+        held = self._held.get(id(obj))
+        if held is not None and held[0] is obj and held[1] == key:
+            return held[2]  # type: ignore[return-value]
+        value = make()
+        if len(self._held) >= self.size:
+            self._held.clear()
+        self._held[id(obj)] = (obj, key, value)
+        return value
+
+    def clear(self) -> None:
+        self._held.clear()
+
+
+_DIGESTS = PerObject(1024)
 
 
 class ResultCache:

@@ -24,6 +24,7 @@ import re
 from typing import Any, NamedTuple
 
 from engine.judge import plain
+from engine.judge.cache import PerObject
 from engine.judge.extract import parse_quietly
 from engine.problem import Problem
 
@@ -281,17 +282,10 @@ def _plain_guarded(src: str) -> str:
 def stdio_plan(problem: Problem, *, compare: str, tol: float) -> Plan:
     """The same plan for the same problem object: a worker that holds a plan is not sent it
     again (inputs can be megabytes). The returned dicts are shared and must not be mutated."""
-    held = _STDIO_PLANS.get(id(problem))
-    if held is not None and held[0] is problem and held[1] == (compare, tol):
-        return held[2]
-    plan = Plan({"inputs": [t.input for t in problem.stdio_tests]},
-                {"outputs": [t.output for t in problem.stdio_tests], "checker": problem.checker, "compare": compare,
-                 "tol": tol},
-                next(_PLAN_IDS))
-    if len(_STDIO_PLANS) >= 256:
-        _STDIO_PLANS.clear()
-    _STDIO_PLANS[id(problem)] = (problem, (compare, tol), plan)  # the problem held: its id stays its own
-    return plan
+    return _STDIO_PLANS.get(problem, (compare, tol), lambda: Plan(
+        {"inputs": [t.input for t in problem.stdio_tests]},
+        {"outputs": [t.output for t in problem.stdio_tests], "checker": problem.checker, "compare": compare, "tol": tol},
+        next(_PLAN_IDS)))
 
 
-_STDIO_PLANS: dict[int, tuple[Problem, tuple[str, float], Plan]] = {}
+_STDIO_PLANS = PerObject(256)
