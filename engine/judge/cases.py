@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 
 from engine.judge import plain
 from engine.judge.cache import PerObject
-from engine.judge.extract import parse_quietly
 from engine.problem import Problem
 
 _BUILTINS = frozenset(dir(builtins))
@@ -40,67 +39,49 @@ class Plan(NamedTuple):
 _PLAN_IDS = itertools.count()
 
 
-def function_plan(problem: Problem, program: str = "") -> Plan:
+def function_plan(problem: Problem) -> Plan:
     """The plan of a function problem's tests.
 
-    A name the program binds at top level (MBPP 126 defines its own `sum`) is not a builtin
-    for its tests: operands using it are evaluated after the program, as the test means.
-    Plans are cached by the tests' content and the builtins the program shadows (the only way
-    the program changes a plan), so the n samples of one problem parse its tests once; the
-    returned dicts are shared and must not be mutated.
+    In the tests, a builtin's name means the builtin, whatever the program binds to it (a program
+    defining its own `set` or `sorted` must not decide both sides of an assert), except the
+    problem's own function (`meant`): MBPP 126 asks for a function named `sum`, and operands
+    calling it are evaluated after the program ran. Plans are cached by the tests' content, so the
+    n samples of one problem parse its tests once; the returned dicts are shared and must not be
+    mutated.
     """
     tests = problem.function_tests
     if tests is None:
         raise ValueError(f"problem {problem.id} has no function tests")
     key = (problem.entry_point, tests.candidate, tests.setup, tuple(tests.asserts), tuple(tests.challenge), tests.check)
-    suspects = _builtins_named_in(key) & set(_WORD.findall(program))
-    if not suspects or _declares_none_of(program, suspects):
-        return _plan(key, frozenset())
-    return _plan(key, frozenset(suspects & _top_level_names(program)))
+    return _plan(key, _meant(problem))
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DECLARATION = re.compile(r"(?:async\s+def|def|class|import|from)\b|@")
-
-
-def _declares_none_of(program: str, names: set[str]) -> bool:
-    """True only when the program surely binds none of `names` at top level, without parsing it
-    (most programs are imports and definitions; parsing was a third of the judge's own time).
-
-    Every top-level statement starts on an unindented line. When each such line opens a
-    definition, a decorator or a one-line import, the top-level bindings are the names on those
-    lines, so none of `names` appearing there settles it. Anything else (an assignment, an `if`,
-    an import continued on the next line, a `;`, a string's unindented line) says False and the
-    program is parsed.
-    """
-    for line in program.splitlines():
-        if not line or line[0] in " \t#":
-            continue
-        if not _DECLARATION.match(line) or names.intersection(_WORD.findall(line)):
-            return False
-        if line.startswith(("import", "from")) and any(c in line for c in "(;\\"):
-            return False
-    return True
+def _meant(problem: Problem) -> frozenset[str]:
+    """Builtin names the tests mean as the problem's own functions: the entry point and, where none
+    is named (MBPP), the functions its reference solution defines."""
+    names = {problem.entry_point} if problem.entry_point else set(_defined(problem.solutions[0] if problem.solutions else ""))
+    return frozenset(names) & _BUILTINS
 
 
 @functools.lru_cache(maxsize=4096)
-def _builtins_named_in(key: tuple) -> frozenset[str]:
-    texts = [part for item in key for part in (item if isinstance(item, tuple) else (item,)) if part]
-    return _BUILTINS & frozenset(_WORD.findall("\n".join(texts)))
+def _defined(program: str) -> tuple[str, ...]:
+    return tuple(_TOP_LEVEL_DEF.findall(program))
+
+
+_TOP_LEVEL_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 
 
 def clear_plan_cache() -> None:
     """Forget cached plans (benchmarks use it to time the cold path)."""
     _plan.cache_clear()
-    _builtins_named_in.cache_clear()
     _STDIO_PLANS.clear()
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(key: tuple, shadowed: frozenset[str]) -> Plan:
+def _plan(key: tuple, meant: frozenset[str]) -> Plan:
     entry_point, candidate, setup, asserts, challenge, check = key
     imports = _imports(setup)
-    trusted = (_BUILTINS - shadowed) | _bound_names(imports)
+    trusted = (_BUILTINS - meant) | _bound_names(imports)
     units = _assert_units([*asserts, *challenge], trusted)
     if not units and check:
         units.append({"kind": "check", "src": _plain_guarded(check), "label": f"check({entry_point})"})
@@ -109,6 +90,7 @@ def _plan(key: tuple, shadowed: frozenset[str]) -> Plan:
         "imports": imports,
         "entry": entry_point,
         "candidate": candidate,
+        "meant": sorted(meant),  # builtin names the tests mean as the program's (see `function_plan`)
         "units": [_public_unit(u) for u in units],
     }
     secret = {"units": [{"label": u["label"], "tree": u.get("tree"),
@@ -134,22 +116,6 @@ def _imports(setup: str) -> str:
     except SyntaxError:
         return ""
     return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
-
-
-def _top_level_names(program: str) -> set[str]:
-    try:
-        tree = parse_quietly(program)
-    except (SyntaxError, ValueError):
-        return set()  # the sandbox reports the syntax error; no operand runs
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name.split(".")[0]) for a in node.names)
-        else:
-            names.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-    return names
 
 
 def _bound_names(imports: str) -> set[str]:

@@ -201,7 +201,7 @@ class LocalBackend:
         if problem.kind == "stdio":
             plan = stdio_plan(problem, compare=cfg.compare, tol=cfg.float_tol)
         else:
-            plan = function_plan(problem, job.program)
+            plan = function_plan(problem)
         cpu_s = problem.time_limit_s or cfg.timeout_s
         limits = {
             "cpu_s": cpu_s, "wall_s": cfg.wall_timeout_s or max(2 * cpu_s, cpu_s + 1.0),

@@ -26,6 +26,12 @@ SLACK_S = 2.0  # stdio: the runner guards each test first; ours only catches a r
 CUT = 300
 
 
+def tests_run_code(plan: dict) -> bool:
+    """True when a test runs code of its own (a `check` function, a statement), not only operands:
+    then the tests run apart from the program, and only the judge's own side writes reports."""
+    return any(unit["kind"] != "assert" for unit in plan["units"])
+
+
 class _TestError(Exception):
     def __init__(self, verdict: str, message: str) -> None:
         super().__init__(message)
@@ -157,7 +163,10 @@ class Collector:
         if result is None:
             raise _TestError("RUNTIME_ERROR", f"the test process exited without reporting (exit {done.get('code')})")
         if "error" in result:
-            raise _TestError(_error_verdict(result), result.get("msg", ""))
+            # Only the judge's side reports when tests run apart, so "judge" (a call it could not
+            # make) is a judge fault; from a program sharing the reporting process it proves nothing.
+            judge_fault = result["error"] == "judge" and tests_run_code(self.job["plan"])
+            raise _TestError("INTERNAL_ERROR" if judge_fault else _error_verdict(result), result.get("msg", ""))
         unit = self.secret["units"][i]
         if "ok" in result:
             return "ACCEPTED", {}
@@ -292,7 +301,8 @@ def _eval_tree(tree: dict, values: dict[int, object]) -> object:
 
 
 def _error_verdict(report: dict) -> str:
-    return {"memory": "MEMORY_LIMIT", "output": "OUTPUT_LIMIT", "assert": "WRONG_ANSWER", "notplain": "WRONG_ANSWER"}.get(report.get("error", ""), "RUNTIME_ERROR")
+    return {"memory": "MEMORY_LIMIT", "output": "OUTPUT_LIMIT", "assert": "WRONG_ANSWER", "notplain": "WRONG_ANSWER",
+            "timeout": "TIMEOUT"}.get(report.get("error", ""), "RUNTIME_ERROR")
 
 
 def _signame(sig: int) -> str:

@@ -46,7 +46,7 @@ class WarmupProblem(NamedTuple):  # not a dataclass: see `sandbox.Isolation`
 
     def plan(self) -> dict:
         return {"setup": self.setup, "imports": self.imports, "entry": self.entry, "candidate": self.candidate,
-                "units": self.units}
+                "meant": [], "units": self.units}
 
 
 PROBLEMS = [
@@ -132,6 +132,6 @@ def pairs(xs, k):
 
 def jobs() -> list[dict]:
     """Function-mode jobs in the wire format the caller sends (no expected side: never needed)."""
-    limits = {"cpu_s": 10.0, "tail_bytes": 0}
+    limits = {"cpu_s": 10.0, "wall_s": 20.0, "tail_bytes": 0}
     return [{"mode": "function", "program": p.program, "plan": p.plan(), "limits": limits,
              "order": list(range(len(p.units))), "stop_first": False} for p in PROBLEMS]

@@ -47,7 +47,7 @@ import types
 from typing import NamedTuple
 
 from engine.judge import plain, sandbox, warmup
-from engine.judge.outcome import SLACK_S, Collector
+from engine.judge.outcome import SLACK_S, Collector, tests_run_code
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -67,6 +67,7 @@ _HEADER = struct.Struct(">I")
 XCPU_EXIT = 128 + signal.SIGXCPU  # how a function-mode runner reports its CPU limit
 _PROGRESS = struct.Struct("<qd")  # (position in the test order, runner CPU seconds at its start)
 MAX_FRAME = 64 * 1024 * 1024
+_BUILTIN_NAMES = frozenset(dir(builtins))  # taken before any untrusted code runs
 LAZY_POLL_S = 0.05
 _EMPTY_PAGE = bytes(mmap.PAGESIZE)
 _F_SETPIPE_SZ = 1031  # fcntl: a 1 MiB result pipe holds a whole suite's frames without the runner waiting
@@ -330,6 +331,9 @@ class Runner:
         plan = self.job["plan"]
         if self.start == 0:  # a resumed runner's worker already holds them
             send(self.wfd, {"t": "before", "values": self._before_values(plan)})
+        if tests_run_code(plan):
+            self._function_apart(code)
+            return
         # A PID namespace's init ignores signals it has no handler for, SIGXCPU included.
         signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
         ns = {"__name__": "solution", "__builtins__": builtins}
@@ -340,8 +344,7 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
             send(self.wfd, {"t": "module", **_exc_report(exc)})
             return
-        if plan["candidate"] and plan["entry"] in ns:
-            ns[plan["candidate"]] = ns[plan["entry"]]
+        ns = _tests_view(ns, plan)
         send(self.wfd, {"t": "ready"})
         self._tests(ns, plan["units"])
 
@@ -379,6 +382,49 @@ class Runner:
             if k == len(order) - 1:
                 _flush_streams()
             send(self.wfd, report)
+        _PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
+
+    def _function_apart(self, code) -> None:
+        """Tests that run code of their own run here, and the program in a child that only answers
+        their calls (`_ProgramProcess`): a program sharing this process could write this process's
+        reports itself, and a test that runs code decides in the sandbox whether it passed."""
+        program = _ProgramProcess(self, code)
+        try:
+            ns = self._namespace_apart(program)
+            if ns is not None:
+                send(self.wfd, {"t": "ready"})
+                self._tests_apart(ns, self.job["plan"]["units"], program)
+        finally:
+            program.close()
+
+    def _namespace_apart(self, program: "_ProgramProcess") -> dict | None:
+        """The tests' namespace: the program's names as stand-ins, then the tests' setup; None
+        (and the module's failure reported) when either fails."""
+        plan = self.job["plan"]
+        ns = {"__name__": "solution", "__builtins__": builtins}
+        try:
+            ns.update(_tests_view(program.start(), plan))
+            if plan["setup"]:
+                exec(_compiled(plan["setup"], "<test setup>", "exec"), ns)
+        except _ModuleFailed as failed:
+            send(self.wfd, {"t": "module", **failed.report})
+            return None
+        except BaseException as exc:  # noqa: BLE001 — the test's own setup, reported as the module's failure
+            send(self.wfd, {"t": "module", **_exc_report(exc)})
+            return None
+        if plan["candidate"] and plan["entry"] in ns:
+            ns[plan["candidate"]] = ns[plan["entry"]]
+        ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
+        return ns
+
+    def _tests_apart(self, ns: dict, units: list, program: "_ProgramProcess") -> None:
+        cpu_s, order, hard = self.limits["cpu_s"], self.job["order"], resource.getrlimit(resource.RLIMIT_CPU)[1]
+        for k in range(self.start, len(order)):
+            i = order[k]
+            used = time.process_time()
+            _PROGRESS.pack_into(self.progress, 0, k, used)
+            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + cpu_s + 1), hard), hard))
+            send(self.wfd, program.unit(i, lambda i=i: self._unit(ns, units[i], i)))
         _PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
 
     def _unit(self, ns: dict, unit: dict, i: int) -> dict:
@@ -423,6 +469,266 @@ class Runner:
         else:
             done["code"] = os.WEXITSTATUS(status)
         return done
+
+
+def _tests_view(ns: dict, plan: dict) -> dict:
+    """The program's names as its tests see them. A builtin's name means the builtin (a program that
+    binds `set` or `sorted` must not decide both sides of an assert), unless the plan says the tests
+    mean the program's (MBPP 126 asks for a function named `sum`). The candidate alias is the
+    entry point."""
+    meant = plan["meant"]
+    view = {k: v for k, v in ns.items() if k not in _BUILTIN_NAMES or k in meant or k.startswith("__")}
+    if plan["candidate"] and plan["entry"] in view:
+        view[plan["candidate"]] = view[plan["entry"]]
+    return view
+
+
+class _ModuleFailed(Exception):
+    def __init__(self, report: dict) -> None:
+        super().__init__(report.get("msg", ""))
+        self.report = report
+
+
+class _ProgramProcess:
+    """The program in a process of its own, called by the tests that run in the runner.
+
+    The program's module runs only in this child; the runner (which alone holds the result
+    pipe) runs the tests' code with, in place of the program's functions, stand-ins that send
+    the arguments here and return what came back. Values cross as strict plain data both ways,
+    as assert operands do, so the runner's comparisons see only objects it decoded itself. What
+    the child can do to the runner is end or stall it a test's answer: it cannot write a report.
+    A test's CPU and wall limits are the child's; past them, or when it dies, the test fails and
+    the next test gets a fresh child (the program loaded again).
+    """
+
+    def __init__(self, runner: Runner, code) -> None:
+        self.runner, self.code, self.pid = runner, code, None
+        self.cpu = 0.0  # the child's CPU seconds at its last answer
+        self.deadline = float("inf")
+        self.gone: dict | None = None  # how the child ended mid-test, as a "done" frame's fields
+
+    def start(self) -> dict:
+        """Fork the child and load the program there: the stand-ins for its names."""
+        ask_r, self.ask = os.pipe()
+        self.answers, answer_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for fd in (self.ask, self.answers, self.runner.wfd):
+                    os.close(fd)
+                _serve_program(self.code, ask_r, answer_w, self.runner.limits)
+            finally:
+                os._exit(70)
+        self.pid, self.gone = pid, None
+        self.deadline = time.monotonic() + self.runner.limits["wall_s"]
+        os.close(ask_r)
+        os.close(answer_w)
+        loaded = self._answer()
+        try:
+            return {name: _Stand(self, name) if kind == "f" else plain.decode(kind[1])
+                    for name, kind in loaded["names"].items() if not name.startswith("__")}
+        except Exception:  # noqa: BLE001 — it failed to load, ended, or answered out of turn
+            raise _ModuleFailed(self._load_failure(loaded)) from None
+
+    def _load_failure(self, loaded: dict | None) -> dict:
+        report = loaded.get("module") if isinstance(loaded, dict) else None
+        if self.pid is not None and loaded is None:
+            ended = self._ended_report()
+            limited = ended.get("sig") in (signal.SIGXCPU, signal.SIGKILL) and (
+                ended["wall_killed"] or ended.get("sig") == signal.SIGXCPU)
+            report = {"error": "timeout" if limited else "runtime",
+                      "msg": "time limit while loading the program" if limited
+                      else f"the program's process ended while loading (exit {ended.get('code', ended.get('sig'))})"}
+        self.close()
+        if isinstance(report, dict) and isinstance(report.get("error"), str):
+            return {"error": report["error"], "msg": str(report.get("msg", ""))[:500]}
+        return {"error": "runtime", "msg": "the program's process answered out of turn while loading"}
+
+    def unit(self, i: int, body) -> dict:
+        """Run one test's body against the child; a "result" frame, or a "done" frame when the
+        child ended or overran (then the next test starts a fresh one)."""
+        start = time.monotonic()
+        if self.pid is None:
+            try:
+                self.start()
+            except _ModuleFailed as failed:
+                return {"t": "result", "i": i, "cpu": 0.0, "wall": 0.0, **failed.report}
+        self.deadline = start + self.runner.limits["wall_s"]
+        began = self.call(None, (), {})  # the child arms its CPU limit for this test
+        report = body()
+        if self.gone is not None:
+            report = {"t": "done", "i": i, **self.gone}
+        report["cpu"] = max(0.0, self.cpu - began) if self.gone is None else report["cpu"] - began
+        report["wall"] = time.monotonic() - start
+        if self.gone is not None:
+            self.close()
+        return report
+
+    def call(self, name: str | None, args: tuple, kwargs: dict):
+        """One call of the program's `name` (None: a new test begins; returns the child's CPU)."""
+        if self.gone is not None:
+            raise _ProgramGone("the program's process ended")
+        try:
+            request = {"c": name, "a": [plain.encode(a) for a in args],
+                       "k": {k: plain.encode(v) for k, v in kwargs.items()}}
+        except plain.NotPlain as exc:  # the test passes something only a shared process could
+            raise _ProgramRaised({"error": "judge", "msg": f"cannot pass this argument to the program: {exc}"}) from None
+        try:
+            send(self.ask, request)
+        except OSError:
+            pass  # it died: its end is read below
+        answer = self._answer()
+        if answer is None:
+            self.gone = self._ended_report()
+            raise _ProgramGone("the program's process ended")
+        self.cpu = float(answer.get("cpu", self.cpu))
+        if name is None:
+            return self.cpu
+        if "x" in answer:
+            raise _ProgramRaised(answer["x"])
+        return plain.decode(answer["v"])
+
+    def close(self) -> None:
+        if self.pid is None:
+            return
+        os.close(self.ask)  # the child reads end-of-file and exits
+        os.close(self.answers)
+        if not _exited_within(self.pid, 1.0):
+            os.kill(self.pid, signal.SIGKILL)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        if self.runner.pidns:
+            sandbox.kill_all_in_namespace()  # whatever the program started ends with it
+        self.pid = None
+
+    def _answer(self) -> dict | None:
+        """The child's next answer, or None when it ended or overran the test's wall limit."""
+        buf = bytearray()
+        while True:
+            need = _HEADER.size if len(buf) < _HEADER.size else _HEADER.size + _HEADER.unpack_from(buf)[0]
+            if len(buf) >= need > _HEADER.size:
+                return _parse_answer(bytes(buf[_HEADER.size:need]))
+            if need - _HEADER.size > MAX_FRAME:
+                return None
+            ready, _, _ = select.select([self.answers], [], [], max(0.0, self.deadline - time.monotonic()))
+            chunk = os.read(self.answers, min(need - len(buf), 1 << 20)) if ready else b""
+            if not chunk:
+                return None
+            buf += chunk
+
+    def _ended_report(self) -> dict:
+        """Why the child is gone (ended, or killed here past the wall limit), from its exit status."""
+        killed = not _exited_within(self.pid, max(0.0, self.deadline - time.monotonic()) + 0.05)
+        if killed:
+            os.kill(self.pid, signal.SIGKILL)
+        _, status, usage = os.wait4(self.pid, 0)
+        self.pid = None
+        os.close(self.ask)
+        os.close(self.answers)
+        if self.runner.pidns:
+            sandbox.kill_all_in_namespace()
+        done = {"cpu": usage.ru_utime + usage.ru_stime, "rss_kb": usage.ru_maxrss, "wall_killed": killed}
+        if killed:
+            done["sig"] = signal.SIGKILL
+        elif _cpu_limited(status):
+            done["sig"] = signal.SIGXCPU
+        elif os.WIFSIGNALED(status):
+            done["sig"] = os.WTERMSIG(status)
+        else:
+            done["code"] = os.WEXITSTATUS(status)
+        return done
+
+
+class _Stand:
+    """A program's name as the tests see it in the runner: calling it calls it in the child."""
+
+    def __init__(self, program: _ProgramProcess, name: str) -> None:
+        self.program, self.name = program, name
+
+    def __call__(self, *args, **kwargs):
+        return self.program.call(self.name, args, kwargs)
+
+
+class _ProgramGone(Exception):
+    pass
+
+
+class _ProgramRaised(Exception):
+    """The program's own exception, as its child reported it."""
+
+    def __init__(self, report: dict) -> None:
+        super().__init__(str(report.get("msg", ""))[:500])
+        self.report = report
+
+
+def _parse_answer(body: bytes) -> dict | None:
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _exited_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _exited(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _serve_program(code, ask: int, answers: int, limits: dict) -> None:
+    """The child's side: load the program, then answer calls until the runner closes the pipe."""
+    signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
+    ns = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        exec(code, ns)
+    except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
+        send(answers, {"module": _exc_report(exc)})
+        return
+    _BUILTINS.restore()  # the program may have patched what this side's own code uses
+    send(answers, {"names": _exported(ns), "cpu": time.process_time()})
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    while (request := receive(ask)) is not None:
+        if request["c"] is None:
+            used = time.process_time()
+            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + limits["cpu_s"] + 1), hard), hard))
+            ns["__builtins__"] = builtins
+            send(answers, {"cpu": used})
+            continue
+        answer = _called(ns, request)
+        _BUILTINS.restore()
+        send(answers, {**answer, "cpu": time.process_time()})
+    _flush_streams()
+
+
+def _called(ns: dict, request: dict) -> dict:
+    try:
+        function = ns[request["c"]]
+        value = function(*[plain.decode(a) for a in request["a"]],
+                         **{k: plain.decode(v) for k, v in request["k"].items()})
+        return {"v": plain.encode(value)}
+    except BaseException as exc:  # noqa: BLE001 — the program's failure, reported to its test
+        return {"x": _exc_report(exc)}
+
+
+def _exported(ns: dict) -> dict:
+    """The program's names the tests may use: functions (called in the child) and plain values."""
+    names: dict = {}
+    for name, value in list(ns.items()):
+        if name.startswith("__"):
+            continue
+        if callable(value):
+            names[name] = "f"
+            continue
+        try:
+            names[name] = ["v", plain.encode(value)]
+        except plain.NotPlain:
+            pass
+    return names
 
 
 def _flush_streams() -> None:
@@ -481,6 +787,8 @@ def _evaluate(src, ns: dict) -> dict:
 
 
 def _exc_report(exc: BaseException) -> dict:
+    if isinstance(exc, _ProgramRaised):
+        return dict(exc.report)
     if isinstance(exc, MemoryError):
         kind = "memory"
     elif isinstance(exc, AssertionError):

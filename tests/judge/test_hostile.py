@@ -35,7 +35,21 @@ RESULT_PIPE = ("import os, stat\nPIPE = [fd for fd in range(3, 256)\n        if 
                " and stat.S_ISFIFO(os.fstat(fd).st_mode)][0]\n")
 GOOD_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
 
-F, S = ADD, SUM
+# Tests that run code of their own (not a flat list of asserts): they run apart from the program,
+# which answers their calls from a child process (engine.judge.worker._ProgramProcess).
+CHECK = Problem(id="toy/add_check", source="toy", split="test", kind="function", statement="add", entry_point="add",
+                function_tests=FunctionTests(candidate="candidate", check=(
+                    "def check(candidate):\n    for x in range(5):\n        y = 7 * x\n"
+                    "        assert candidate(x, y) == x + y\n")))
+# Every pipe the program can see gets a well-formed frame claiming every test passed.
+FORGE_PASS = ("import json, os, stat, struct\n"
+              "def _forge():\n    for fd in range(3, 256):\n        try:\n"
+              "            if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+              "                for f in ({'t': 'ready'}, {'t': 'result', 'i': 0, 'ok': True}, {'t': 'end'}):\n"
+              "                    b = json.dumps(f).encode()\n                    os.write(fd, struct.pack('>I', len(b)) + b)\n"
+              "        except OSError:\n            pass\n")
+
+F, S, C = ADD, SUM, CHECK
 CASES = [
     ("fork_bomb", F, "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n" + GOOD_ADD,
      {"TIMEOUT", "RUNTIME_ERROR"}),
@@ -91,6 +105,36 @@ CASES = [
     ("forged_frame", F, RESULT_PIPE + "os.write(PIPE, b'\\x00\\x00\\x00\\x0b{\"t\":\"end\"}')\n" + GOOD_ADD,
      {"RUNTIME_ERROR"}),
     ("garbled_frame", F, RESULT_PIPE + "os.write(PIPE, b'\\x00\\x00\\x00\\x05{\"t\":')\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    # A check function decides in the sandbox; a program sharing its process could claim the pass.
+    ("check_forged_pass_at_load", C, FORGE_PASS + "_forge()\ndef add(a, b):\n    return 0\n", {"RUNTIME_ERROR"}),
+    ("check_forged_pass_in_call", C, FORGE_PASS + "def add(a, b):\n    _forge()\n    os._exit(0)\n", {"RUNTIME_ERROR"}),
+    ("check_forged_pass_then_wrong", C, FORGE_PASS + "def add(a, b):\n    _forge()\n    return 0\n",
+     {"WRONG_ANSWER", "RUNTIME_ERROR"}),
+    ("check_wrong", C, "def add(a, b):\n    return a - b\n", {"WRONG_ANSWER"}),
+    ("check_always_equal", C, "class E:\n    def __eq__(self, o): return True\ndef add(a, b):\n    return E()\n",
+     {"WRONG_ANSWER"}),
+    ("check_busy_loop", C, "def add(a, b):\n    while True: pass\n", {"TIMEOUT"}),
+    ("check_sleep", C, "import time\ndef add(a, b):\n    time.sleep(60)\n", {"TIMEOUT"}),
+    ("check_busy_loop_at_load", C, "while True: pass\n" + GOOD_ADD, {"TIMEOUT"}),
+    ("check_memory_bomb", C, "def add(a, b):\n    x = bytearray(8 * 1024**3)\n    return a + b\n", {"MEMORY_LIMIT"}),
+    ("check_os_exit_in_function", C, "import os\ndef add(a, b):\n    os._exit(0)\n", {"RUNTIME_ERROR"}),
+    ("check_sys_exit_at_load", C, "import sys\nsys.exit(0)\n" + GOOD_ADD, {"RUNTIME_ERROR"}),
+    ("check_kill_parent", C, "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+     "    return a + b\n", {"ACCEPTED"}),
+    ("check_kill_all", C, "import os, signal\ndef add(a, b):\n    os.kill(-1, signal.SIGKILL)\n", {"RUNTIME_ERROR"}),
+    ("check_daemon_outlives", C, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\n"
+     "    os._exit(0)\n" + GOOD_ADD, {"ACCEPTED"}),
+    ("check_patched_builtins", C, "import builtins\nbuiltins.range = lambda *a: [0]\nbuiltins.isinstance = "
+     "lambda *a: True\ndef add(a, b):\n    return 0\n", {"WRONG_ANSWER"}),
+    ("check_forged_judge_fault", C, FORGE_PASS.replace("{'t': 'result', 'i': 0, 'ok': True}",
+     "{'t': 'result', 'i': 0, 'error': 'judge', 'msg': 'x'}") + "def add(a, b):\n    _forge()\n    return 0\n",
+     {"WRONG_ANSWER", "RUNTIME_ERROR"}),
+    ("forged_judge_fault", F, RESULT_PIPE + "import json, struct\nb = json.dumps({'t': 'result', 'i': 0, 'error': "
+     "'judge', 'msg': 'x'}).encode()\nos.write(PIPE, struct.pack('>I', len(b)) + b)\n" + GOOD_ADD,
+     {"RUNTIME_ERROR"}),
+    ("check_garbage_answers", C, "import os\ndef add(a, b):\n    for fd in range(3, 64):\n        try: "
+     "os.write(fd, b'\\x00\\x00\\x00\\x02{}')\n        except OSError: pass\n    return a + b\n",
+     {"RUNTIME_ERROR", "WRONG_ANSWER"}),
 ]
 
 
@@ -140,7 +184,7 @@ def test_hostile_program(judge, name, problem, program, allowed):
     if "ACCEPTED" not in allowed:
         assert not result.accepted
     assert not _sandbox_processes(judge), f"{name} left processes behind"
-    good = judge.judge(problem, GOOD_ADD if problem is ADD else GOOD_SUM, code_is_program=True)
+    good = judge.judge(problem, GOOD_SUM if problem is SUM else GOOD_ADD, code_is_program=True)
     assert good.accepted, (name, good)
 
 

@@ -1,84 +1,60 @@
-"""The shortcut that skips parsing a program to learn which builtins it shadows must be sound.
+"""In a test, a builtin's name means the builtin, whatever the program binds to it.
 
-`cases._declares_none_of` may only say True when parsing would find none of the names bound at
-top level (else a test operand using, say, the program's own `sum` would be evaluated with the
-builtin before the program ran). Checked on every HumanEval and MBPP reference program against
-its tests' builtins, and on programs written to slip a binding past a line-based look.
+A program that defines its own `set`, `sorted` or `range` would otherwise decide both sides of
+an assert (or skip a check's loop) and pass without solving anything. The one exception is the
+entry point: MBPP 126 asks for a function named `sum`, and its tests mean that function.
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from engine.data.convert import problem_from_humaneval, problem_from_mbpp
-from engine.judge.cases import _WORD, _builtins_named_in, _declares_none_of, _top_level_names, function_plan
+from engine.judge.api import Judge, JudgeConfig
+from engine.judge.cases import function_plan
+from engine.problem import FunctionTests, Problem
+
+SETS = Problem(id="toy/sets", source="toy", split="test", kind="function", statement="", entry_point="f",
+               function_tests=FunctionTests(asserts=["assert set(f(3)) == set([1, 2, 3])",
+                                                     "assert sorted(f(2)) == [1, 2]"]))
+LOOP = Problem(id="toy/loop", source="toy", split="test", kind="function", statement="", entry_point="f",
+               function_tests=FunctionTests(candidate="candidate", check=(
+                   "def check(candidate):\n    for n in range(1, 4):\n"
+                   "        assert candidate(n) == list(range(1, n + 1))\n")))
+RIGHT = "def f(n):\n    return list(range(1, n + 1))\n"
+SUM = Problem(id="toy/sum", source="toy", split="test", kind="function", statement="", entry_point="sum",
+              function_tests=FunctionTests(asserts=["assert sum(10, 15) == 6"]))
 
 
-def _suspects(problem, program: str) -> set[str]:
-    t = problem.function_tests
-    key = (problem.entry_point, t.candidate, t.setup, tuple(t.asserts), tuple(t.challenge), t.check)
-    return set(_builtins_named_in(key) & set(_WORD.findall(program)))
+@pytest.fixture(scope="module")
+def judge():
+    with Judge(JudgeConfig(timeout_s=2.0, cache=False, workers=2)) as j:
+        yield j
 
 
-def _programs(shared_datasets):
-    with open(shared_datasets / "humaneval.jsonl") as fh:
-        for row in map(json.loads, fh):
-            yield problem_from_humaneval(row), row["prompt"] + row["canonical_solution"]
-    with open(shared_datasets / "mbpp_full.jsonl") as fh:
-        for row in map(json.loads, fh):
-            yield problem_from_mbpp(row, sanitized=False), row["code"]
+@pytest.mark.parametrize("problem,program", [
+    (SETS, "def set(*a):\n    return 0\ndef sorted(*a):\n    return [1, 2]\ndef f(n):\n    return None\n"),
+    (SETS, "set = sorted = lambda *a: 0\ndef f(n):\n    return None\n"),
+    (LOOP, "def range(*a):\n    return []\ndef f(n):\n    return None\n"),
+    (LOOP, "list = lambda *a: None\ndef f(n):\n    return None\n"),
+], ids=["assert-def", "assert-assign", "check-range", "check-list"])
+def test_a_program_binding_builtins_decides_nothing(judge, problem, program):
+    result = judge.judge(problem, program, code_is_program=True)
+    assert not result.accepted and result.passed == 0, result
+    assert judge.judge(problem, RIGHT, code_is_program=True).accepted
 
 
-def test_the_shortcut_agrees_with_parsing_on_real_programs(shared_datasets):
-    shortcut = parsed = 0
-    for problem, program in _programs(shared_datasets):
-        suspects = _suspects(problem, program)
-        if not suspects:
-            continue
-        if _declares_none_of(program, suspects):
-            shortcut += 1
-            assert not suspects & _top_level_names(program), problem.id
-        else:
-            parsed += 1
-    assert shortcut > 2 * parsed  # the point of it: most programs are not parsed
+def test_a_program_may_use_its_own_builtin_named_helpers(judge):
+    program = "def max(xs):\n    return -1\ndef f(n):\n    return [x for x in range(1, n + 1) if max([x]) < 0]\n"
+    assert judge.judge(SETS, program, code_is_program=True).accepted
 
 
-SHADOWING = [
-    "import os; sum = 1\n",
-    "from m import (a,\n    sum)\n",
-    "from m import a, \\\n    sum\n",
-    "import a.b as sum\n",
-    "from x import y as sum\n",
-    "def f():\n    pass\nsum = 1\n",
-    "if True:\n    sum = 1\n",
-    "for sum in []:\n    pass\n",
-    "def sum(a):\n    pass\n",
-    "async def sum():\n    pass\n",
-    "class sum:\n    pass\n",
-    "@dec\ndef sum():\n    pass\n",
-    "with open('f') as sum:\n    pass\n",
-    "(a,\n sum) = 1, 2\n",
-    "sum: int = 1\n",
-    "[sum] = [1]\n",
-    '"""doc"""\nsum = 1\n',
-    "def f(): pass\n\x0csum = 1\n",
-    "x = [y for sum in range(3)]\n",
-    "try:\n    pass\nexcept E:\n    sum = 1\n",
-]
+def test_an_entry_point_named_like_a_builtin_is_the_programs():
+    leaf = function_plan(SUM).public["units"][0]["leaves"][0]
+    assert leaf["phase"] == "after"  # `sum(10, 15)` runs after the program, calling its `sum`
+    other = function_plan(SETS).public["units"][0]["leaves"]
+    assert [leaf.get("phase") for leaf in other] == ["after", "before"]  # `set([1, 2, 3])` is the builtin's
 
 
-@pytest.mark.parametrize("program", SHADOWING)
-def test_the_shortcut_never_misses_a_top_level_binding(program):
-    assert "sum" in _top_level_names(program)
-    assert not _declares_none_of(program, {"sum"})
-
-
-def test_a_program_that_shadows_a_builtin_gets_its_operands_after_it_ran():
-    from engine.problem import FunctionTests, Problem
-
-    problem = Problem(id="toy/sum", source="toy", split="test", kind="function", statement="", entry_point="sum",
-                      function_tests=FunctionTests(asserts=["assert sum(10, 15) == 6"]))
-    plain, shadowed = function_plan(problem, "def f(): pass\n"), function_plan(problem, "def sum(a, b):\n    return 6\n")
-    assert plain.public != shadowed.public  # the call moved from before the program to after it
+def test_an_entry_point_named_like_a_builtin_is_called(judge):
+    assert judge.judge(SUM, "def sum(a, b):\n    return 6\n", code_is_program=True).accepted
+    assert not judge.judge(SUM, "def f(a, b):\n    return 6\n", code_is_program=True).accepted

@@ -23,7 +23,7 @@ def _problem(wp: warmup.WarmupProblem) -> Problem:
 
 @pytest.mark.parametrize("wp", warmup.PROBLEMS, ids=[p.entry for p in warmup.PROBLEMS])
 def test_literal_plan_is_the_plan_builders(wp):
-    assert function_plan(_problem(wp), wp.program)[0] == wp.plan()
+    assert function_plan(_problem(wp))[0] == wp.plan()
 
 
 @pytest.mark.parametrize("wp", warmup.PROBLEMS, ids=[p.entry for p in warmup.PROBLEMS])
