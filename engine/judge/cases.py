@@ -91,6 +91,7 @@ def _plan(key: tuple, meant: frozenset[str]) -> Plan:
         "entry": entry_point,
         "candidate": candidate,
         "meant": sorted(meant),  # builtin names the tests mean as the program's (see `function_plan`)
+        "apart": _apart(units, trusted | _defined_by(setup)),
         "units": [_public_unit(u) for u in units],
     }
     secret = {"units": [{"label": u["label"], "tree": u.get("tree"),
@@ -98,6 +99,45 @@ def _plan(key: tuple, meant: frozenset[str]) -> Plan:
                                       if "literal" in leaf},
                          "sources": [leaf["src"] for leaf in u.get("leaves", ())]} for u in units]}
     return Plan(public, secret, next(_PLAN_IDS))
+
+
+def _apart(units: list[dict[str, Any]], tests_own: set[str] | frozenset[str]) -> bool:
+    """Whether the tests must run apart from the program (`worker._ProgramProcess`).
+
+    In the program's own process, whatever the tests report the program could report instead.
+    That is harmless only where each reported value is what a call of the program returned,
+    compared in the judge with what it holds: claiming a value is then no more than returning
+    it. A test that runs code of its own decides in the sandbox, and an operand computed by the
+    test's own code (say `abs(f(x) - 0.5)`, held against 1e-6) carries the answer inside it:
+    claiming 0 would pass.
+    """
+    return any(u["kind"] != "assert" or any(leaf.get("phase") == "after" and not _returned(leaf["src"], tests_own)
+                                            for leaf in u["leaves"]) for u in units)
+
+
+def _returned(src: str, tests_own: set[str] | frozenset[str]) -> bool:
+    """The operand is a call of a name the tests do not own (a builtin, their imports, their
+    setup's definitions): its value is what the program returned."""
+    try:
+        node = ast.parse(src, mode="eval").body
+    except SyntaxError:
+        return False
+    if _is_call_of(node, "bool") and len(node.args) == 1:  # the truth of `assert f(x)`, as the plan asks it
+        node = node.args[0]
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in tests_own
+
+
+def _is_call_of(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def _defined_by(setup: str) -> set[str]:
+    try:
+        body = ast.parse(setup).body
+    except SyntaxError:
+        return set()
+    return {n.id for node in body for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | {
+        node.name for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
 def _public_unit(unit: dict[str, Any]) -> dict[str, Any]:

@@ -26,12 +26,6 @@ SLACK_S = 2.0  # stdio: the runner guards each test first; ours only catches a r
 CUT = 300
 
 
-def tests_run_code(plan: dict) -> bool:
-    """True when a test runs code of its own (a `check` function, a statement), not only operands:
-    then the tests run apart from the program, and only the judge's own side writes reports."""
-    return any(unit["kind"] != "assert" for unit in plan["units"])
-
-
 class _TestError(Exception):
     def __init__(self, verdict: str, message: str) -> None:
         super().__init__(message)
@@ -162,13 +156,17 @@ class Collector:
         result = self.results.get(i)
         if result is None:
             raise _TestError("RUNTIME_ERROR", f"the test process exited without reporting (exit {done.get('code')})")
+        # Tests run apart from the program (plan["apart"]) report from a process the program never
+        # ran in; otherwise the program shares the reporting process, and only operand values,
+        # each one call's return value, mean anything (see `cases._apart`).
+        apart = self.job["plan"]["apart"]
         if "error" in result:
-            # Only the judge's side reports when tests run apart, so "judge" (a call it could not
-            # make) is a judge fault; from a program sharing the reporting process it proves nothing.
-            judge_fault = result["error"] == "judge" and tests_run_code(self.job["plan"])
+            judge_fault = result["error"] == "judge" and apart  # a call the judge's side could not make
             raise _TestError("INTERNAL_ERROR" if judge_fault else _error_verdict(result), result.get("msg", ""))
         unit = self.secret["units"][i]
         if "ok" in result:
+            if not apart:
+                raise _TestError("RUNTIME_ERROR", "a report this judge never writes for this test")
             return "ACCEPTED", {}
         values = self._leaf_values(i, unit, result.get("values") or {})
         if _truth(unit["tree"], values):

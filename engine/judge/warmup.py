@@ -43,10 +43,11 @@ class WarmupProblem(NamedTuple):  # not a dataclass: see `sandbox.Isolation`
     setup: str = ""
     candidate: str | None = None
     imports: str = ""
+    apart: bool = False  # as `cases.function_plan` decides: the tests run apart from the program
 
     def plan(self) -> dict:
         return {"setup": self.setup, "imports": self.imports, "entry": self.entry, "candidate": self.candidate,
-                "meant": [], "units": self.units}
+                "meant": [], "apart": self.apart, "units": self.units}
 
 
 PROBLEMS = [
@@ -70,6 +71,7 @@ def has_close_elements(numbers: List[float], threshold: float) -> bool:
     ),
     WarmupProblem(
         entry="sum_product",
+        apart=True,
         candidate="candidate",
         setup="import math",
         imports="import math",
@@ -91,6 +93,7 @@ def sum_product(numbers: List[int]) -> Tuple[int, int]:
     ),
     WarmupProblem(
         entry="sort_words",
+        apart=True,
         program='''import re
 from collections import Counter
 
@@ -110,6 +113,7 @@ def sort_words(text):
     ),
     WarmupProblem(
         entry="pairs",
+        apart=True,
         program='''import heapq
 import itertools
 from functools import reduce

@@ -47,7 +47,7 @@ import types
 from typing import NamedTuple
 
 from engine.judge import plain, sandbox, warmup
-from engine.judge.outcome import SLACK_S, Collector, tests_run_code
+from engine.judge.outcome import SLACK_S, Collector
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -331,7 +331,7 @@ class Runner:
         plan = self.job["plan"]
         if self.start == 0:  # a resumed runner's worker already holds them
             send(self.wfd, {"t": "before", "values": self._before_values(plan)})
-        if tests_run_code(plan):
+        if plan["apart"]:
             self._function_apart(code)
             return
         # A PID namespace's init ignores signals it has no handler for, SIGXCPU included.
@@ -525,8 +525,8 @@ class _ProgramProcess:
         os.close(answer_w)
         loaded = self._answer()
         try:
-            return {name: _Stand(self, name) if kind == "f" else plain.decode(kind[1])
-                    for name, kind in loaded["names"].items() if not name.startswith("__")}
+            return {name: _stand_in(self, name, kind) for name, kind in loaded["names"].items()
+                    if not name.startswith("__") and (kind[0] != "m" or kind[1] in sys.modules)}
         except Exception:  # noqa: BLE001 — it failed to load, ended, or answered out of turn
             raise _ModuleFailed(self._load_failure(loaded)) from None
 
@@ -641,6 +641,17 @@ class _ProgramProcess:
         return done
 
 
+def _stand_in(program: "_ProgramProcess", name: str, kind):
+    """What the tests get for one of the program's names: a function calls into its process, a
+    value is decoded, a module is this process's own copy (only one already loaded here: a name
+    the program sends must not make this process import, say, a file the program wrote)."""
+    if kind == "f":
+        return _Stand(program, name)
+    if kind[0] == "m":
+        return sys.modules[kind[1]]
+    return plain.decode(kind[1])
+
+
 class _Stand:
     """A program's name as the tests see it in the runner: calling it calls it in the child."""
 
@@ -716,18 +727,21 @@ def _called(ns: dict, request: dict) -> dict:
 
 
 def _exported(ns: dict) -> dict:
-    """The program's names the tests may use: functions (called in the child) and plain values."""
+    """The program's names the tests may use: functions (called in the child), modules it imported
+    and plain values."""
     names: dict = {}
     for name, value in list(ns.items()):
         if name.startswith("__"):
             continue
-        if callable(value):
+        if type(value) is types.ModuleType:
+            names[name] = ["m", str(value.__name__)]
+        elif callable(value):
             names[name] = "f"
-            continue
-        try:
-            names[name] = ["v", plain.encode(value)]
-        except plain.NotPlain:
-            pass
+        else:
+            try:
+                names[name] = ["v", plain.encode(value)]
+            except plain.NotPlain:
+                pass
     return names
 
 

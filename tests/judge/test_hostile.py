@@ -49,7 +49,14 @@ FORGE_PASS = ("import json, os, stat, struct\n"
               "                    b = json.dumps(f).encode()\n                    os.write(fd, struct.pack('>I', len(b)) + b)\n"
               "        except OSError:\n            pass\n")
 
-F, S, C = ADD, SUM, CHECK
+# Operands computed by the tests' own code from the program's value (they too run apart).
+CLOSE = Problem(id="toy/add_close", source="toy", split="test", kind="function", statement="add", entry_point="add",
+                function_tests=FunctionTests(setup="import math", asserts=[
+                    "assert abs(add(1, 2) - 3) < 1e-9", "assert math.isclose(add(2, 2), math.sqrt(16))"]))
+FORGE_FRAMES = FORGE_PASS.replace("for f in ({'t': 'ready'}, {'t': 'result', 'i': 0, 'ok': True}, {'t': 'end'}):",
+                                  "for f in FRAMES:")
+
+F, S, C, K = ADD, SUM, CHECK, CLOSE
 CASES = [
     ("fork_bomb", F, "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n" + GOOD_ADD,
      {"TIMEOUT", "RUNTIME_ERROR"}),
@@ -132,6 +139,14 @@ CASES = [
     ("forged_judge_fault", F, RESULT_PIPE + "import json, struct\nb = json.dumps({'t': 'result', 'i': 0, 'error': "
      "'judge', 'msg': 'x'}).encode()\nos.write(PIPE, struct.pack('>I', len(b)) + b)\n" + GOOD_ADD,
      {"RUNTIME_ERROR"}),
+    ("forged_ok_results", F, FORGE_FRAMES + "FRAMES = [{'t': 'ready'}] + [{'t': 'result', 'i': k, 'ok': True} "
+     "for k in range(3)] + [{'t': 'end'}]\ndef add(a, b):\n    _forge()\n    os._exit(0)\n", {"RUNTIME_ERROR"}),
+    ("close_forged_values", K, FORGE_FRAMES + "FRAMES = [{'t': 'ready'}, {'t': 'result', 'i': 0, 'values': {'0': "
+     "['f', '0.0']}}, {'t': 'result', 'i': 1, 'values': {'0': True}}, {'t': 'end'}]\ndef add(a, b):\n    _forge()\n"
+     "    os._exit(0)\n", {"RUNTIME_ERROR"}),
+    ("close_patched_module", K, "import math\ndef add(a, b):\n    math.isclose = lambda *a, **k: True\n"
+     "    math.sqrt = lambda v: 0.0\n    return 0\n", {"WRONG_ANSWER"}),
+    ("close_wrong", K, "def add(a, b):\n    return a * b\n", {"WRONG_ANSWER"}),
     ("check_garbage_answers", C, "import os\ndef add(a, b):\n    for fd in range(3, 64):\n        try: "
      "os.write(fd, b'\\x00\\x00\\x00\\x02{}')\n        except OSError: pass\n    return a + b\n",
      {"RUNTIME_ERROR", "WRONG_ANSWER"}),
