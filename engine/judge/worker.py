@@ -534,8 +534,7 @@ class _ProgramProcess:
         report = loaded.get("module") if isinstance(loaded, dict) else None
         if self.pid is not None and loaded is None:
             ended = self._ended_report()
-            limited = ended.get("sig") in (signal.SIGXCPU, signal.SIGKILL) and (
-                ended["wall_killed"] or ended.get("sig") == signal.SIGXCPU)
+            limited = ended["wall_killed"] or ended.get("sig") == signal.SIGXCPU
             report = {"error": "timeout" if limited else "runtime",
                       "msg": "time limit while loading the program" if limited
                       else f"the program's process ended while loading (exit {ended.get('code', ended.get('sig'))})"}
@@ -554,14 +553,16 @@ class _ProgramProcess:
             except _ModuleFailed as failed:
                 return {"t": "result", "i": i, "cpu": 0.0, "wall": 0.0, **failed.report}
         self.deadline = start + self.runner.limits["wall_s"]
-        began = self.call(None, (), {})  # the child arms its CPU limit for this test
-        report = body()
+        try:
+            began = self.call(None, (), {})  # the child arms its CPU limit for this test
+        except _ProgramGone:
+            began = self.cpu
+        report = body() if self.gone is None else {}
         if self.gone is not None:
-            report = {"t": "done", "i": i, **self.gone}
-        report["cpu"] = max(0.0, self.cpu - began) if self.gone is None else report["cpu"] - began
+            report = {"t": "done", "i": i, **self.gone, "cpu": max(0.0, self.gone["cpu"] - began)}
+        else:
+            report["cpu"] = max(0.0, self.cpu - began)
         report["wall"] = time.monotonic() - start
-        if self.gone is not None:
-            self.close()
         return report
 
     def call(self, name: str | None, args: tuple, kwargs: dict):
@@ -578,10 +579,13 @@ class _ProgramProcess:
         except OSError:
             pass  # it died: its end is read below
         answer = self._answer()
-        if answer is None:
+        cpu = answer.get("cpu") if answer is not None else None
+        if type(cpu) not in (int, float):  # ended, overran, or answered out of turn
+            if answer is not None:
+                os.kill(self.pid, signal.SIGKILL)
             self.gone = self._ended_report()
             raise _ProgramGone("the program's process ended")
-        self.cpu = float(answer.get("cpu", self.cpu))
+        self.cpu = float(cpu)
         if name is None:
             return self.cpu
         if "x" in answer:
@@ -604,14 +608,15 @@ class _ProgramProcess:
         self.pid = None
 
     def _answer(self) -> dict | None:
-        """The child's next answer, or None when it ended or overran the test's wall limit."""
+        """The child's next answer; None when it ended or overran the test's wall limit, {} when
+        what it wrote is not an answer."""
         buf = bytearray()
         while True:
             need = _HEADER.size if len(buf) < _HEADER.size else _HEADER.size + _HEADER.unpack_from(buf)[0]
             if len(buf) >= need > _HEADER.size:
                 return _parse_answer(bytes(buf[_HEADER.size:need]))
             if need - _HEADER.size > MAX_FRAME:
-                return None
+                return {}
             ready, _, _ = select.select([self.answers], [], [], max(0.0, self.deadline - time.monotonic()))
             chunk = os.read(self.answers, min(need - len(buf), 1 << 20)) if ready else b""
             if not chunk:
@@ -674,12 +679,12 @@ class _ProgramRaised(Exception):
         self.report = report
 
 
-def _parse_answer(body: bytes) -> dict | None:
+def _parse_answer(body: bytes) -> dict:
     try:
         answer = json.loads(body)
     except ValueError:
-        return None
-    return answer if isinstance(answer, dict) else None
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
 def _exited_within(pid: int, seconds: float) -> bool:
