@@ -13,9 +13,10 @@ the sample's code, the test's setup, and a trusted harness that
 `decide` then compares the rebuilt values in the judge's process. No marker
 means the program ended before the test ran: never a pass. The harness shares
 the sample's process, so this is weaker than the local backend (a program that
-walks the harness's frames can find the nonce); the local backend is the
-hardened path, this one keeps the remote verdicts honest against the common
-reward hacks (early exit, always-equal objects, patched builtins).
+walks the harness's frames can find the nonce, and a test's own computation runs
+beside the program); the local backend is the hardened path, this one keeps the
+remote verdicts honest against the common reward hacks (early exit, always-equal
+objects, patched builtins, a program's own `set` or `sorted`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from engine.judge import plain
+from engine.judge.cases import function_plan
 from engine.judge.verdict import Verdict
 from engine.problem import Problem
 
@@ -99,6 +101,8 @@ def program(code: str, problem: Problem, unit: Unit) -> str:
         "operands": list(unit.operands),
         "statement": unit.statement,
         "entry_point": problem.entry_point or "",
+        # builtin names the tests mean as the program's; every other one means the builtin
+        "meant": sorted(function_plan(problem).public["meant"]),
         # the name HumanEval's split asserts call the function by (`check(candidate)`'s parameter)
         "candidate": getattr(problem.function_tests, "candidate", None) or "candidate",
     }
@@ -109,9 +113,10 @@ def program(code: str, problem: Problem, unit: Unit) -> str:
 # before the sample runs, and writes only through a private duplicate of stdout.
 _HARNESS = r'''
 def __rlvr_harness(__src, __spec, __plain_src):
-    import os, sys
+    import builtins, os, sys
     _w, _type, _ascii, _len, _str, _exec, _eval, _compile = (
         os.write, type, ascii, len, str, exec, eval, compile)
+    _builtin_names = frozenset(dir(builtins))
     nonce = sys.stdin.readline().strip()
     _null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(_null, 0)
@@ -148,6 +153,9 @@ def __rlvr_harness(__src, __spec, __plain_src):
     except BaseException as exc:
         return fail("program", exc)
     try:
+        # The tests see builtins, not the program's bindings of their names (a program's own `set`
+        # must not decide both sides of an assert), except the problem's own function.
+        ns = {k: v for k, v in ns.items() if k not in _builtin_names or k in __spec["meant"] or k[:2] == "__"}
         _exec(_compile(__spec["setup"], "<setup>", "exec"), ns)
         if __spec["entry_point"] and __spec["entry_point"] in ns:
             ns[__spec["candidate"]] = ns[__spec["entry_point"]]

@@ -170,6 +170,17 @@ def test_function_verdicts(remote, code, verdict, passed):
     assert result.accepted == (verdict is Verdict.ACCEPTED)
 
 
+SETS = Problem(id="toy/sets", source="toy", split="test", kind="function", statement="", entry_point="f",
+               function_tests=FunctionTests(asserts=["assert set(f(3)) == set([1, 2, 3])"]))
+
+
+def test_a_program_binding_builtin_names_decides_nothing_remotely(remote):
+    """A program's own `set` would otherwise be called on both sides of the assert."""
+    forged = remote.judge(SETS, _fenced("def set(*a):\n    return 0\ndef f(n):\n    return None"))
+    assert forged.verdict is Verdict.RUNTIME_ERROR and not forged.accepted
+    assert remote.judge(SETS, _fenced("def f(n):\n    return list(range(1, n + 1))")).accepted
+
+
 def test_stdio_verdicts_use_the_judge_comparator(remote):
     """Local test server running the code for real: stdout compared token-wise in our process."""
     ok = remote.judge(SUM, _fenced("a, b = map(int, input().split())\nprint(a + b, end='  \\n\\n')"))
