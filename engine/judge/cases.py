@@ -109,10 +109,11 @@ def _apart(units: list[dict[str, Any]], tests_own: set[str] | frozenset[str]) ->
     compared in the judge with what it holds: claiming a value is then no more than returning
     it. A test that runs code of its own decides in the sandbox, and an operand computed by the
     test's own code (say `abs(f(x) - 0.5)`, held against 1e-6) carries the answer inside it:
-    claiming 0 would pass.
+    claiming 0 would pass. And an operand computed from the tests alone (`sorted([3, 1, 2])`) is
+    an expected value the program could find in its own process.
     """
-    return any(u["kind"] != "assert" or any(leaf.get("phase") == "after" and not _returned(leaf["src"], tests_own)
-                                            for leaf in u["leaves"]) for u in units)
+    return any(u["kind"] != "assert" or any(leaf.get("phase") == "before" or (
+        leaf.get("phase") == "after" and not _returned(leaf["src"], tests_own)) for leaf in u["leaves"]) for u in units)
 
 
 def _returned(src: str, tests_own: set[str] | frozenset[str]) -> bool:

@@ -329,11 +329,11 @@ class Runner:
     # ---- function: execute the program once, then run the tests in this same process
     def function(self, code) -> None:
         plan = self.job["plan"]
-        if self.start == 0:  # a resumed runner's worker already holds them
-            send(self.wfd, {"t": "before", "values": self._before_values(plan)})
         if plan["apart"]:
             self._function_apart(code)
             return
+        if self.start == 0:  # a resumed runner's worker already holds them
+            send(self.wfd, {"t": "before", "values": self._before_values(plan)})
         # A PID namespace's init ignores signals it has no handler for, SIGXCPU included.
         signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
         ns = {"__name__": "solution", "__builtins__": builtins}
@@ -399,11 +399,20 @@ class Runner:
 
     def _namespace_apart(self, program: "_ProgramProcess") -> dict | None:
         """The tests' namespace: the program's names as stand-ins, then the tests' setup; None
-        (and the module's failure reported) when either fails."""
+        (and the module's failure reported) when either fails. The program's process is forked
+        before the operands computed from the tests alone are: it never holds them."""
         plan = self.job["plan"]
         ns = {"__name__": "solution", "__builtins__": builtins}
         try:
-            ns.update(_tests_view(program.start(), plan))
+            stand_ins, failure = program.start(), None
+        except _ModuleFailed as failed:
+            stand_ins, failure = {}, failed.report
+        if self.start == 0:  # a resumed runner's worker already holds them
+            send(self.wfd, {"t": "before", "values": self._before_values(plan)})
+        try:
+            if failure is not None:
+                raise _ModuleFailed(failure)
+            ns.update(_tests_view(stand_ins, plan))
             if plan["setup"]:
                 exec(_compiled(plan["setup"], "<test setup>", "exec"), ns)
         except _ModuleFailed as failed:

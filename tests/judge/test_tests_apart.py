@@ -59,3 +59,19 @@ def test_program_state_lives_in_its_process(judge):
 def test_an_argument_that_cannot_cross_is_a_judge_fault(judge):
     result = judge.judge(CALLBACK, "def apply(fn, v):\n    return fn(v)\n", code_is_program=True)
     assert result.verdict.value == "INTERNAL_ERROR" and "cannot pass" in result.failures[0].message
+
+
+def test_which_plans_run_apart():
+    from engine.judge.cases import function_plan
+
+    def apart(*asserts: str, setup: str = "") -> bool:
+        problem = Problem(id="toy/p", source="toy", split="test", kind="function", statement="", entry_point="f",
+                          function_tests=FunctionTests(setup=setup, asserts=list(asserts)))
+        return function_plan(problem).public["apart"]
+
+    assert not apart("assert f(1) == 2", "assert not f(0)", "assert f(g(1), [h(2)]) == [1]")  # values f returned
+    assert apart("assert abs(f(1) - 0.5) < 1e-6")  # the answer is inside the operand
+    assert apart("assert math.isclose(f(1), 0.5)", setup="import math")
+    assert apart("assert f(3) == sorted([3, 1, 2])")  # an expected value the program's process would hold
+    assert apart("assert near(f(1), 0.5)", setup="def near(a, b):\n    return abs(a - b) < 1e-6")
+    assert apart("x = f(1)\nassert x == 1")
