@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 from typing import Any, Mapping
 
 from engine.problem import FunctionTests, Problem, StdioTest
@@ -85,7 +86,7 @@ def problem_from_mbpp(row: Mapping[str, Any], sanitized: bool) -> Problem:
         split=_mbpp_split(int(row["task_id"])),
         kind="function",
         statement=statement,
-        entry_point=_first_function_name(row["test_list"]),
+        entry_point=_first_function_name(row["test_list"], row["code"]),
         function_tests=FunctionTests(setup=setup, asserts=list(row["test_list"]), challenge=challenge),
         solutions=[row["code"]],
         license="CC-BY-4.0",
@@ -103,14 +104,20 @@ def _mbpp_split(task_id: int) -> str:
     return "train"
 
 
-def _first_function_name(asserts: list[str]) -> str | None:
-    """The function the asserts call first: MBPP's de-facto entry point."""
+def _first_function_name(asserts: list[str], reference: str) -> str | None:
+    """The function the asserts call first: MBPP's de-facto entry point. A builtin's name counts
+    only when the reference defines it (MBPP 126 asks for its own `sum`); the judge then lets the
+    tests call the program's function of that name, and the builtin everywhere else."""
+    own = set(_TOP_LEVEL_DEF.findall(reference))
     for src in asserts:
         for node in ast.walk(ast.parse(src)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                if node.func.id not in _BUILTIN_NAMES:
+                if node.func.id not in _BUILTIN_NAMES or node.func.id in own:
                     return node.func.id
     return None
+
+
+_TOP_LEVEL_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 
 
 def problem_from_codecontests_derived(row: Mapping[str, Any]) -> Problem:

@@ -20,7 +20,6 @@ import bisect
 import builtins
 import functools
 import itertools
-import re
 from typing import Any, NamedTuple
 
 from engine.judge import plain
@@ -57,24 +56,9 @@ def function_plan(problem: Problem) -> Plan:
 
 
 def _meant(problem: Problem) -> frozenset[str]:
-    """Builtin names the tests mean as the problem's own functions: the entry point and, where none
-    is named (MBPP), the functions its reference solution defines."""
-    names = {problem.entry_point} if problem.entry_point else set(_defined(problem.solutions[0] if problem.solutions else ""))
-    return frozenset(names) & _BUILTINS
-
-
-@functools.lru_cache(maxsize=4096)
-def _defined(program: str) -> tuple[str, ...]:
-    return tuple(_TOP_LEVEL_DEF.findall(program))
-
-
-_TOP_LEVEL_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
-
-
-def clear_plan_cache() -> None:
-    """Forget cached plans (benchmarks use it to time the cold path)."""
-    _plan.cache_clear()
-    _STDIO_PLANS.clear()
+    """The builtin name the tests mean as the problem's own function: its entry point, if it is
+    one (the MBPP converter names a builtin only when the reference defines it)."""
+    return frozenset({problem.entry_point}) & _BUILTINS
 
 
 @functools.lru_cache(maxsize=4096)
