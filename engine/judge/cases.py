@@ -107,13 +107,15 @@ def _returned(src: str, tests_own: set[str] | frozenset[str]) -> bool:
         node = ast.parse(src, mode="eval").body
     except SyntaxError:
         return False
-    if _is_call_of(node, "bool") and len(node.args) == 1:  # the truth of `assert f(x)`, as the plan asks it
-        node = node.args[0]
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in tests_own
+    return _program_call(node, tests_own)
 
 
-def _is_call_of(node: ast.expr, name: str) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+def _program_call(node: ast.expr, tests_own: set[str] | frozenset[str]) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return False
+    if node.func.id == "bool" and len(node.args) == 1:  # the truth of `assert f(x)`, as the plan asks it
+        return _program_call(node.args[0], tests_own)
+    return node.func.id not in tests_own
 
 
 def _defined_by(setup: str) -> set[str]:

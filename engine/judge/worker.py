@@ -368,12 +368,10 @@ class Runner:
         dies (CPU limit, crash, exit, the worker's wall guard), the worker fails that test and
         starts a fresh runner from the next one."""
         ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
-        cpu_s, order, hard = self.limits["cpu_s"], self.job["order"], resource.getrlimit(resource.RLIMIT_CPU)[1]
+        order = self.job["order"]
         for k in range(self.start, len(order)):
             i = order[k]
-            used = time.process_time()
-            _PROGRESS.pack_into(self.progress, 0, k, used)
-            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + cpu_s + 1), hard), hard))
+            used = self._arm(k)
             _BUILTINS.restore()
             ns["__builtins__"] = builtins
             wall = time.monotonic()
@@ -383,6 +381,14 @@ class Runner:
                 _flush_streams()
             send(self.wfd, report)
         _PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
+
+    def _arm(self, k: int) -> float:
+        """Before test position k: record it and the CPU used so far on the shared progress page,
+        and give this process the test's CPU budget. Returns the CPU used so far."""
+        used, hard = time.process_time(), resource.getrlimit(resource.RLIMIT_CPU)[1]
+        _PROGRESS.pack_into(self.progress, 0, k, used)
+        resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + self.limits["cpu_s"] + 1), hard), hard))
+        return used
 
     def _function_apart(self, code) -> None:
         """Tests that run code of their own run here, and the program in a child that only answers
@@ -402,37 +408,30 @@ class Runner:
         (and the module's failure reported) when either fails. The program's process is forked
         before the operands computed from the tests alone are: it never holds them."""
         plan = self.job["plan"]
-        ns = {"__name__": "solution", "__builtins__": builtins}
         try:
-            stand_ins, failure = program.start(), None
+            loaded: dict | _ModuleFailed = program.start()
         except _ModuleFailed as failed:
-            stand_ins, failure = {}, failed.report
+            loaded = failed
         if self.start == 0:  # a resumed runner's worker already holds them
             send(self.wfd, {"t": "before", "values": self._before_values(plan)})
+        if isinstance(loaded, _ModuleFailed):
+            send(self.wfd, {"t": "module", **loaded.report})
+            return None
+        ns = {"__name__": "solution", "__builtins__": builtins, **_tests_view(loaded, plan)}
         try:
-            if failure is not None:
-                raise _ModuleFailed(failure)
-            ns.update(_tests_view(stand_ins, plan))
             if plan["setup"]:
                 exec(_compiled(plan["setup"], "<test setup>", "exec"), ns)
-        except _ModuleFailed as failed:
-            send(self.wfd, {"t": "module", **failed.report})
-            return None
         except BaseException as exc:  # noqa: BLE001 — the test's own setup, reported as the module's failure
             send(self.wfd, {"t": "module", **_exc_report(exc)})
             return None
-        if plan["candidate"] and plan["entry"] in ns:
-            ns[plan["candidate"]] = ns[plan["entry"]]
         ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
         return ns
 
     def _tests_apart(self, ns: dict, units: list, program: "_ProgramProcess") -> None:
-        cpu_s, order, hard = self.limits["cpu_s"], self.job["order"], resource.getrlimit(resource.RLIMIT_CPU)[1]
+        order = self.job["order"]
         for k in range(self.start, len(order)):
             i = order[k]
-            used = time.process_time()
-            _PROGRESS.pack_into(self.progress, 0, k, used)
-            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + cpu_s + 1), hard), hard))
+            self._arm(k)
             send(self.wfd, program.unit(i, lambda i=i: self._unit(ns, units[i], i)))
         _PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
 
@@ -612,9 +611,13 @@ class _ProgramProcess:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
             pass
-        if self.runner.pidns:
-            sandbox.kill_all_in_namespace()  # whatever the program started ends with it
+        self._swept()
+
+    def _swept(self) -> None:
+        """The child is reaped: whatever the program started ends with it."""
         self.pid = None
+        if self.runner.pidns:
+            sandbox.kill_all_in_namespace()
 
     def _answer(self) -> dict | None:
         """The child's next answer; None when it ended or overran the test's wall limit, {} when
@@ -638,11 +641,9 @@ class _ProgramProcess:
         if killed:
             os.kill(self.pid, signal.SIGKILL)
         _, status, usage = os.wait4(self.pid, 0)
-        self.pid = None
         os.close(self.ask)
         os.close(self.answers)
-        if self.runner.pidns:
-            sandbox.kill_all_in_namespace()
+        self._swept()
         done = {"cpu": usage.ru_utime + usage.ru_stime, "rss_kb": usage.ru_maxrss, "wall_killed": killed}
         if killed:
             done["sig"] = signal.SIGKILL
