@@ -26,7 +26,9 @@ SLACK_S = 2.0  # stdio: the runner guards each test first; ours only catches a r
 CUT = 300
 
 
-class _TestError(Exception):
+class TestFailed(Exception):
+    """A test's verdict other than ACCEPTED, with its message."""
+
     def __init__(self, verdict: str, message: str) -> None:
         super().__init__(message)
         self.verdict, self.message = verdict, message
@@ -39,7 +41,7 @@ class Collector:
         self._known = frozenset(self.order)
         self.verdicts: dict[int, dict[str, Any]] = {}
         self.results: dict[int, dict] = {}
-        self.before: dict | None = None
+        self.before: dict[int, dict[int, dict]] = {}  # test → leaf → report, computed by the tests alone
         self.first = True
         self.stopped: str | None = None  # why the run ended before every test reported
         self.tails = ("", "")
@@ -106,7 +108,7 @@ class Collector:
         if self.first:
             self.first = False
             if kind == "before":
-                self.before = frame.get("values") or {}
+                self.before = _by_test(frame.get("values") or {})
                 return
             if self.job["mode"] == "function" and kind != "syntax":
                 self._fail_rest("RUNTIME_ERROR", "report stream did not start with the judge's own frame")
@@ -114,7 +116,7 @@ class Collector:
         if kind == "syntax":
             self._fail_rest("SYNTAX_ERROR", frame.get("msg", ""))
         elif kind == "module":
-            self._fail_rest(_error_verdict(frame), f"while loading the program: {frame.get('msg', '')}")
+            self._fail_rest(error_verdict(frame), f"while loading the program: {frame.get('msg', '')}")
         elif kind == "result":
             i = int(frame["i"])
             self.results.setdefault(i, frame)
@@ -135,7 +137,7 @@ class Collector:
             return
         try:
             verdict, extra = self._decide(i, done)
-        except _TestError as exc:
+        except TestFailed as exc:
             verdict, extra = exc.verdict, {"message": exc.message}
         except Exception as exc:  # noqa: BLE001 — comparing plain values can still raise (e.g. TypeError)
             verdict, extra = "RUNTIME_ERROR", {"message": f"comparison failed: {type(exc).__name__}: {exc}"[:CUT]}
@@ -155,42 +157,38 @@ class Collector:
             return self._decide_stdio(i, done)
         result = self.results.get(i)
         if result is None:
-            raise _TestError("RUNTIME_ERROR", f"the test process exited without reporting (exit {done.get('code')})")
+            raise TestFailed("RUNTIME_ERROR", f"the test process exited without reporting (exit {done.get('code')})")
         # Tests run apart from the program (plan["apart"]) report from a process the program never
         # ran in; otherwise the program shares the reporting process, and only operand values,
         # each one call's return value, mean anything (see `cases._apart`).
         apart = self.job["plan"]["apart"]
         if "error" in result:
             judge_fault = result["error"] == "judge" and apart  # a call the judge's side could not make
-            raise _TestError("INTERNAL_ERROR" if judge_fault else _error_verdict(result), result.get("msg", ""))
+            raise TestFailed("INTERNAL_ERROR" if judge_fault else error_verdict(result), result.get("msg", ""))
         unit = self.secret["units"][i]
         if "ok" in result:
             if not apart:
-                raise _TestError("RUNTIME_ERROR", "a report this judge never writes for this test")
+                raise TestFailed("RUNTIME_ERROR", "a report this judge never writes for this test")
             return "ACCEPTED", {}
-        values = self._leaf_values(i, unit, result.get("values") or {})
-        if _truth(unit["tree"], values):
-            return "ACCEPTED", {}
-        trusted = self._trusted(i, unit)
-        got = [plain.short_repr(v) for n, v in sorted(values.items()) if n not in trusted]
-        expected = [plain.short_repr(v) for n, v in sorted(values.items()) if n in trusted]
-        return "WRONG_ANSWER", {"input": unit["label"][:CUT], "got": ", ".join(got)[:CUT],
-                                "expected": ", ".join(expected)[:CUT] or None}
+        before = self.before.get(i, {})
+        after = result.get("values") or {}
+        reports = {n: before[n] if n in before else after.get(str(n)) for n in range(len(unit["sources"]))}
+        return assert_verdict(unit, reports, set(before))
 
     def _check_limits(self, done: dict) -> None:
         sig, cpu = done.get("sig"), float(done.get("cpu", 0.0))
         if sig == signal.SIGXCPU or cpu > self.limits["cpu_s"] or (sig == signal.SIGKILL and done.get("wall_killed")):
-            raise _TestError("TIMEOUT", f"{cpu:.2f} s CPU, {float(done.get('wall', 0)):.2f} s wall")
+            raise TestFailed("TIMEOUT", f"{cpu:.2f} s CPU, {float(done.get('wall', 0)):.2f} s wall")
         if sig == signal.SIGXFSZ or done.get("out_truncated"):
-            raise _TestError("OUTPUT_LIMIT", f"output over {self.limits['output_bytes']} bytes")
+            raise TestFailed("OUTPUT_LIMIT", f"output over {self.limits['output_bytes']} bytes")
         if sig is not None:
-            raise _TestError("RUNTIME_ERROR", f"killed by signal {sig} ({_signame(sig)})")
+            raise TestFailed("RUNTIME_ERROR", f"killed by signal {sig} ({_signame(sig)})")
 
     def _decide_stdio(self, i: int, done: dict) -> tuple[str, dict]:
         stderr = str(done.get("stderr_tail", ""))
         if done.get("code"):
             verdict = "MEMORY_LIMIT" if "MemoryError" in stderr else "RUNTIME_ERROR"
-            raise _TestError(verdict, (stderr.strip().splitlines() or [f"exit status {done['code']}"])[-1][:CUT])
+            raise TestFailed(verdict, (stderr.strip().splitlines() or [f"exit status {done['code']}"])[-1][:CUT])
         expected, got = self.secret["outputs"][i], str(done.get("out", ""))
         name = self.secret.get("checker")
         if name:
@@ -201,34 +199,6 @@ class Collector:
             return "ACCEPTED", {}
         return "WRONG_ANSWER", {"input": self.job["plan"]["inputs"][i][:CUT], "expected": expected[:CUT],
                                 "got": got[:CUT]}
-
-    def _trusted(self, i: int, unit: dict) -> set[int]:
-        before = {int(k.split(".")[1]) for k in (self.before or {}) if k.split(".")[0] == str(i)}
-        return before | {int(n) for n in unit["literals"]}
-
-    def _leaf_values(self, i: int, unit: dict, after: dict) -> dict[int, object]:
-        values: dict[int, object] = {}
-        literals = _literals(unit)
-        for n in range(len(unit["sources"])):
-            if n in literals:
-                values[n] = literals[n]
-                continue
-            key = f"{i}.{n}"
-            if self.before and key in self.before:
-                report, trusted = self.before[key], True
-            else:
-                report, trusted = after.get(str(n)), False
-            if report is None:
-                raise _TestError("RUNTIME_ERROR", f"no value reported for {unit['sources'][n][:CUT]}")
-            if "v" in report:
-                values[n] = plain.decode(report["v"])
-            elif "notplain" in report:
-                raise _TestError("WRONG_ANSWER", f"{unit['sources'][n][:120]}: {report['notplain']}")
-            elif trusted:
-                raise _TestError("INTERNAL_ERROR", f"the test's own operand failed: {report.get('msg', '')}")
-            else:
-                raise _TestError(_error_verdict(report), report.get("msg", "")[:CUT])
-        return values
 
     def _fail_rest(self, verdict: str, message: str) -> None:
         for i in self.order:
@@ -256,6 +226,52 @@ class Collector:
             "stderr_tail": self.tails[1],
             "stopped": self.stopped,
         }
+
+
+def _by_test(values: dict) -> dict[int, dict[int, dict]]:
+    """The "before" frame's reports ("test.leaf" → report) by test, then leaf."""
+    tests: dict[int, dict[int, dict]] = {}
+    for key, report in values.items():
+        test, _, leaf = str(key).partition(".")
+        if test.isdigit() and leaf.isdigit():
+            tests.setdefault(int(test), {})[int(leaf)] = report
+    return tests
+
+
+def assert_verdict(unit: dict, reports: dict[int, dict | None], trusted: set[int]) -> tuple[str, dict]:
+    """An assert's verdict from its plan (secret side: the logic tree and the expected literals)
+    and the reports of its other operands, by leaf. `trusted` leaves were computed by the tests
+    alone (their failure is the judge's); literals never come from a report. Shared by the local
+    worker and the `sandbox_fusion` backend, so both decide alike. Raises `TestFailed`."""
+    values = _leaf_values(unit, reports, trusted)
+    if _truth(unit["tree"], values):
+        return "ACCEPTED", {}
+    shown = trusted | {int(n) for n in unit["literals"]}
+    got = [plain.short_repr(v) for n, v in sorted(values.items()) if n not in shown]
+    expected = [plain.short_repr(v) for n, v in sorted(values.items()) if n in shown]
+    return "WRONG_ANSWER", {"input": unit["label"][:CUT], "got": ", ".join(got)[:CUT],
+                            "expected": ", ".join(expected)[:CUT] or None}
+
+
+def _leaf_values(unit: dict, reports: dict[int, dict | None], trusted: set[int]) -> dict[int, object]:
+    values: dict[int, object] = {}
+    literals = _literals(unit)
+    for n in range(len(unit["sources"])):
+        if n in literals:
+            values[n] = literals[n]
+            continue
+        report = reports.get(n)
+        if not isinstance(report, dict):
+            raise TestFailed("RUNTIME_ERROR", f"no value reported for {unit['sources'][n][:CUT]}")
+        if "v" in report:
+            values[n] = plain.decode(report["v"])
+        elif "notplain" in report:
+            raise TestFailed("WRONG_ANSWER", f"{unit['sources'][n][:120]}: {report['notplain']}")
+        elif n in trusted:
+            raise TestFailed("INTERNAL_ERROR", f"the test's own operand failed: {report.get('msg', '')}")
+        else:
+            raise TestFailed(error_verdict(report), str(report.get("msg", ""))[:CUT])
+    return values
 
 
 def _literals(unit: dict) -> dict[int, object]:
@@ -298,7 +314,7 @@ def _eval_tree(tree: dict, values: dict[int, object]) -> object:
     return all(_OPS[op](operands[k], operands[k + 1]) for k, op in enumerate(tree["ops"]))
 
 
-def _error_verdict(report: dict) -> str:
+def error_verdict(report: dict) -> str:
     return {"memory": "MEMORY_LIMIT", "output": "OUTPUT_LIMIT", "assert": "WRONG_ANSWER", "notplain": "WRONG_ANSWER",
             "timeout": "TIMEOUT"}.get(report.get("error", ""), "RUNTIME_ERROR")
 

@@ -5,13 +5,15 @@ decision stays in this process:
 
 - stdio tests: one request per test (the program, the test's stdin); the stdout
   is compared here with the local judge's comparator.
-- function tests: one request per assert unit. The program is wrapped in a
-  harness (`engine.judge.remote_harness`) that evaluates the operands of the
-  assertion in the sample's process, serialises them as plain values and writes
-  them, tagged with a nonce that arrives on stdin, to a private copy of stdout.
-  The comparison itself runs here on rebuilt builtin values, so an object whose
-  `__eq__` always says True cannot pass, and exit code 0 alone never is a pass
-  (SandboxFusion reports `os._exit(0)` as `Success`).
+- function tests: one request per unit of the local judge's plan. The program
+  is wrapped in a trusted harness (`engine.judge.remote_program`) that runs the
+  unit beside the program or, when the tests run code of their own, apart from
+  it in a forked child, and writes the operand values as plain data, tagged with
+  a nonce that arrives on stdin, to a private copy of stdout. The comparison runs
+  here with the local worker's rules on rebuilt builtin values and the expected
+  literals, which never leave this process; exit code 0 alone never is a pass
+  (SandboxFusion reports `os._exit(0)` as `Success`), nor is a report the
+  program could have written itself.
 
 A server that is down, keeps failing, answers `SandboxError` or too slowly gives
 INTERNAL_ERROR with the reason, never a model-side verdict. Connection errors,
@@ -241,8 +243,10 @@ class SandboxFusionRunner:
                 (lambda i=i, t=t: self._run_stdio(i, code, problem, t.input, t.output, limits))
                 for i, t in enumerate(problem.stdio_tests)
             ]
-        units = remote_harness.units_of(problem)
-        return [(lambda i=i, u=u: self._run_unit(i, code, problem, u, limits)) for i, u in enumerate(units)]
+        if problem.function_tests is None:
+            return []
+        units = remote_harness.labels(problem)
+        return [(lambda i=i, label=label: self._run_unit(i, code, problem, label, limits)) for i, label in enumerate(units)]
 
     def _request(self, code: str, stdin: str, limits: RemoteLimits) -> RunCodeRequest:
         return RunCodeRequest(
@@ -276,24 +280,23 @@ class SandboxFusionRunner:
         )
         return TestRun(result=result, stdout=_tail(got), stderr=_tail(rr.stderr if rr else ""))
 
-    def _run_unit(self, index: int, code: str, problem: Problem, unit: remote_harness.Unit, limits: RemoteLimits) -> TestRun:
+    def _run_unit(self, index: int, code: str, problem: Problem, label: str, limits: RemoteLimits) -> TestRun:
         nonce = secrets.token_hex(16)
-        program = remote_harness.program(code, problem, unit)
+        program = remote_harness.program(code, problem, index)
         outcome = self.client.run_code(self._request(program, nonce + "\n", limits))
         if outcome.response is None:
             return _internal(index, outcome.error or "no response")
         rr = outcome.response.run_result
         stdout, stderr = (rr.stdout or "", rr.stderr or "") if rr else ("", "")
-        verdict, message = remote_harness.decide(unit, nonce, stdout, stderr)
+        verdict, extra = remote_harness.decide(problem, index, nonce, stdout, stderr)
         failed = _failure_verdict(outcome.response)
         if failed in (Verdict.TIMEOUT, Verdict.MEMORY_LIMIT) and verdict != Verdict.ACCEPTED:
-            verdict, message = failed, _message(outcome.response, failed)
+            verdict, extra = failed, {"message": _message(outcome.response, failed)}
         result = TestResult(
             index=index,
             verdict=verdict,
             wall_s=float((rr.execution_time if rr else None) or 0.0),
-            input=unit.source[:500],
-            message=message,
+            **{"input": label[:500], **extra},
         )
         own = "\n".join(line for line in stdout.splitlines() if not line.startswith(nonce))
         return TestRun(result=result, stdout=_tail(own), stderr=_tail(stderr))

@@ -19,6 +19,7 @@ import pytest
 
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval, problem_from_mbpp
 from engine.judge.api import Judge, JudgeConfig
+from engine.judge.cases import function_plan
 
 _spec = importlib.util.spec_from_file_location("judge_mutants", Path(__file__).with_name("mutants.py"))
 mutants = importlib.util.module_from_spec(_spec)
@@ -177,6 +178,40 @@ def test_mbpp_reference_accepted(judge, shared_datasets, name, sanitized, count)
     if not sanitized:
         assert sum(r.total for r in results) == sum(len(p.function_tests.asserts) + len(p.function_tests.challenge)
                                                     for p in problems)
+
+
+@pytest.fixture(scope="module")
+def remote_judge(sf_server_module):
+    """The sandbox_fusion backend against tests/judge/sandbox_fusion_server.py (a loopback server
+    speaking SandboxFusion's schema that runs each request with `python3`)."""
+    with sf_server_module.SandboxFusionServer() as server:
+        config = JudgeConfig(backend="sandbox_fusion", url=server.url, workers=6, timeout_s=10.0, cache=False)
+        with Judge(config) as j:
+            yield j
+
+
+def _remote_rejects(remote_judge, problems):
+    results = remote_judge.judge_many([(p, p.solutions[0]) for p in problems], code_is_program=True)
+    return {r.problem_id: (r.verdict.value, r.failures[:1]) for r in results if not r.accepted}
+
+
+def test_humaneval_tests_run_apart_remotely_accept_the_references(remote_judge, shared_datasets):
+    """The HumanEval problems whose tests run apart from the program (12: `check` loops, computed
+    operands), through the sandbox_fusion backend: the tests' process calls the program's."""
+    problems = [problem_from_humaneval(r) for r in _rows(shared_datasets / "humaneval.jsonl")]
+    apart = [p for p in problems if function_plan(p).public["apart"]]
+    assert len(apart) == 12
+    assert not _remote_rejects(remote_judge, apart)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["humaneval.jsonl", "mbpp_full.jsonl", "mbpp_sanitized.jsonl"])
+def test_references_accepted_remotely(remote_judge, shared_datasets, name):
+    """Every HumanEval and MBPP reference through the sandbox_fusion backend (≈ 40 s, 2 min, 1 min)."""
+    rows = _rows(shared_datasets / name)
+    problems = ([problem_from_humaneval(r) for r in rows] if name == "humaneval.jsonl"
+                else [problem_from_mbpp(r, sanitized=name == "mbpp_sanitized.jsonl") for r in rows])
+    assert not _remote_rejects(remote_judge, problems)
 
 
 def test_humaneval_mutations_not_accepted(judge, shared_datasets):

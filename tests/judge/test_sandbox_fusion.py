@@ -10,7 +10,9 @@ scripted per request. No real SandboxFusion is contacted.
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -179,6 +181,109 @@ def test_a_program_binding_builtin_names_decides_nothing_remotely(remote):
     forged = remote.judge(SETS, _fenced("def set(*a):\n    return 0\ndef f(n):\n    return None"))
     assert forged.verdict is Verdict.RUNTIME_ERROR and not forged.accepted
     assert remote.judge(SETS, _fenced("def f(n):\n    return list(range(1, n + 1))")).accepted
+
+
+# A program that looks for the harness's reporter (its frames, every object in its process) and
+# reports its tests as passed, in the report format of this harness and of the one before it.
+FORGER = """import gc, os, sys
+def _forge():
+    seen = []
+    frame = sys._getframe()
+    while frame is not None:
+        seen.extend(frame.f_locals.values())
+        frame = frame.f_back
+    for o in seen + gc.get_objects():
+        try:
+            if hasattr(o, "nonce") and callable(getattr(o, "send", None)):
+                o.send(["ok"])
+                o.send(["values", {"0": {"v": 3}}, {"1": {"v": 3}}])
+                os._exit(0)
+            if callable(o) and getattr(o, "__name__", "") == "emit":
+                o(("ok", "exec"))
+                os._exit(0)
+        except Exception:
+            pass
+_forge()
+def add(a, b):
+    return 0
+"""
+CHECKED = Problem(id="toy/checked", source="toy", split="test", kind="function", statement="", entry_point="add",
+                  function_tests=FunctionTests(candidate="candidate", check=(
+                      "def check(candidate):\n    import fractions\n"
+                      "    for i in range(3):\n        assert candidate(i, 1) == i + 1\n")))
+LITERAL = Problem(id="toy/literal", source="toy", split="test", kind="function", statement="", entry_point="add",
+                  function_tests=FunctionTests(asserts=["assert add(1, 2) == 3", "assert add(2, 2) == 4"]))
+
+
+@pytest.mark.parametrize("problem", [CHECKED, LITERAL, ADD], ids=lambda p: p.id)
+def test_a_program_that_finds_the_reporter_passes_nothing(remote, problem):
+    """Local test server, code run for real. Where the tests run beside the program (LITERAL) it can
+    find the reporter but only claim values it could have returned (an "ok" is refused, and the
+    expected literals never reach it); where they run apart (CHECKED, ADD) it never holds the nonce."""
+    forged = remote.judge(problem, _fenced(FORGER))
+    plainly_wrong = remote.judge(problem, _fenced("def add(a, b):\n    return 0"))
+    assert not forged.accepted and forged.passed == plainly_wrong.passed  # ADD's `not add(0, 0)` holds for 0
+    assert remote.judge(problem, _fenced("def add(a, b):\n    return a + b")).accepted
+
+
+PEEKER = """import os, re
+def add(a, b):
+    parent, nonces = os.getppid(), set()
+    try:
+        mem = open(f"/proc/{parent}/mem", "rb")
+        for line in open(f"/proc/{parent}/maps"):
+            span, perms = line.split()[:2]
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if "rw" in perms and hi - lo < 1 << 26:
+                try:
+                    mem.seek(lo)
+                    nonces.update(re.findall(rb"[0-9a-f]{32}", mem.read(hi - lo)))
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    for fd in os.listdir(f"/proc/{parent}/fd") if os.access(f"/proc/{parent}/fd", os.R_OK) else ():
+        try:
+            out = os.open(f"/proc/{parent}/fd/{fd}", os.O_WRONLY)
+        except OSError:
+            continue
+        for nonce in nonces:
+            os.write(out, nonce + b' ["ok"]\\n')
+    return a + b + 1
+"""
+
+
+def test_the_programs_process_cannot_read_the_tests_process(remote):
+    """Local test server, which runs code as this test's user (root here, with CAP_SYS_PTRACE): the
+    program's process gives up root and the tests' process is non-dumpable, so the nonce in the
+    tests' memory and their stdout stay out of reach."""
+    result = remote.judge(CHECKED, _fenced(PEEKER))
+    assert result.verdict is Verdict.WRONG_ANSWER and not result.accepted
+
+
+PAIRS = Problem(id="toy/pairs", source="toy", split="test", kind="function", statement="", entry_point="longest",
+                function_tests=FunctionTests(asserts=["assert longest([Pair(5, 24), Pair(15, 25), Pair(27, 40)]) == 24"]))
+
+
+def test_objects_of_the_programs_classes_still_reach_its_function(remote):
+    """Local test server: where every operand is one call of the program (MBPP's Pair problems), the
+    tests run in its process, so they can build its objects and pass them to it."""
+    code = ("class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+            "def longest(pairs):\n    return max(p.b for p in pairs) - min(p.a for p in pairs) - 11\n")
+    assert remote.judge(PAIRS, _fenced(code)).accepted
+
+
+def test_the_tests_process_imports_nothing_from_the_work_directory(tmp_path):
+    """No server: the harness's own module-path rule, run as SandboxFusion runs it (`python main.py`
+    in a directory the program's process could write a `fractions.py` into)."""
+    from engine.judge import remote_program
+
+    (tmp_path / "fractions.py").write_text("raise SystemExit('imported from the work directory')\n")
+    source = Path(remote_program.__file__).read_text()
+    (tmp_path / "main.py").write_text(source + "\n_close_module_path([])\nimport fractions\nprint(fractions.__file__)\n")
+    done = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert str(tmp_path) not in done.stdout
 
 
 def test_stdio_verdicts_use_the_judge_comparator(remote):

@@ -1,0 +1,391 @@
+"""What a remote runner (SandboxFusion) runs for one function-test unit: the trusted side.
+
+This file travels as source, after `engine.judge.plain`'s, at the head of every
+request (`remote_harness.program`); stdlib only. SandboxFusion returns only the
+exit status, stdout and stderr, so the unit's report is the last stdout line
+that starts with a nonce, which arrives on stdin (never in the request's code).
+The judge decides from it with the local worker's rules
+(`outcome.assert_verdict`); expected literals never leave the judge.
+
+As in the local worker, where the tests run depends on the plan (`cases._apart`):
+
+- **Shared**: every operand left to evaluate is one call of the program's
+  function. The program runs here, beside the harness, and can find the nonce
+  and write any report, but a report can only claim operand values, which the
+  program could as well have returned; the judge refuses an "ok" from here.
+- **Apart**: the tests run code of their own (HumanEval's `check`) or compute
+  an operand themselves. This process then never runs the program's code: it
+  forks a child that loads the program and answers calls, with values crossing
+  as strict plain data; the nonce is read only after the fork, this process is
+  made non-dumpable (so the child cannot read its memory through /proc), its
+  module path loses the work directory (where the child can write), and every
+  module the tests import is imported before the child exists.
+"""
+
+import builtins
+import json
+import os
+import signal
+import sys
+import time
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
+_PR_SET_DUMPABLE = 4
+_NOBODY = 65534
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _CAPABILITY_VERSION_3 = 24, 38, 0x20080522
+MAX_LINE = 64 * 1024 * 1024
+
+
+def main(src, spec, plain):
+    """Judge one unit: `spec` is the unit's part of the plan, `plain` the plain-data codec."""
+    try:
+        code = compile(src, "<solution>", "exec", dont_inherit=True)
+    except BaseException as exc:  # noqa: BLE001 — the sample's own failure
+        _Report().send(["syntax", f"{type(exc).__name__}: {exc}"[:500]])
+        return
+    if spec["apart"]:
+        _apart(code, spec, plain)
+    else:
+        _shared(code, spec, plain)
+
+
+class _Report:
+    """The private copy of stdout the unit's report goes to, tagged with the nonce. Made when the
+    nonce is read: the program's own prints then go to stderr, and stdin is empty."""
+
+    def __init__(self):
+        self.nonce = sys.stdin.readline().strip()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        self.out = os.dup(1)
+        os.dup2(2, 1)
+
+    def send(self, record):
+        line = self.nonce + " " + json.dumps(record) + "\n"
+        if len(line) > MAX_LINE:
+            line = self.nonce + " " + json.dumps(["module", {"error": "runtime", "msg": "report too large"}]) + "\n"
+        data = line.encode()
+        while data:
+            data = data[os.write(self.out, data):]
+
+
+def _error(exc, plain):
+    if isinstance(exc, _ProgramRaised):
+        return dict(exc.report)
+    kind = "runtime"
+    if isinstance(exc, MemoryError):
+        kind = "memory"
+    elif isinstance(exc, AssertionError):
+        kind = "assert"
+    elif isinstance(exc, plain["NotPlain"]):
+        kind = "notplain"
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except BaseException:  # noqa: BLE001 — a hostile __str__
+        text = type(exc).__name__
+    return {"error": kind, "msg": text[:500]}
+
+
+def _evaluate(src, ns, plain):
+    try:
+        return {"v": plain["encode"](eval(compile(src, "<assert operand>", "eval", dont_inherit=True), ns))}
+    except plain["NotPlain"] as exc:
+        return {"notplain": str(exc)[:300]}
+    except BaseException as exc:  # noqa: BLE001
+        return _error(exc, plain)
+
+
+def _tests_view(ns, spec):
+    """As the local worker's: a builtin's name means the builtin unless the tests mean the
+    program's; the candidate alias is the entry point."""
+    view = {k: v for k, v in ns.items() if k not in _BUILTIN_NAMES or k in spec["meant"] or k.startswith("__")}
+    if spec["candidate"] and spec["entry"] in view:
+        view[spec["candidate"]] = view[spec["entry"]]
+    return view
+
+
+# ---------------------------------------------------------------- shared: program and tests in one process
+
+
+def _shared(code, spec, plain):
+    report = _Report()
+    ns = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        exec(code, ns)
+        ns = _tests_view(ns, spec)
+        exec(compile(spec["setup"], "<test setup>", "exec", dont_inherit=True), ns)
+    except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
+        report.send(["module", _error(exc, plain)])
+        return
+    leaves = spec["unit"]["leaves"]
+    report.send(["values", {str(n): _evaluate(leaf["src"], ns, plain)
+                            for n, leaf in enumerate(leaves) if leaf.get("phase") == "after"}])
+
+
+# ---------------------------------------------------------------- apart: the tests here, the program in a child
+
+
+def _apart(code, spec, plain):
+    _undumpable()
+    _close_module_path(spec["preload"])
+    program = _Program(code, plain)
+    report = _Report()  # only now: the child never holds the nonce
+    try:
+        loaded = program.load()
+        before = _before_values(spec, plain)
+        if loaded is None:
+            report.send(["module", program.failure])
+            return
+        ns = {"__name__": "solution", "__builtins__": builtins, **_tests_view(loaded, spec)}
+        try:
+            exec(compile(spec["setup"], "<test setup>", "exec", dont_inherit=True), ns)
+        except BaseException as exc:  # noqa: BLE001 — the tests' own setup
+            report.send(["module", _error(exc, plain)])
+            return
+        ns["__judge_plain__"] = lambda v: plain["decode"](plain["encode"](v))
+        report.send(_run_unit(spec, ns, before, plain))
+    finally:
+        program.close()
+
+
+def _leaves(spec, phase):
+    return [(n, leaf) for n, leaf in enumerate(spec["unit"].get("leaves", ())) if leaf.get("phase") == phase]
+
+
+def _before_values(spec, plain):
+    """Operands computed from the tests alone, here and after the fork: the program's process
+    never holds these expected values."""
+    leaves = _leaves(spec, "before")
+    if not leaves:
+        return {}
+    ns = {"__builtins__": builtins}
+    try:
+        exec(compile(spec["imports"], "<test imports>", "exec", dont_inherit=True), ns)
+    except BaseException as exc:  # noqa: BLE001 — the tests' own imports: a judge fault
+        return {str(n): {"error": "runtime", "msg": f"test imports failed: {_error(exc, plain)['msg']}"} for n, _ in leaves}
+    return {str(n): _evaluate(leaf["src"], ns, plain) for n, leaf in leaves}
+
+
+def _run_unit(spec, ns, before, plain):
+    unit = spec["unit"]
+    if unit["kind"] == "assert":
+        after = {str(n): _evaluate(leaf["src"], ns, plain) for n, leaf in _leaves(spec, "after")}
+        return ["values", after, before]
+    try:
+        exec(compile(unit["src"], "<test>", "exec", dont_inherit=True), ns)
+        if unit["kind"] == "check":
+            ns["check"](ns[spec["entry"]])
+        return ["ok"]
+    except BaseException as exc:  # noqa: BLE001
+        return ["error", _error(exc, plain)]
+
+
+def _undumpable():
+    """Keep the program's process out of this one's memory and fds (/proc/<pid>/mem needs ptrace
+    rights over a non-dumpable process, which a sandbox without CAP_SYS_PTRACE lacks)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (ImportError, OSError, AttributeError):
+        pass  # then only the sandbox's own ptrace policy stands between the two
+
+
+def _close_module_path(preload):
+    """The work directory is the script's, and the program's process can write files there (a
+    `random.py` would be imported by a test's `import random`): off the path, and the tests'
+    modules imported now."""
+    here = {os.path.realpath(p) for p in (os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0] or ".")))}
+    sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) not in here]
+    sys.path_importer_cache.clear()
+    for name in preload:
+        try:
+            __import__(name)
+        except BaseException:  # noqa: BLE001 — the test that imports it reports the failure
+            pass
+
+
+class _ProgramRaised(Exception):
+    def __init__(self, report):
+        super().__init__(str(report.get("msg", ""))[:500])
+        self.report = report
+
+
+class _ProgramGone(Exception):
+    pass
+
+
+class _Program:
+    """The program in a child process: loads it, then answers the tests' calls by name."""
+
+    def __init__(self, code, plain):
+        self.plain, self.failure = plain, None
+        ask_r, ask_w = os.pipe()
+        answer_r, answer_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.close(ask_w)
+                os.close(answer_r)
+                _serve(code, ask_r, answer_w, plain)
+            finally:
+                _flush()
+                os._exit(0)
+        os.close(ask_r)
+        os.close(answer_w)
+        self.ask, self.answers = os.fdopen(ask_w, "wb"), os.fdopen(answer_r, "rb")
+
+    def load(self):
+        """The program's names as the tests get them; None (and `failure` set) when it failed."""
+        answer = self._answer()
+        names = answer.get("names") if isinstance(answer, dict) else None
+        if not isinstance(names, dict):
+            failure = answer.get("module") if isinstance(answer, dict) else None
+            ok = isinstance(failure, dict) and isinstance(failure.get("error"), str)
+            self.failure = ({"error": failure["error"], "msg": str(failure.get("msg", ""))[:500]} if ok
+                            else {"error": "runtime", "msg": "the program's process ended while loading"})
+            return None
+        try:
+            return {name: self._stand_in(name, kind) for name, kind in names.items()
+                    if not name.startswith("__") and (kind[0] != "m" or kind[1] in sys.modules)}
+        except Exception:  # noqa: BLE001 — garbage instead of names
+            self.failure = {"error": "runtime", "msg": "the program's process answered out of turn while loading"}
+            return None
+
+    def _stand_in(self, name, kind):
+        if kind == "f":
+            return lambda *args, **kwargs: self.call(name, args, kwargs)
+        if kind[0] == "m":
+            return sys.modules[kind[1]]
+        return self.plain["decode"](kind[1])
+
+    def call(self, name, args, kwargs):
+        encode = self.plain["encode"]
+        try:
+            request = {"c": name, "a": [encode(a) for a in args], "k": {k: encode(v) for k, v in kwargs.items()}}
+        except self.plain["NotPlain"] as exc:
+            raise _ProgramRaised({"error": "judge", "msg": f"cannot pass this argument to the program: {exc}"}) from None
+        try:
+            self.ask.write(json.dumps(request).encode() + b"\n")
+            self.ask.flush()
+        except OSError:
+            pass  # it ended: the answer below says so
+        answer = self._answer()
+        if not isinstance(answer, dict):
+            raise _ProgramGone("the program's process ended")
+        if "x" in answer:
+            report = answer["x"]
+            raise _ProgramRaised(report if isinstance(report, dict) else {"error": "runtime", "msg": "?"})
+        if "v" not in answer:
+            raise _ProgramGone("the program's process answered out of turn")
+        return self.plain["decode"](answer["v"])
+
+    def _answer(self):
+        line = self.answers.readline(MAX_LINE)
+        if not line.endswith(b"\n"):
+            return None
+        try:
+            return json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+
+    def close(self):
+        """End of input ends the child; one that lingers (a thread, a handler) is killed."""
+        self.ask.close()
+        self.answers.close()
+        for _ in range(100):
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.005)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+def _serve(code, ask, answers, plain):
+    """The child: the program's process. Its prints go to stderr; it never sees the nonce."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    _unprivileged()
+    out = os.fdopen(answers, "wb")
+
+    def send(message):
+        out.write(json.dumps(message).encode() + b"\n")
+        out.flush()
+
+    ns = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        exec(code, ns)
+    except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
+        send({"module": _error(exc, plain)})
+        return
+    send({"names": _exported(ns, plain)})
+    for line in os.fdopen(ask, "rb"):
+        request = json.loads(line)
+        try:
+            function = ns[request["c"]]
+            value = function(*[plain["decode"](a) for a in request["a"]],
+                             **{k: plain["decode"](v) for k, v in request["k"].items()})
+            answer = {"v": plain["encode"](value)}
+        except BaseException as exc:  # noqa: BLE001 — the program's failure, reported to its test
+            answer = {"x": _error(exc, plain)}
+        send(answer)
+
+
+def _unprivileged():
+    """A sandbox that runs code as root may leave it CAP_SYS_PTRACE, which reads any process's
+    memory and opens its fds whatever its dumpable flag. The program's process, when root, drops
+    every capability, from its bounding set too (an exec as root would grant them again), and
+    keeps its uid, so the files it may read stay the same; without ctypes it becomes nobody."""
+    if os.geteuid() != 0:
+        return
+    try:
+        _drop_capabilities()
+    except (ImportError, OSError, AttributeError, ValueError):
+        try:
+            os.setgroups([])
+            os.setresgid(_NOBODY, _NOBODY, _NOBODY)
+            os.setresuid(_NOBODY, _NOBODY, _NOBODY)
+        except OSError:
+            pass  # neither: the sandbox's own capability set is all that stands between the two
+
+
+def _drop_capabilities():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/sys/kernel/cap_last_cap") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # refused without CAP_SETPCAP: a sandbox's own set
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 — a stream the program closed or replaced
+            pass
+
+
+def _exported(ns, plain):
+    names = {}
+    for name, value in list(ns.items()):
+        if name.startswith("__"):
+            continue
+        if type(value) is type(os):
+            names[name] = ["m", str(value.__name__)]
+        elif callable(value):
+            names[name] = "f"
+        else:
+            try:
+                names[name] = ["v", plain["encode"](value)]
+            except plain["NotPlain"]:
+                pass
+    return names
