@@ -226,6 +226,19 @@ def test_a_program_that_finds_the_reporter_passes_nothing(remote, problem):
     assert remote.judge(problem, _fenced("def add(a, b):\n    return a + b")).accepted
 
 
+@pytest.mark.parametrize(("code", "verdict"), [
+    ("import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return a + b",
+     Verdict.RUNTIME_ERROR),  # kills the tests' process: no report
+    ("def add(a, b):\n    import os\n    os._exit(0)", Verdict.RUNTIME_ERROR),  # ends mid-call
+    ("import os\nos.write(1, b'not an answer\\n')\ndef add(a, b):\n    return a + b", Verdict.ACCEPTED),  # its own stdout
+    ("def add(a, b):\n    import time\n    time.sleep(60)", Verdict.TIMEOUT),
+    ("def add(a, b):\n    return lambda: 0", Verdict.WRONG_ANSWER),  # no plain value to send back
+])
+def test_the_programs_process_ending_or_stalling_fails_the_test(remote, code, verdict):
+    """Local test server: tests run apart (CHECKED) and the program's process ends, stalls or writes."""
+    assert remote.judge(CHECKED, _fenced(code)).verdict is verdict
+
+
 PEEKER = """import os, re
 def add(a, b):
     parent, nonces = os.getppid(), set()
