@@ -173,7 +173,7 @@ class Collector:
         before = self.before.get(i, {})
         after = result.get("values") or {}
         reports = {n: before[n] if n in before else after.get(str(n)) for n in range(len(unit["sources"]))}
-        return assert_verdict(unit, reports, set(before))
+        return assert_verdict(unit, reports, set(before), _literals(unit))
 
     def _check_limits(self, done: dict) -> None:
         sig, cpu = done.get("sig"), float(done.get("cpu", 0.0))
@@ -238,12 +238,16 @@ def _by_test(values: dict) -> dict[int, dict[int, dict]]:
     return tests
 
 
-def assert_verdict(unit: dict, reports: dict[int, dict | None], trusted: set[int]) -> tuple[str, dict]:
+def assert_verdict(unit: dict, reports: dict[int, dict | None], trusted: set[int],
+                   literals: dict[int, object] | None = None) -> tuple[str, dict]:
     """An assert's verdict from its plan (secret side: the logic tree and the expected literals)
     and the reports of its other operands, by leaf. `trusted` leaves were computed by the tests
     alone (their failure is the judge's); literals never come from a report. Shared by the local
-    worker and the `sandbox_fusion` backend, so both decide alike. Raises `TestFailed`."""
-    values = _leaf_values(unit, reports, trusted)
+    worker and the `sandbox_fusion` backend, so both decide alike; `unit` is not changed (the
+    judge's plans are shared and sent to workers as they are). Raises `TestFailed`."""
+    if literals is None:
+        literals = _decoded(unit)
+    values = _leaf_values(unit, reports, trusted, literals)
     if _truth(unit["tree"], values):
         return "ACCEPTED", {}
     shown = trusted | {int(n) for n in unit["literals"]}
@@ -253,9 +257,9 @@ def assert_verdict(unit: dict, reports: dict[int, dict | None], trusted: set[int
                             "expected": ", ".join(expected)[:CUT] or None}
 
 
-def _leaf_values(unit: dict, reports: dict[int, dict | None], trusted: set[int]) -> dict[int, object]:
+def _leaf_values(unit: dict, reports: dict[int, dict | None], trusted: set[int],
+                 literals: dict[int, object]) -> dict[int, object]:
     values: dict[int, object] = {}
-    literals = _literals(unit)
     for n in range(len(unit["sources"])):
         if n in literals:
             values[n] = literals[n]
@@ -275,12 +279,16 @@ def _leaf_values(unit: dict, reports: dict[int, dict | None], trusted: set[int])
 
 
 def _literals(unit: dict) -> dict[int, object]:
-    """The unit's expected literals, decoded once per plan (the worker keeps a plan's secret part
-    for all its samples; nothing here mutates a value it compares)."""
+    """The unit's expected literals, decoded once per plan in the worker, which keeps its own copy
+    of a plan's secret part for all its samples (nothing here mutates a value it compares)."""
     decoded = unit.get("decoded")
     if decoded is None:
-        decoded = unit["decoded"] = {int(n): plain.decode(v) for n, v in unit["literals"].items()}
+        decoded = unit["decoded"] = _decoded(unit)
     return decoded
+
+
+def _decoded(unit: dict) -> dict[int, object]:
+    return {int(n): plain.decode(v) for n, v in unit["literals"].items()}
 
 
 def _truth(tree: dict, values: dict[int, object]) -> bool:

@@ -239,6 +239,14 @@ def test_the_programs_process_ending_or_stalling_fails_the_test(remote, code, ve
     assert remote.judge(CHECKED, _fenced(code)).verdict is verdict
 
 
+def test_a_remote_verdict_leaves_the_shared_plan_as_the_local_backend_sends_it(remote):
+    """Local test server, then the local backend in the same process: plans are cached per process
+    and sent to local workers as they are, so deciding a remote unit must not change one."""
+    assert not remote.judge(LITERAL, _fenced("def add(a, b):\n    return 0")).accepted
+    with Judge(JudgeConfig(cache=False, workers=1)) as local:
+        assert local.judge(LITERAL, _fenced("def add(a, b):\n    return a + b")).accepted
+
+
 PEEKER = """import os, re
 def add(a, b):
     parent, nonces = os.getppid(), set()
