@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("baseline")
     parser.add_argument("candidate")
     parser.add_argument("--pairs", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--stdio", type=int, default=0, metavar="PROBLEMS")
     args = parser.parse_args()
     drivers = [start(side, args.workers, args.stdio) for side in (args.baseline, args.candidate)]

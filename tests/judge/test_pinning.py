@@ -46,3 +46,14 @@ def test_unpinned_workers_keep_every_cpu():
         assert _worker_affinities(judge) == [ALLOWED, ALLOWED]
         result = judge.judge(AFFINITY, PROGRAM, code_is_program=True)
     assert result.stdout_tail.strip() == str(ALLOWED)
+
+
+def test_default_workers_follow_the_cpus_this_process_may_use():
+    """Under a taskset or a cpuset, one worker per usable CPU, each pinned to its own."""
+    os.sched_setaffinity(0, ALLOWED[:1])
+    try:
+        config = JudgeConfig()
+        assert config.workers == 1
+        assert worker_cpus(config) == ALLOWED[:1]
+    finally:
+        os.sched_setaffinity(0, ALLOWED)
