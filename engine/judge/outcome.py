@@ -46,6 +46,7 @@ class Collector:
         self.stopped: str | None = None  # why the run ended before every test reported
         self.tails = ("", "")
         self.ready = False  # the current runner loaded the program and is running tests
+        self.restart = False  # the current runner ended itself for a fresh one to go on
         self.hard_deadline: float | None = None
 
     def follow(self, frames, guard_s: float) -> str:
@@ -57,7 +58,7 @@ class Collector:
         """
         if self.hard_deadline is None:
             self.hard_deadline = time.monotonic() + (len(self.order) + 1) * (self.limits["wall_s"] + SLACK_S) + 5
-        self.ready = False
+        self.ready = self.restart = False
         deadline = time.monotonic() + guard_s
         while self.stopped is None:
             now = time.monotonic()
@@ -128,6 +129,8 @@ class Collector:
             self._done(frame)
         elif kind == "ready":
             self.ready = True
+        elif kind == "restart":
+            self.restart = True
         elif kind == "end":
             self._fail_rest("RUNTIME_ERROR", "the runner ended before every test reported")
 

@@ -35,15 +35,22 @@ def labels(problem: Problem) -> list[str]:
     return [unit["label"] for unit in function_plan(problem).secret["units"]]
 
 
-def program(code: str, problem: Problem, index: int) -> str:
-    """The program sent to the remote runner for unit `index`."""
+def program(code: str, problem: Problem) -> str:
+    """The program sent to the remote runner: the same for every unit, which comes on stdin."""
     public = function_plan(problem).public
-    spec = {key: public[key] for key in ("apart", "setup", "imports", "entry", "candidate", "meant")}
-    spec["unit"] = public["units"][index]
-    spec["preload"] = _imported(public) if public["apart"] else []
+    preload = _imported(public) if public["apart"] else []
     return (f"{_PROGRAM_SOURCE}\n\n__rlvr_plain = {{'__name__': 'rlvr_plain'}}\n"
             f"exec({_PLAIN_SOURCE!r}, __rlvr_plain)\n"
-            f"main({code!r}, {spec!r}, __rlvr_plain)\n")
+            f"main({code!r}, {public['apart']!r}, {preload!r}, __rlvr_plain)\n")
+
+
+def stdin(problem: Problem, index: int, nonce: str) -> str:
+    """The request's stdin for unit `index`: the nonce, then the unit's tests (read after the fork
+    where the tests run apart, see `remote_program`)."""
+    public = function_plan(problem).public
+    spec = {key: public[key] for key in ("setup", "imports", "entry", "candidate", "meant")}
+    spec["unit"] = public["units"][index]
+    return f"{nonce}\n{json.dumps(spec)}\n"
 
 
 def _imported(public: dict[str, Any]) -> list[str]:

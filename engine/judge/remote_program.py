@@ -3,9 +3,10 @@
 This file travels as source, after `engine.judge.plain`'s, at the head of every
 request (`remote_harness.program`); stdlib only. SandboxFusion returns only the
 exit status, stdout and stderr, so the unit's report is the last stdout line
-that starts with a nonce, which arrives on stdin (never in the request's code).
-The judge decides from it with the local worker's rules
-(`outcome.assert_verdict`); expected literals never leave the judge.
+that starts with a nonce, which arrives on stdin (never in the request's code),
+followed by the unit's part of the plan (the tests). The judge decides from it
+with the local worker's rules (`outcome.assert_verdict`); expected literals
+never leave the judge.
 
 As in the local worker, where the tests run depends on the plan (`cases._apart`):
 
@@ -16,7 +17,9 @@ As in the local worker, where the tests run depends on the plan (`cases._apart`)
 - **Apart**: the tests run code of their own (HumanEval's `check`) or compute
   an operand themselves. This process then never runs the program's code: it
   forks a child that loads the program and answers calls, with values crossing
-  as strict plain data; the nonce is read only after the fork, this process is
+  as strict plain data; the nonce and the tests are read only after the fork
+  (the child never holds them: a program that found the tests' code could run
+  it against a probe and answer each call with the expected value), this process is
   made non-dumpable (so the child cannot read its memory through /proc), its
   module path loses the work directory (where the child can write), and every
   module the tests import is imported before the child exists.
@@ -36,25 +39,29 @@ _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _CAPABILITY_VERSION_3 = 24, 38, 0x200805
 MAX_LINE = 64 * 1024 * 1024
 
 
-def main(src, spec, plain):
-    """Judge one unit: `spec` is the unit's part of the plan, `plain` the plain-data codec."""
+def main(src, apart, preload, plain):
+    """Judge one unit: `apart` and `preload` as the plan says (`_apart`), `plain` the plain-data codec."""
     try:
         code = compile(src, "<solution>", "exec", dont_inherit=True)
     except BaseException as exc:  # noqa: BLE001 — the sample's own failure
         _Report().send(["syntax", f"{type(exc).__name__}: {exc}"[:500]])
         return
-    if spec["apart"]:
-        _apart(code, spec, plain)
+    if apart:
+        _apart(code, preload, plain)
     else:
-        _shared(code, spec, plain)
+        _shared(code, plain)
 
 
 class _Report:
     """The private copy of stdout the unit's report goes to, tagged with the nonce. Made when the
-    nonce is read: the program's own prints then go to stderr, and stdin is empty."""
+    nonce and the unit's `spec` are read: the program's own prints then go to stderr, and stdin is empty."""
 
     def __init__(self):
         self.nonce = sys.stdin.readline().strip()
+        try:
+            self.spec = json.loads(sys.stdin.readline())
+        except ValueError:
+            self.spec = None
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -108,8 +115,9 @@ def _tests_view(ns, spec):
 # ---------------------------------------------------------------- shared: program and tests in one process
 
 
-def _shared(code, spec, plain):
+def _shared(code, plain):
     report = _Report()
+    spec = report.spec
     ns = {"__name__": "solution", "__builtins__": builtins}
     try:
         exec(code, ns)
@@ -126,11 +134,12 @@ def _shared(code, spec, plain):
 # ---------------------------------------------------------------- apart: the tests here, the program in a child
 
 
-def _apart(code, spec, plain):
+def _apart(code, preload, plain):
     _undumpable()
-    _close_module_path(spec["preload"])
+    _close_module_path(preload)
     program = _Program(code, plain)
-    report = _Report()  # only now: the child never holds the nonce
+    report = _Report()  # only now: the child never holds the nonce or the tests
+    spec = report.spec
     try:
         loaded = program.load()
         before = _before_values(spec, plain)

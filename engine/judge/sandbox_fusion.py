@@ -282,8 +282,8 @@ class SandboxFusionRunner:
 
     def _run_unit(self, index: int, code: str, problem: Problem, label: str, limits: RemoteLimits) -> TestRun:
         nonce = secrets.token_hex(16)
-        program = remote_harness.program(code, problem, index)
-        outcome = self.client.run_code(self._request(program, nonce + "\n", limits))
+        program = remote_harness.program(code, problem)
+        outcome = self.client.run_code(self._request(program, remote_harness.stdin(problem, index, nonce), limits))
         if outcome.response is None:
             return _internal(index, outcome.error or "no response")
         rr = outcome.response.run_result

@@ -64,6 +64,7 @@ PREIMPORT = (
 ).split()
 
 _HEADER = struct.Struct(">I")
+_HEAD = struct.Struct("<Q")  # length of a runner job's head, before the tests (`_runner_job`)
 XCPU_EXIT = 128 + signal.SIGXCPU  # how a function-mode runner reports its CPU limit
 _PROGRESS = struct.Struct("<qd")  # (position in the test order, runner CPU seconds at its start)
 MAX_FRAME = 64 * 1024 * 1024
@@ -267,10 +268,14 @@ def _read_capped(path: str, cap: int) -> tuple[str, bool]:
 class Runner:
     """Runs inside the sandbox (pid 1 of its namespace, unprivileged). Never returns."""
 
-    def __init__(self, job: dict, wfd: int, pidns: bool, *, start: int = 0, progress=None) -> None:
-        self.job, self.wfd, self.pidns = job, wfd, pidns
+    def __init__(self, jobs: "_JobBuffer", wfd: int, pidns: bool, *, start: int = 0, progress=None) -> None:
+        # The tests (`plan`) are read from `jobs` only when needed: tests that run apart, after
+        # the program's process is forked, so it never holds them (see `_ProgramProcess`).
+        self.jobs, self.job, self.plan = jobs, jobs.head(), None
+        self.wfd, self.pidns = wfd, pidns
         self.start, self.progress = start, progress
-        self.limits = job["limits"]
+        self.limits = self.job["limits"]
+        self.restarting = False  # ends without an "end" frame: a fresh runner goes on
 
     def main(self) -> None:
         if self.run():
@@ -286,10 +291,12 @@ class Runner:
             send(self.wfd, {"t": "syntax", "msg": f"{type(exc).__name__}: {exc}"})
             return False
         if self.job["mode"] == "stdio":
+            self.plan = self.jobs.plan()
             self.stdio(code)
         else:
             self.function(code)
-        send(self.wfd, {"t": "end"})
+        if not self.restarting:
+            send(self.wfd, {"t": "end"})
         return True
 
     # ---- stdio: one fresh execution of the compiled program per test
@@ -297,7 +304,7 @@ class Runner:
         send(self.wfd, {"t": "ready"})
         for i in self.job["order"]:
             with open(f"in{i}", "w", encoding="utf-8", newline="") as fh:
-                fh.write(self.job["plan"]["inputs"][i])
+                fh.write(self.plan["inputs"][i])
             done = self.run_test(i, lambda i=i: self._stdio_child(code, i))
             done["out"], done["out_truncated"] = _read_capped(f"out{i}", self.limits["output_bytes"])
             send(self.wfd, done)
@@ -328,10 +335,10 @@ class Runner:
 
     # ---- function: execute the program once, then run the tests in this same process
     def function(self, code) -> None:
-        plan = self.job["plan"]
-        if plan["apart"]:
+        if self.job["apart"]:
             self._function_apart(code)
             return
+        plan = self.plan = self.jobs.plan()
         if self.start == 0:  # a resumed runner's worker already holds them
             send(self.wfd, {"t": "before", "values": self._before_values(plan)})
         # A PID namespace's init ignores signals it has no handler for, SIGXCPU included.
@@ -399,19 +406,19 @@ class Runner:
             ns = self._namespace_apart(program)
             if ns is not None:
                 send(self.wfd, {"t": "ready"})
-                self._tests_apart(ns, self.job["plan"]["units"], program)
+                self._tests_apart(ns, self.plan["units"], program)
         finally:
             program.close()
 
     def _namespace_apart(self, program: "_ProgramProcess") -> dict | None:
         """The tests' namespace: the program's names as stand-ins, then the tests' setup; None
         (and the module's failure reported) when either fails. The program's process is forked
-        before the operands computed from the tests alone are: it never holds them."""
-        plan = self.job["plan"]
+        before this process reads the tests: it never holds them, nor what they compute."""
         try:
             loaded: dict | _ModuleFailed = program.start()
         except _ModuleFailed as failed:
             loaded = failed
+        plan = self.plan = self.jobs.plan()
         if self.start == 0:  # a resumed runner's worker already holds them
             send(self.wfd, {"t": "before", "values": self._before_values(plan)})
         if isinstance(loaded, _ModuleFailed):
@@ -428,11 +435,17 @@ class Runner:
         return ns
 
     def _tests_apart(self, ns: dict, units: list, program: "_ProgramProcess") -> None:
+        """When a test ends the program's process, a fresh one is not forked from here (this
+        process now holds the tests): this runner ends and the worker starts one from the next test."""
         order = self.job["order"]
         for k in range(self.start, len(order)):
             i = order[k]
             self._arm(k)
             send(self.wfd, program.unit(i, lambda i=i: self._unit(ns, units[i], i)))
+            if program.pid is None and k + 1 < len(order):
+                self.restarting = True
+                send(self.wfd, {"t": "restart"})
+                return
         _PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
 
     def _unit(self, ns: dict, unit: dict, i: int) -> dict:
@@ -443,7 +456,7 @@ class Runner:
         try:
             exec(_compiled(unit["src"], "<test>", "exec"), ns)
             if unit["kind"] == "check":
-                ns["check"](ns[self.job["plan"]["entry"]])
+                ns["check"](ns[self.plan["entry"]])
             return {"t": "result", "i": i, "ok": True}
         except BaseException as exc:  # noqa: BLE001
             return {"t": "result", "i": i, **_exc_report(exc)}
@@ -506,7 +519,11 @@ class _ProgramProcess:
     as assert operands do, so the runner's comparisons see only objects it decoded itself. What
     the child can do to the runner is end or stall it a test's answer: it cannot write a report.
     A test's CPU and wall limits are the child's; past them, or when it dies, the test fails and
-    the next test gets a fresh child (the program loaded again).
+    the next test gets a fresh runner, and with it a fresh child (the program loaded again).
+
+    The child is forked before the runner reads the tests and it empties its copy of the job
+    buffer first thing: a program that walked its process's memory for the tests' code could
+    otherwise run them against a probe and answer every call with the expected value.
     """
 
     def __init__(self, runner: Runner, code) -> None:
@@ -522,6 +539,7 @@ class _ProgramProcess:
         pid = os.fork()
         if pid == 0:
             try:
+                self.runner.jobs.forget()
                 for fd in (self.ask, self.answers, self.runner.wfd):
                     os.close(fd)
                 _serve_program(self.code, ask_r, answer_w, self.runner.limits)
@@ -553,13 +571,8 @@ class _ProgramProcess:
 
     def unit(self, i: int, body) -> dict:
         """Run one test's body against the child; a "result" frame, or a "done" frame when the
-        child ended or overran (then the next test starts a fresh one)."""
+        child ended or overran (then `pid` is None)."""
         start = time.monotonic()
-        if self.pid is None:
-            try:
-                self.start()
-            except _ModuleFailed as failed:
-                return {"t": "result", "i": i, "cpu": 0.0, "wall": 0.0, **failed.report}
         self.deadline = start + self.runner.limits["wall_s"]
         try:
             began = self.call(None, (), {})  # the child arms its CPU limit for this test
@@ -984,11 +997,8 @@ class _JobBuffer:
         self.map, self.size = _private_map(mmap.PAGESIZE), 0
 
     def load(self, fd: int, size: int) -> bool:
-        self.map.madvise(mmap.MADV_DONTNEED)
-        if size > len(self.map):
-            self.map.close()
-            self.map = _private_map(-(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
-        self.size, got = size, 0
+        self._empty(size)
+        got = 0
         with memoryview(self.map) as view:
             while got < size:
                 n = os.readv(fd, [view[got:size]])
@@ -997,9 +1007,31 @@ class _JobBuffer:
                 got += n
         return True
 
-    def parse(self) -> dict:
+    def put(self, data: bytes) -> None:
+        """Hold `data` as if read from a pipe (the worker's warm-up)."""
+        self._empty(len(data))
+        self.map[:len(data)] = data
+
+    def _empty(self, size: int) -> None:
+        self.map.madvise(mmap.MADV_DONTNEED)
+        if size > len(self.map):
+            self.map.close()
+            self.map = _private_map(-(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
+        self.size = size
+
+    def head(self) -> dict:
+        """Everything but the tests (`_runner_job`)."""
         with memoryview(self.map) as view:
-            return marshal.loads(view[:self.size])
+            return marshal.loads(view[_HEAD.size:_HEAD.size + _HEAD.unpack_from(view)[0]])
+
+    def plan(self) -> dict:
+        """The tests, as the worker compiled them."""
+        with memoryview(self.map) as view:
+            return marshal.loads(view[_HEAD.size + _HEAD.unpack_from(view)[0]:self.size])
+
+    def forget(self) -> None:
+        """In a runner's child, before it runs the program: its copy of the job reads as zeros."""
+        self.map.madvise(mmap.MADV_DONTNEED)
 
 
 def _private_map(size: int) -> mmap.mmap:
@@ -1035,13 +1067,13 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _become_runner(job_buffer: _JobBuffer, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
+def _become_runner(jobs: _JobBuffer, workdir: str, fds: list[int], start: int, iso: sandbox.Isolation,
                    progress: mmap.mmap, reset_dumpable: bool) -> None:
     """In the fresh PID namespace: fds = [result pipe, stdout file, stderr file]. No ctypes call
     here unless a fallback needs one (see `sandbox.lock_down_descendants`); `ps` shows runners
     as the nursery's children, under its name."""
     try:
-        job = job_buffer.parse()
+        job = jobs.head()
         wfd, out_fd, err_fd = fds
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -1061,7 +1093,7 @@ def _become_runner(job_buffer: _JobBuffer, workdir: str, fds: list[int], start: 
         # own budget (function mode) or runs in a child with its own limit (stdio mode).
         budget = int(limits["cpu_s"] * (len(job["order"]) + 2)) + 2
         resource.setrlimit(resource.RLIMIT_CPU, (int(limits["cpu_s"]) + 2, budget))
-        Runner(job, wfd, iso.pidns, start=start, progress=progress).main()
+        Runner(jobs, wfd, iso.pidns, start=start, progress=progress).main()
     finally:
         os._exit(0)
 
@@ -1098,7 +1130,7 @@ class Worker:
         job = json.loads(raw)
         plan = self.plans.take(job, self.cin)
         job["plan"] = plan.public
-        raw_job = marshal.dumps({**job, "plan": plan.runner})
+        raw_job = _runner_job(job, plan.runner)
         workdir = self._fresh_workdir()
         out_fd, err_fd = (os.open(os.path.join(workdir, name), os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
                           for name in (".stdout", ".stderr"))
@@ -1128,6 +1160,9 @@ class Worker:
             ended = self._one_runner(job, raw_job if position == 0 else None, collector, position, guard,
                                      [out_fd, err_fd])
             cpu, rss = cpu + ended["cpu"], max(rss, ended["rss_kb"])
+            if (restart := self._restart_at(job, collector, ended, position)) is not None:
+                position = restart
+                continue
             resumable = job["mode"] == "function" and ended["why"] in ("eof", "wall", "cpu") and ended["ready"]
             if collector.stopped is not None or not resumable:
                 collector.give_up(ended["why"])
@@ -1141,6 +1176,16 @@ class Worker:
             if collector.stopped is not None or position >= len(job["order"]):
                 collector.give_up(ended["why"])
                 return cpu, rss
+
+    @staticmethod
+    def _restart_at(job: dict, collector: Collector, ended: dict, position: int) -> int | None:
+        """Where a runner that ended itself goes on: after a test that ended the program's
+        process, when tests run apart (`Runner._tests_apart`); None for any other end."""
+        if not (job["plan"].get("apart") and collector.restart and ended["why"] == "eof"
+                and collector.stopped is None):
+            return None
+        k = collector.first_unjudged(ended["position"])
+        return k if k is not None and k > position else None
 
     def _one_runner(self, job: dict, raw_job: bytes | None, collector: Collector, position: int, guard: float,
                     files: list[int]) -> dict:
@@ -1193,14 +1238,16 @@ def _warm_up() -> None:
     cpu_limit, on_xcpu = resource.getrlimit(resource.RLIMIT_CPU), signal.getsignal(signal.SIGXCPU)
     sink, progress = os.open(os.devnull, os.O_WRONLY), mmap.mmap(-1, mmap.PAGESIZE)
     jobs = warmup.jobs()
-    raw_jobs = [_runner_job(job) for job in jobs]
+    raw_jobs = [_runner_job(job, _runner_plan(job["mode"], job["plan"])) for job in jobs]
+    held = _JobBuffer()
     try:
         for k in range(warmup.ROUNDS):
             # A job whose tests run apart forks the program's process each time: a few rounds
             # quicken this side's calls, and more would only add forks to every worker's start.
             for job, raw in zip(jobs, raw_jobs):
                 if k < warmup.APART_ROUNDS or not job["plan"]["apart"]:
-                    Runner(marshal.loads(raw), sink, False, progress=progress).run()
+                    held.put(raw)
+                    Runner(held, sink, False, progress=progress).run()
     finally:
         resource.setrlimit(resource.RLIMIT_CPU, cpu_limit)
         signal.signal(signal.SIGXCPU, on_xcpu)
@@ -1235,9 +1282,11 @@ class _Plans:
 _CODE_CACHE: dict[tuple[str, str, str], types.CodeType | str] = {}
 
 
-def _runner_job(job: dict) -> bytes:
-    """The job as its runner reads it: marshal (a fraction of JSON's parsing cost in every runner)."""
-    return marshal.dumps({**job, "plan": _runner_plan(job["mode"], job["plan"])})
+def _runner_job(job: dict, plan: dict) -> bytes:
+    """The job as its runner reads it: marshal (a fraction of JSON's parsing cost in every runner),
+    the tests after the rest, so that a runner can fork before it reads them (`_JobBuffer`)."""
+    head = marshal.dumps({**{k: v for k, v in job.items() if k != "plan"}, "apart": bool(plan.get("apart"))})
+    return _HEAD.pack(len(head)) + head + marshal.dumps(plan)
 
 
 def _runner_plan(mode: str, plan: dict) -> dict:

@@ -369,3 +369,11 @@ def test_missing_url_is_a_user_error():
 
     with pytest.raises(UserError, match="needs a url"):
         Judge(JudgeConfig(backend="sandbox_fusion"))
+
+
+def test_the_programs_process_never_holds_the_tests(remote, table_from_memory):
+    """Local test server: the tests reach the tests' process on stdin after the program's process
+    is forked, never in the request's code (a file the program can read, and constants of the
+    module it was forked in). Before, this program was ACCEPTED."""
+    assert remote.judge(table_from_memory.problem, _fenced(table_from_memory.program)).verdict is Verdict.WRONG_ANSWER
+    assert remote.judge(table_from_memory.problem, _fenced(table_from_memory.honest)).accepted

@@ -75,3 +75,12 @@ def test_which_plans_run_apart():
     assert apart("assert f(3) == sorted([3, 1, 2])")  # an expected value the program's process would hold
     assert apart("assert near(f(1), 0.5)", setup="def near(a, b):\n    return abs(a - b) < 1e-6")
     assert apart("x = f(1)\nassert x == 1")
+
+
+
+def test_the_program_process_never_holds_the_tests(judge, table_from_memory):
+    """Before the fix the program's process was forked from the runner after it had read the job:
+    this program found the tests' constants in an inherited frame and was ACCEPTED."""
+    result = judge.judge(table_from_memory.problem, table_from_memory.program, code_is_program=True)
+    assert result.verdict.value == "WRONG_ANSWER", result
+    assert judge.judge(table_from_memory.problem, table_from_memory.honest, code_is_program=True).accepted
