@@ -58,10 +58,7 @@ class _Report:
 
     def __init__(self):
         self.nonce = sys.stdin.readline().strip()
-        try:
-            self.spec = json.loads(sys.stdin.readline())
-        except ValueError:
-            self.spec = None
+        self.spec = json.loads(sys.stdin.readline())
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)

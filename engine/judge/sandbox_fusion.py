@@ -246,7 +246,9 @@ class SandboxFusionRunner:
         if problem.function_tests is None:
             return []
         units = remote_harness.labels(problem)
-        return [(lambda i=i, label=label: self._run_unit(i, code, problem, label, limits)) for i, label in enumerate(units)]
+        program = remote_harness.program(code, problem)  # every unit's request runs the same program
+        return [(lambda i=i, label=label: self._run_unit(i, program, problem, label, limits))
+                for i, label in enumerate(units)]
 
     def _request(self, code: str, stdin: str, limits: RemoteLimits) -> RunCodeRequest:
         return RunCodeRequest(
@@ -280,9 +282,8 @@ class SandboxFusionRunner:
         )
         return TestRun(result=result, stdout=_tail(got), stderr=_tail(rr.stderr if rr else ""))
 
-    def _run_unit(self, index: int, code: str, problem: Problem, label: str, limits: RemoteLimits) -> TestRun:
+    def _run_unit(self, index: int, program: str, problem: Problem, label: str, limits: RemoteLimits) -> TestRun:
         nonce = secrets.token_hex(16)
-        program = remote_harness.program(code, problem)
         outcome = self.client.run_code(self._request(program, remote_harness.stdin(problem, index, nonce), limits))
         if outcome.response is None:
             return _internal(index, outcome.error or "no response")

@@ -1013,7 +1013,7 @@ class _JobBuffer:
         self.map[:len(data)] = data
 
     def _empty(self, size: int) -> None:
-        self.map.madvise(mmap.MADV_DONTNEED)
+        self.forget()
         if size > len(self.map):
             self.map.close()
             self.map = _private_map(-(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
@@ -1030,7 +1030,7 @@ class _JobBuffer:
             return marshal.loads(view[_HEAD.size + _HEAD.unpack_from(view)[0]:self.size])
 
     def forget(self) -> None:
-        """In a runner's child, before it runs the program: its copy of the job reads as zeros."""
+        """Its pages read as zeros; a runner's child calls it before it runs the program."""
         self.map.madvise(mmap.MADV_DONTNEED)
 
 
@@ -1285,7 +1285,9 @@ _CODE_CACHE: dict[tuple[str, str, str], types.CodeType | str] = {}
 def _runner_job(job: dict, plan: dict) -> bytes:
     """The job as its runner reads it: marshal (a fraction of JSON's parsing cost in every runner),
     the tests after the rest, so that a runner can fork before it reads them (`_JobBuffer`)."""
-    head = marshal.dumps({**{k: v for k, v in job.items() if k != "plan"}, "apart": bool(plan.get("apart"))})
+    fields = {k: v for k, v in job.items() if k != "plan"}
+    fields["apart"] = bool(plan.get("apart"))
+    head = marshal.dumps(fields)
     return _HEAD.pack(len(head)) + head + marshal.dumps(plan)
 
 
