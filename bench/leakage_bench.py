@@ -25,13 +25,25 @@ from pathlib import Path
 
 from datasketch import MinHash
 
-from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval, problem_from_mbpp
+from engine.data.convert import (
+    problem_from_codecontests_derived,
+    problem_from_humaneval,
+    problem_from_mbpp,
+)
 from engine.data.fingerprint import problems_fingerprint
-from engine.data.leakage import leaks_between, sketch_settings
-from engine.data.neardup import (SketchCache, SketchSettings, _shingle_hashes, _unique_per_doc, cached_sketch,
-                                 fingerprint_text, minhash_signatures, statement_chunks)
+from engine.isolation.content import leaks_between, sketch_settings
+from engine.isolation.neardup import (
+    SketchCache,
+    SketchSettings,
+    _shingle_hashes,
+    _unique_per_doc,
+    cached_sketch,
+    fingerprint_text,
+    minhash_signatures,
+    statement_chunks,
+)
 from engine.problem import Problem
-from engine.spec import LeakageSpec
+from engine.spec.model import LeakageSpec
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 SENTENCE = re.compile(r"(?<=[.!?])\s+")

@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine import verlcfg
-from engine.plan import plan
-from engine.validate import validate_spec
+from engine.isolation.validate import validate_spec
+from engine.plan.expand import plan
+from engine.train import verl_overrides as verlcfg
 
 HEAD = """name: bench-1000
 base_model: qwen2.5-coder-7b-instruct

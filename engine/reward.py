@@ -6,11 +6,16 @@
 verl loads this file by path under a generated module name that is not in
 `sys.modules`, so nothing that needs its own module at import time (dataclasses,
 pickling) may be defined here; the implementation and its process-wide judge
-live in the package module `engine.judge.reward_score`, which also keeps one
+live in the package module `engine.judge.reward`, which also keeps one
 judge per process however many times verl loads this file. See that module for
 the modes, settings and the returned keys.
 """
 
-from engine.judge.reward_score import VERDICT_CODES, RewardSettings, compute_score, compute_score_async
+from engine.judge.reward import (
+    VERDICT_CODES,
+    RewardSettings,
+    compute_score,
+    compute_score_async,
+)
 
 __all__ = ["VERDICT_CODES", "RewardSettings", "compute_score", "compute_score_async"]

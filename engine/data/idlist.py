@@ -13,16 +13,12 @@ import random
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
+from engine.data.dataset import DataContext, LoadedDataset
 from engine.data.fingerprint import problems_fingerprint
-from engine.errors import Diagnostic, SpecError, UserError
+from engine.errors import UserError
 from engine.problem import Problem
-
-if TYPE_CHECKING:
-    from engine.data.loaders import DataContext, LoadedDataset
-    from engine.isolation import RuleReport
-    from engine.validate import ValidatedSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,11 +69,11 @@ def sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-def _error(ctx: Optional["DataContext"], message: str, fix: str) -> UserError:
+def _error(ctx: Optional[DataContext], message: str, fix: str) -> UserError:
     return ctx.error("ids", message, fix) if ctx is not None else UserError(f"{message}\n  fix: {fix}")
 
 
-def read_idlist(path: Path, ctx: Optional["DataContext"] = None) -> IdList:
+def read_idlist(path: Path, ctx: Optional[DataContext] = None) -> IdList:
     """Read a list (blank lines and `#` comments ignored); a stale sidecar is an error."""
     try:
         data = path.read_bytes()
@@ -99,7 +95,7 @@ def match_ids(idlist: IdList, problems: list[Problem]) -> tuple[list[Problem], l
     return found, [i for i in idlist.ids if i not in index]
 
 
-def _missing_message(idlist: IdList, missing: list[str], loaded: "LoadedDataset") -> tuple[str, str]:
+def _missing_message(idlist: IdList, missing: list[str], loaded: LoadedDataset) -> tuple[str, str]:
     shown = ", ".join(missing[:10]) + (f" … ({len(missing)} in all)" if len(missing) > 10 else "")
     return (f"id list {idlist.path.name} names {len(missing)} id(s) that {loaded.source}:{loaded.split} "
             f"no longer has: {shown}",
@@ -107,7 +103,7 @@ def _missing_message(idlist: IdList, missing: list[str], loaded: "LoadedDataset"
             f"`rlvr-run data idlist --dataset {loaded.source}:{loaded.split} ...`")
 
 
-def verify_idlist(path: Path, loaded: "LoadedDataset", ctx: Optional["DataContext"] = None) -> IdList:
+def verify_idlist(path: Path, loaded: LoadedDataset, ctx: Optional[DataContext] = None) -> IdList:
     """The list, if every id exists in `loaded`; else a UserError naming the missing ids."""
     idlist = read_idlist(path, ctx)
     _, missing = match_ids(idlist, loaded.problems)
@@ -116,45 +112,8 @@ def verify_idlist(path: Path, loaded: "LoadedDataset", ctx: Optional["DataContex
     return idlist
 
 
-def apply_idlist(loaded: "LoadedDataset", path: Path, ctx: "DataContext") -> "LoadedDataset":
+def apply_idlist(loaded: LoadedDataset, path: Path, ctx: DataContext) -> LoadedDataset:
     """`loaded` narrowed to the list's problems (list order); its fingerprint recomputed."""
     idlist = verify_idlist(path, loaded, ctx)
     found, _ = match_ids(idlist, loaded.problems)
     return replace(loaded, problems=found, fingerprint=problems_fingerprint(found), idlist_sha256=idlist.sha256)
-
-
-def check_idlists(validated: "ValidatedSpec") -> "RuleReport":
-    """Errors for `ids:` lists naming ids their dataset lacks; warnings where the dataset can't be loaded.
-
-    A dataset that cannot be loaded here (offline, say) leaves its list unverified —
-    a warning, and an entry in `unverified` that keeps real execution from starting.
-    """
-    from engine.data.loaders import DataContext, load_source
-    from engine.isolation import RuleReport
-
-    report = RuleReport()
-    for name, ds in validated.spec.datasets.items():
-        if not ds.ids or name not in validated.idlist_paths:
-            continue
-        ctx = DataContext(name=name, spec=validated.loaded, root=validated.registry.project_root)
-        try:
-            loaded = load_source(ds, validated.sources[name], ctx)
-        except UserError as exc:
-            report.warnings.append(f"id list of `{name}` not verified: {_first_line(exc)}")
-            report.unverified.append(f"id list of {name}")
-            continue
-        try:
-            verify_idlist(validated.idlist_paths[name], loaded, ctx)
-        except SpecError as exc:
-            report.errors.extend(exc.diagnostics)
-        except UserError as exc:
-            lines = str(exc).split("\n")
-            fix = lines[1].strip().removeprefix("fix: ") if len(lines) > 1 else ""
-            report.errors.append(validated.loaded.diagnostic(("datasets", name, "ids"), lines[0], fix))
-    return report
-
-
-def _first_line(exc: UserError) -> str:
-    if isinstance(exc, SpecError) and exc.diagnostics:
-        return exc.diagnostics[0].message
-    return str(exc).splitlines()[0]

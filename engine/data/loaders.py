@@ -18,24 +18,28 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from pydantic import ValidationError
 
 from engine.data import cache
+from engine.data.dataset import DataContext, LoadedDataset, RowCallback
 from engine.data.fingerprint import problems_fingerprint
 from engine.data.sources.files import READERS, RowsError
-from engine.data.sources.formats import FORMATS, ConvertContext, apply_mapping, missing_fields, split_mapping
+from engine.data.sources.formats import (
+    FORMATS,
+    ConvertContext,
+    apply_mapping,
+    missing_fields,
+    split_mapping,
+)
 from engine.data.sources.hub import HubUnavailable, hub_rows
-from engine.errors import SpecError, UserError
+from engine.errors import UserError
 from engine.problem import Problem
-from engine.registry import DatasetSource, find_registry, load_registry
-from engine.spec import DatasetSpec
-from engine.specload import LoadedSpec
-
-RowCallback = Callable[[int], None]
+from engine.spec.load import LoadedSpec
+from engine.spec.model import DatasetSpec
+from engine.spec.registry import DatasetSource, find_registry, load_registry
 
 # The row form each Hub source's records have, and its raw file in a mirror folder.
 HUB_FORMATS = {"humaneval": "humaneval", "mbpp": "mbpp", "mbpp_sanitized": "mbpp_sanitized",
@@ -44,51 +48,6 @@ MIRROR_FILES = {"humaneval": "humaneval.jsonl", "mbpp": "mbpp_full.jsonl", "mbpp
 # google-research's MBPP split convention by task_id (the HF splits follow it).
 MBPP_SPLIT_RANGES = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(511, 601),
                      "train": range(601, 975)}
-
-
-@dataclass(kw_only=True)
-class LoadedDataset:
-    name: str  # the spec's dataset name
-    source: str  # registry source name
-    split: str
-    problems: list[Problem]
-    fingerprint: str  # sha256 over the normalized problems (`engine.data.fingerprint`)
-    origin: str  # where the rows came from, in words (for lineage and reports)
-    idlist_sha256: Optional[str] = None  # the frozen id list applied, if any
-
-    def ids(self) -> list[str]:
-        return [p.id for p in self.problems]
-
-
-@dataclass(kw_only=True)
-class DataContext:
-    """What a data error needs to point at: the dataset's name and, when known, its spec."""
-
-    name: str
-    spec: Optional[LoadedSpec] = None
-    root: Optional[Path] = None  # the project root relative paths fall back to
-    on_row: Optional[RowCallback] = field(default=None, repr=False)
-
-    def error(self, key: Optional[str], message: str, fix: str) -> UserError:
-        keys = ("datasets", self.name) + ((key,) if key else ())
-        if self.spec is not None:
-            return SpecError([self.spec.diagnostic(keys, f"dataset `{self.name}`: {message}", fix)])
-        return UserError(f"dataset `{self.name}`: {message}\n  fix: {fix}")
-
-    def resolve(self, raw: str, key: str) -> Path:
-        """A path from the spec: absolute, else relative to the spec's folder, the project, the cwd."""
-        path = Path(raw).expanduser()
-        candidates = [path] if path.is_absolute() else [
-            *([self.spec.path.parent / path] if self.spec is not None else []),
-            *([self.root / path] if self.root is not None else []),
-            Path.cwd() / path,
-        ]
-        for candidate in candidates:
-            if candidate.exists():
-                return candidate.resolve()
-        tried = ", ".join(str(c) for c in candidates)
-        raise self.error(key, f"file not found: {raw} (looked at {tried})",
-                         f"fix `{key}:` to point at an existing file (relative paths are read from the spec's folder)")
 
 
 def load_dataset_problems(ds: DatasetSpec, entry: Optional[DatasetSource] = None, *, name: str,
@@ -251,7 +210,7 @@ def _from_hub(ds: DatasetSpec, entry: DatasetSource, split: str, fmt_name: str,
 def load_reference(reference: str, *, spec_path: Optional[Path] = None,
                    on_row: Optional[RowCallback] = None) -> LoadedDataset:
     """A dataset by name in the spec at `spec_path`, or `SOURCE[:SPLIT]` from the registry."""
-    from engine.specload import load_spec
+    from engine.spec.load import load_spec
 
     if spec_path is not None:
         loaded_spec = load_spec(spec_path)

@@ -1,117 +1,32 @@
-"""The judge's public API: configuration, the backend protocol and `Judge`.
+"""The judge's public API: `Judge` over a backend chosen by name.
 
 `Judge` extracts code from completions, consults the content-hash cache and
 hands (problem, program) jobs to a backend: `local` (pre-warmed sandbox
-workers on this machine, `engine.judge.local`) or `sandbox_fusion` (HTTP,
-`engine.judge.sandbox_fusion`). Both return the same `SampleResult`.
+workers on this machine, `engine.judge.local.pool`) or `sandbox_fusion` (HTTP,
+`engine.judge.remote.sandbox_fusion`). Both return the same `SampleResult`.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Optional, Protocol, Sequence
+import importlib
+from typing import Callable, Sequence
 
 from engine.judge.cache import ResultCache, job_key
-from engine.judge.extract import extract_code
+from engine.judge.config import JudgeBackend, JudgeConfig, JudgeJob, test_count
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
+from engine.prompts.extract import extract_code
 
-if TYPE_CHECKING:
-    from engine.spec import JudgeSpec
-
-CompareMode = Literal["tokens", "exact", "float"]
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: `os.cpu_count()` counts the machine's, so under a taskset or
-    a container's cpuset it would start more workers than CPUs and pin several to each."""
-    return len(os.sched_getaffinity(0))
-
-
-@dataclass(kw_only=True)
-class JudgeConfig:
-    backend: Literal["local", "sandbox_fusion"] = "local"
-    url: Optional[str] = None  # sandbox_fusion endpoint
-    timeout_s: float = 6.0  # CPU seconds per test
-    wall_timeout_s: Optional[float] = None  # per test; default max(2 × timeout_s, timeout_s + 1)
-    memory_mb: int = 1024  # address space per sample
-    max_output_bytes: int = 16 * 1024 * 1024  # per test; beyond it → OUTPUT_LIMIT
-    workers: int = field(default_factory=usable_cpus)
-    # One CPU per worker (its nursery and sandboxes inherit it): a sample's processes then share
-    # one core's caches and TLB. None: pin when the workers are at least this process's CPUs, so
-    # pinning never takes a free CPU away from them.
-    pin_workers: Optional[bool] = None
-    compare: CompareMode = "tokens"
-    float_tol: float = 1e-6  # absolute-or-relative, used by compare="float"
-    max_failures_reported: int = 3  # K failing tests kept for repair feedback
-    stop_on_first_failure: bool = False  # sparse reward: only `accepted` matters
-    cache: bool = True
-    max_processes: int = 64  # RLIMIT_NPROC of the sandbox uid (threads count)
-    max_open_files: int = 128
-    tail_bytes: int = 2048  # stdout/stderr tails kept per sample
-
-    @property
-    def wall_s(self) -> float:
-        return self.wall_timeout_s or max(2 * self.timeout_s, self.timeout_s + 1.0)
-
-    @classmethod
-    def from_spec(cls, spec: "JudgeSpec", **overrides) -> "JudgeConfig":
-        fields = dict(
-            backend=spec.backend,
-            url=spec.url,
-            timeout_s=spec.timeout_s,
-            wall_timeout_s=spec.wall_timeout_s,
-            memory_mb=spec.memory_mb,
-            compare=spec.compare,
-            float_tol=spec.float_tol,
-        )
-        if spec.concurrency:
-            fields["workers"] = spec.concurrency
-        fields.update(overrides)
-        return cls(**fields)
-
-
-@dataclass(kw_only=True, frozen=True)
-class JudgeJob:
-    """One program to run against one problem's tests (code already extracted)."""
-
-    problem: Problem
-    program: str
-    stop_on_first_failure: bool
-
-
-class JudgeBackend(Protocol):
-    """What `Judge` needs from an executor; `local` and `sandbox_fusion` implement it.
-
-    A backend never raises for a program's behaviour; its own faults become
-    INTERNAL_ERROR results with the reason in `message`.
-    """
-
-    def isolation(self) -> str: ...
-
-    def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]: ...
-
-    def close(self) -> None: ...
+# Backends by name, imported on first use (each pulls in its own machinery).
+BACKENDS = {
+    "local": "engine.judge.local.pool:LocalBackend",
+    "sandbox_fusion": "engine.judge.remote.sandbox_fusion:SandboxFusionBackend",
+}
 
 
 def make_backend(config: JudgeConfig) -> JudgeBackend:
-    if config.backend == "sandbox_fusion":
-        from engine.judge.sandbox_fusion import SandboxFusionBackend
-
-        return SandboxFusionBackend(config)
-    from engine.judge.local import LocalBackend
-
-    return LocalBackend(config)
-
-
-def test_count(problem: Problem) -> int:
-    if problem.kind == "stdio":
-        return len(problem.stdio_tests)
-    tests = problem.function_tests
-    if tests is None:
-        return 0
-    return (len(tests.asserts) + len(tests.challenge)) if tests.asserts else int(tests.check is not None)
+    module, _, name = BACKENDS[config.backend].partition(":")
+    return getattr(importlib.import_module(module), name)(config)
 
 
 class Judge:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from engine.data.files import read_problems
 from engine.data.sources.files import RowsError, numbered_jsonl
 from engine.errors import UserError
 from engine.judge.api import Judge, JudgeConfig
-from engine.judge.problems_io import read_problems
 from engine.judge.report import JudgeSummary
 from engine.judge.verdict import SampleResult
 from engine.problem import Problem

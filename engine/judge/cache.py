@@ -5,18 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Callable, TypeVar
 
+from engine.judge.config import JudgeConfig, JudgeJob
 from engine.judge.verdict import SampleResult
+from engine.problem import Problem
 
 T = TypeVar("T")
 
-if TYPE_CHECKING:
-    from engine.judge.api import JudgeConfig, JudgeJob
-    from engine.problem import Problem
 
-
-def job_key(job: "JudgeJob", config: "JudgeConfig") -> str:
+def job_key(job: JudgeJob, config: JudgeConfig) -> str:
     """Hash of everything that can change a verdict; the problem id is deliberately not part of it."""
     limits = [config.timeout_s, config.wall_s, config.memory_mb, config.max_output_bytes, config.compare,
               config.float_tol, config.max_failures_reported, config.max_processes, config.max_open_files,
@@ -25,7 +23,7 @@ def job_key(job: "JudgeJob", config: "JudgeConfig") -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _tests_digest(problem: "Problem") -> str:
+def _tests_digest(problem: Problem) -> str:
     """Once per problem object (the n samples of a problem share it), not once per sample."""
     return _DIGESTS.get(problem, None, lambda: _digest(
         problem.model_dump(include={"kind", "entry_point", "function_tests", "stdio_tests", "checker"})))

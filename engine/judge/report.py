@@ -6,7 +6,6 @@ from collections import Counter
 from typing import Sequence
 
 from pydantic import BaseModel
-from rich.table import Table
 
 from engine.judge.verdict import SampleResult, Verdict
 
@@ -44,26 +43,3 @@ class JudgeSummary(BaseModel):
             backend=str(stats.get("backend", "")),
             isolation=str(stats.get("isolation", "")),
         )
-
-
-def summary_tables(summary: JudgeSummary) -> tuple[Table, Table]:
-    """Two rich tables: the headline figures, and the verdict breakdown."""
-    head = Table(title="judge summary", show_header=False)
-    head.add_column(style="bold")
-    head.add_column(justify="right")
-    head.add_row("samples", str(summary.samples))
-    head.add_row("accepted", f"{summary.accepted} ({summary.accepted_rate:.1%})")
-    head.add_row("pass_ratio mean", f"{summary.pass_ratio_mean:.4f}")
-    head.add_row("samples/s", f"{summary.samples_per_s:.1f} ({summary.wall_s:.1f} s)")
-    head.add_row("cache hits", f"{summary.cache_hits} ({summary.cache_hit_rate:.1%})")
-    head.add_row("backend", f"{summary.backend}: {summary.isolation}")
-    if summary.internal_errors:
-        head.add_row("[red]internal errors[/]", f"[red]{summary.internal_errors} (judge faults, not the model's)[/]")
-    verdicts = Table(title="verdicts")
-    verdicts.add_column("verdict")
-    verdicts.add_column("samples", justify="right")
-    verdicts.add_column("share", justify="right")
-    for name, count in summary.verdicts.items():
-        if count:
-            verdicts.add_row(name, str(count), f"{count / summary.samples:.1%}")
-    return head, verdicts

@@ -9,11 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from engine.data.idlist import check_idlists, read_idlist, select_ids, verify_idlist, write_idlist
+from engine.data.idlist import (
+    read_idlist,
+    select_ids,
+    verify_idlist,
+    write_idlist,
+)
 from engine.data.loaders import load_dataset_problems
 from engine.errors import SpecError, UserError
-from engine.spec import DatasetSpec
-from engine.validate import validate_spec
+from engine.isolation.idlists import check_idlists
+from engine.isolation.validate import validate_spec
+from engine.spec.model import DatasetSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

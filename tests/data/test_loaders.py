@@ -16,9 +16,8 @@ from engine.data import cache
 from engine.data.loaders import load_dataset_problems
 from engine.data.sources.codecontests import problem_from_codecontests_hf
 from engine.errors import SpecError, UserError
-from engine.spec import DatasetSpec
-from engine.specload import load_spec
-
+from engine.spec.load import load_spec
+from engine.spec.model import DatasetSpec
 
 
 @pytest.fixture(autouse=True)

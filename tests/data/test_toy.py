@@ -7,7 +7,7 @@ import pytest
 from engine.data.loaders import load_dataset_problems
 from engine.data.toy import toy_problems
 from engine.judge.api import Judge, JudgeConfig
-from engine.spec import DatasetSpec
+from engine.spec.model import DatasetSpec
 
 SPLITS = ("train", "valid", "test")
 

@@ -7,7 +7,7 @@ import os
 import psutil
 
 from engine.judge.api import Judge, JudgeConfig
-from engine.judge.local import worker_cpus
+from engine.judge.local.pool import worker_cpus
 from engine.problem import FunctionTests, Problem
 
 ALLOWED = sorted(os.sched_getaffinity(0))

@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from engine.judge import local
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.cases import stdio_plan
+from engine.judge.local import pool as local
 from engine.problem import FunctionTests, Problem, StdioTest
 
 

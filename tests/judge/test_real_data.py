@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval, problem_from_mbpp
+from engine.data.convert import (
+    problem_from_codecontests_derived,
+    problem_from_humaneval,
+    problem_from_mbpp,
+)
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.cases import function_plan
 

@@ -17,7 +17,7 @@ import socket
 import pytest
 
 from engine import reward
-from engine.judge import reward_score
+from engine.judge import reward as reward_score
 from engine.judge.ground_truth import RewardTests, ground_truth_from_problem
 from engine.problem import FunctionTests, Problem, StdioTest
 

@@ -18,7 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval
+from engine.data.convert import (
+    problem_from_codecontests_derived,
+    problem_from_humaneval,
+)
 from engine.judge.ground_truth import ground_truth_from_problem
 
 REWARD_PY = Path(__file__).resolve().parents[2] / "engine" / "reward.py"

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.judge.sandbox_fusion import (
+from engine.judge.remote.sandbox_fusion import (
     RunCodeRequest,
     SandboxFusionClient,
     SandboxFusionSettings,
 )
+
 
 @pytest.fixture
 def server(sf_server_module):
@@ -297,7 +298,7 @@ def test_objects_of_the_programs_classes_still_reach_its_function(remote):
 def test_the_tests_process_imports_nothing_from_the_work_directory(tmp_path):
     """No server: the harness's own module-path rule, run as SandboxFusion runs it (`python main.py`
     in a directory the program's process could write a `fractions.py` into)."""
-    from engine.judge import remote_program
+    from engine.judge.remote import program as remote_program
 
     (tmp_path / "fractions.py").write_text("raise SystemExit('imported from the work directory')\n")
     source = Path(remote_program.__file__).read_text()

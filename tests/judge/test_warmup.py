@@ -9,9 +9,9 @@ import signal
 import psutil
 import pytest
 
-from engine.judge import warmup
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.cases import function_plan
+from engine.judge.local import warmup
 from engine.problem import FunctionTests, Problem
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from engine.problem import FunctionTests, Problem, StdioTest
 from engine.data.sources.codecontests import problem_from_codecontests_hf
+from engine.problem import FunctionTests, Problem, StdioTest
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,62 @@
+"""`rlvr-run judge`: judge a file of completions against a file of problems."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from engine.cli.views import console, err_console, judge_tables
+from engine.errors import UserError
+from engine.judge.batch import judge_file
+from engine.judge.config import JudgeConfig
+
+NAME = "judge"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(NAME, help="judge completions against problems' tests")
+    p.add_argument("--problems", required=True, help="problems file (HumanEval/MBPP/CodeContests raw or normalized)")
+    p.add_argument("--samples", required=True, help="JSONL with problem_id and completion")
+    p.add_argument("--out", required=True, help="verdict records (JSONL)")
+    p.add_argument("--mode", choices=("dense", "sparse"), default="dense",
+                   help="sparse stops each sample at its first failing test (only `accepted` is exact)")
+    p.add_argument("--backend", choices=("local", "sandbox_fusion"), default="local",
+                   help="local sandbox (default) or a SandboxFusion server (needs --url)")
+    p.add_argument("--url", help="SandboxFusion endpoint, e.g. http://host:8080/run_code (sandbox_fusion backend)")
+    p.add_argument("--timeout", type=float, default=6.0, help="seconds of CPU per test (default 6)")
+    p.add_argument("--memory-mb", type=int, default=1024, help="memory per sample in MiB (default 1024)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel samples (local: default all cores) or requests in flight (sandbox_fusion)")
+    p.add_argument("--compare", choices=("tokens", "float", "exact"), default="tokens", help="stdio output comparison")
+    p.add_argument("--limit", type=int, default=None, help="judge only the first N samples")
+    p.add_argument("--no-cache", action="store_true", help="judge identical programs again")
+    p.set_defaults(func=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.backend == "sandbox_fusion" and not args.url:
+        raise UserError("--backend sandbox_fusion needs --url (e.g. http://host:8080/run_code)")
+    config = JudgeConfig(
+        backend=args.backend, url=args.url, timeout_s=args.timeout, memory_mb=args.memory_mb,
+        compare=args.compare, stop_on_first_failure=args.mode == "sparse", cache=not args.no_cache,
+        **({"workers": args.workers} if args.workers else {}),
+    )
+    columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task("judge", total=None)
+        summary = judge_file(
+            Path(args.problems), Path(args.samples), Path(args.out), config, limit=args.limit,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    for table in judge_tables(summary):
+        console.print(table)
+    console.print(f"wrote {summary.samples} verdict records to {args.out}")
+    return 0

@@ -1,0 +1,99 @@
+"""`rlvr-run run SPEC` (also `rlvr-run SPEC`): validate, plan, materialize and execute."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+from engine.cli.views import RunProgress, console, describe_plan, err_console
+from engine.errors import UserError
+from engine.plan.model import Run
+from engine.runs.pipeline import (
+    Event,
+    Executing,
+    Planned,
+    RunChanged,
+    UnmetResources,
+    UnverifiedData,
+    Validating,
+    run_spec,
+)
+
+NAME = "run"
+UNMET_SHOWN = 8
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(NAME, help="validate, plan, materialize and execute a spec (the default verb)")
+    p.add_argument("spec", help="experiment-matrix spec (YAML)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+    p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs available to the local executor")
+    p.add_argument("--cpus", type=int, default=None, help="CPU slots (default: all cores)")
+    p.add_argument("--skip-unmet", action="store_true",
+                   help="run what fits; runs needing more GPUs than --gpus fail, their descendants are blocked")
+    p.set_defaults(func=command, fix_for=fix_for)
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.gpus < 0 or (args.cpus is not None and args.cpus < 1):
+        raise UserError("--gpus must be >= 0 and --cpus >= 1")
+    view = _View()
+    try:
+        outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
+                           cpus=args.cpus, skip_unmet=args.skip_unmet, on_event=view.on_event)
+    finally:
+        view.close()
+    if outcome.result is not None:
+        result = outcome.result
+        counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
+        console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
+    return outcome.exit_code
+
+
+def fix_for(exc: UserError) -> Optional[str]:
+    if isinstance(exc, UnmetResources):
+        need = max(r.resources.gpus for r in exc.runs)
+        return (f"pass --gpus {need} on a machine that has them, run the spec on a cluster, or pass --skip-unmet "
+                "to run the rest (these runs are then failed and their descendants blocked)")
+    if isinstance(exc, UnverifiedData):
+        return ("make the datasets loadable here (connect to the Hugging Face Hub once — problems are cached — "
+                "or set RLVR_RUN_DATA_MIRROR to a folder of the raw files), then run again; "
+                "`rlvr-run validate SPEC` shows the reasons")
+    return None
+
+
+def unmet_lines(unmet: list[Run], gpus: int) -> str:
+    lines = [f"{len(unmet)} run(s) need more GPUs than this machine offers (--gpus {gpus}):"]
+    lines += [f"  {r.id} {r.label} needs {r.resources.gpus} GPU(s)" for r in unmet[:UNMET_SHOWN]]
+    if len(unmet) > UNMET_SHOWN:
+        lines.append(f"  … and {len(unmet) - UNMET_SHOWN} more (the plan above lists them all)")
+    return "\n".join(lines)
+
+
+class _View:
+    """Renders the pipeline's events: a spinner while validating, the plan, then run progress."""
+
+    def __init__(self) -> None:
+        self.status = err_console.status("validating", spinner="dots")
+        self.status.start()
+        self.progress: Optional[RunProgress] = None
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Validating):
+            self.status.update(f"validating: {event.step}")
+        elif isinstance(event, Planned):
+            self.status.stop()
+            if event.dry_run:
+                console.print(describe_plan(event.plan, event.states))
+            if event.unmet:
+                console.print(f"[yellow]warning:[/] {unmet_lines(event.unmet, event.gpus)}", highlight=False)
+        elif isinstance(event, Executing):
+            self.progress = RunProgress(console, event.plan, total=event.todo)
+        elif isinstance(event, RunChanged) and self.progress is not None:
+            self.progress.change(event.run_id, event.state, event.reason)
+
+    def close(self) -> None:
+        self.status.stop()
+        if self.progress is not None:
+            self.progress.stop()

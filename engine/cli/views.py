@@ -1,0 +1,171 @@
+"""Everything the CLI shows: consoles, tables, progress bars. Only `engine.cli` imports rich."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.console import Console, Group, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from engine.isolation.content import LeakageReport
+from engine.judge.report import JudgeSummary
+from engine.plan.model import Plan
+from engine.runs.lineage import FINISHED, RunState, parse_iso
+from engine.runs.status import StatusReport
+from engine.spec.validated import AppliedWaiver
+
+PIPE_WIDTH = 132  # rich assumes 80 columns off a terminal, which folds plan and status tables
+STATE_STYLES = {"new": "cyan", "planned": "cyan", "queued": "blue", "running": "yellow",
+                "succeeded": "green", "done": "green", "failed": "red", "blocked": "magenta",
+                "cancelled": "dim"}
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    out = Console(stderr=stderr)
+    if not out.is_terminal:
+        out.width = max(out.width, PIPE_WIDTH)
+    return out
+
+
+console = make_console()
+err_console = make_console(stderr=True)
+
+
+# ---------------------------------------------------------------- plan
+def describe_plan(plan: Plan, states: Optional[dict[str, str]] = None) -> RenderableType:
+    """The `--dry-run` view: one row per run, counts per kind and state, waivers, warnings."""
+    states = states or {}
+    table = Table(title=f"plan of {plan.spec_name}: {len(plan.runs)} runs", title_justify="left")
+    for column in ("run id", "phase", "variant", "seed", "kind", "parents", "state"):
+        table.add_column(column, no_wrap=column in ("run id", "parents"))
+    by_state: dict[str, int] = {}
+    for run in plan.runs:
+        state = states.get(run.id, "new")
+        by_state[state] = by_state.get(state, 0) + 1
+        kind = run.kind.value + (f" ({run.schedule})" if run.schedule else "")
+        table.add_row(run.id, run.phase, run.variant or "", "" if run.seed is None else str(run.seed),
+                      kind, " ".join(run.parents), Text(state, style=STATE_STYLES.get(state, "")))
+    kinds = ", ".join(f"{kind} {n}" for kind, n in plan.count_by_kind().items())
+    parts: list[RenderableType] = [table, Text(f"runs by kind: {kinds}"),
+                                   Text("runs by state: " + ", ".join(f"{s} {n}" for s, n in by_state.items()))]
+    parts += [Text(f"waiver: {waiver_line(w)}", style="bold yellow") for w in plan.waivers]
+    parts += [Text(f"warning: {warning}", style="yellow") for warning in plan.warnings]
+    return Group(*parts)
+
+
+def waiver_line(waiver: AppliedWaiver) -> str:
+    return f"rule {waiver.rule}: {waiver.what} (allowed: {waiver.reason}; {waiver.where})"
+
+
+class RunProgress:
+    """A progress bar over finished runs, with one line per state change above it."""
+
+    STYLES = {"running": "yellow", "succeeded": "green", "failed": "red", "blocked": "magenta", "cancelled": "dim"}
+
+    def __init__(self, out: Console, plan: Plan, *, total: int) -> None:
+        self.labels = {r.id: r.label for r in plan.runs}
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=out, transient=True,
+        )
+        self.task = self.progress.add_task(f"running {plan.spec_name}", total=total)
+        self.progress.start()
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    def change(self, run_id: str, state: RunState, reason: str) -> None:
+        if state is RunState.queued:
+            return
+        style = self.STYLES.get(state.value, "")
+        note = f" — {reason}" if state is not RunState.running and state is not RunState.succeeded else ""
+        self.progress.console.print(
+            f"[{style}]{state.value:>9}[/] {run_id} {self.labels.get(run_id, '')}{note}", highlight=False
+        )
+        if state in FINISHED or state is RunState.blocked:
+            self.progress.advance(self.task)
+
+
+# ---------------------------------------------------------------- status
+def format_duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
+
+
+def _started(stamp: Optional[str]) -> str:
+    when = parse_iso(stamp)
+    return when.astimezone().strftime("%m-%d %H:%M") if when else ""
+
+
+def render_status(report: StatusReport) -> RenderableType:
+    if not report.runs:
+        return Text(report.note)
+    specs = sorted({r.spec_name for r in report.runs})
+    table = Table(title=f"runs of {', '.join(specs)}", title_justify="left")
+    columns = (["spec"] if len(specs) > 1 else []) + [
+        "run id", "phase", "variant", "seed", "kind", "state", "started", "duration", "metric",
+    ]
+    for column in columns:
+        table.add_column(column, no_wrap=column != "metric")
+    notes = []
+    for r in report.runs:
+        metric = f"{r.headline.name} {r.headline.value:.3f} {r.headline.dataset}" if r.headline else ""
+        cells = ([r.spec_name] if len(specs) > 1 else []) + [
+            r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind,
+            Text(r.state.value, style=STATE_STYLES[r.state.value]), _started(r.started_at),
+            format_duration(r.duration_s), metric,
+        ]
+        table.add_row(*cells)
+        if r.state in (RunState.failed, RunState.blocked, RunState.cancelled) and r.reason:
+            notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
+    footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
+    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"))
+
+
+# ---------------------------------------------------------------- judge
+def judge_tables(summary: JudgeSummary) -> tuple[Table, Table]:
+    """The headline figures of a judged batch, and its verdict breakdown."""
+    head = Table(title="judge summary", show_header=False)
+    head.add_column(style="bold")
+    head.add_column(justify="right")
+    head.add_row("samples", str(summary.samples))
+    head.add_row("accepted", f"{summary.accepted} ({summary.accepted_rate:.1%})")
+    head.add_row("pass_ratio mean", f"{summary.pass_ratio_mean:.4f}")
+    head.add_row("samples/s", f"{summary.samples_per_s:.1f} ({summary.wall_s:.1f} s)")
+    head.add_row("cache hits", f"{summary.cache_hits} ({summary.cache_hit_rate:.1%})")
+    head.add_row("backend", f"{summary.backend}: {summary.isolation}")
+    if summary.internal_errors:
+        head.add_row("[red]internal errors[/]", f"[red]{summary.internal_errors} (judge faults, not the model's)[/]")
+    verdicts = Table(title="verdicts")
+    verdicts.add_column("verdict")
+    verdicts.add_column("samples", justify="right")
+    verdicts.add_column("share", justify="right")
+    for name, count in summary.verdicts.items():
+        if count:
+            verdicts.add_row(name, str(count), f"{count / summary.samples:.1%}")
+    return head, verdicts
+
+
+# ---------------------------------------------------------------- data
+OUTCOME_STYLES = {"not checked": "yellow", "error": "red", "clean": "green"}
+
+
+def leakage_table(report: LeakageReport) -> Table:
+    table = Table("training side", "evaluation side", "findings", "outcome")
+    for pair in report.pairs:
+        outcome = pair.outcome
+        shown = Text(outcome, style=OUTCOME_STYLES.get(outcome, ""))
+        table.add_row(f"{pair.train} ({pair.train_at})", f"{pair.evaluation} ({pair.eval_at})",
+                      str(len(pair.leaks)), shown)
+    return table

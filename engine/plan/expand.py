@@ -1,0 +1,331 @@
+"""The planner: a validated spec → a DAG of runs with content-addressed ids.
+
+Expansion rules (the decisions this module makes; see DESIGN.md "Runs, identity"):
+
+- Every phase and every variant is a *unit*. A variant is its phase with only the
+  fields it names replaced (`hparams` and `overrides` merge key by key).
+- Trained units (sft, dpo, grpo, repair) and `best_of_n` units get one run per seed.
+  Their parent is the run of the unit named in `from:` for the same seed; `from: base`
+  (or no `from:`) means the base model and no parent run. A unit may name a phase or a
+  variant in `from:`; children of a phase follow the phase's own runs, never its
+  variants' (variants stay leaves unless someone names them).
+- Each trained / best_of_n run gets its evaluations attached: one eval run per schedule
+  (`every_phase`: valid + regression sets; `final`: test sets; `phase`: the unit's own
+  `evaluate:` list), each covering all of the schedule's datasets. One run per
+  (run, schedule) keeps the DAG readable; datasets are loops inside the run.
+- An `eval` unit does not produce a model, so its runs ARE its evaluations: the same
+  schedule runs, attached to the model it names in `from:` (the base model for
+  `base`, so those runs have no parent). Naming an eval or best_of_n unit in another
+  unit's `from:` means that unit's model (they pass it through).
+- Seeds: a run evaluating a per-seed run takes its seed. An evaluation of the base
+  model is per seed only when its protocol samples (temperature > 0 or n > 1);
+  greedy evaluation of the base model is a single run with seed None.
+
+A run's id is the first 12 hex digits of the sha256 of the canonical JSON of its fully
+resolved config (which holds its protocols and the sha256 of every id list it uses) plus
+its parents' ids. The spec file's own hash is not an input: editing a comment keeps ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel
+
+from engine.errors import UserError
+from engine.plan.model import (
+    BASE,
+    DATASET_USES,
+    DEFAULT_TRAINER,
+    MODEL_KINDS,
+    Edge,
+    Plan,
+    Run,
+    RunDataset,
+    run_id,
+)
+from engine.spec.model import (
+    EvalSchedule,
+    PhaseKind,
+    ProtocolSpec,
+    Resources,
+    Spec,
+)
+from engine.spec.validated import ValidatedSpec
+
+
+@dataclass(kw_only=True)
+class Unit:
+    """A phase or a variant with its variant overrides applied."""
+
+    name: str
+    phase: str
+    variant: Optional[str]
+    kind: PhaseKind
+    fields: dict[str, Any]  # resolved PhaseFields values, by python field name
+
+
+@dataclass(kw_only=True)
+class _Planner:
+    spec: Spec
+    idlist_hashes: dict[str, str]
+    fingerprints: dict[str, str]
+    files: dict[str, dict[str, str]] = field(default_factory=dict)  # see `dataset_files`
+    runs: list[Run] = field(default_factory=list)
+    # unit name → seed → id of the run holding that unit's model (None: base model)
+    model_runs: dict[str, dict[Optional[int], Optional[str]]] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+
+    def add(self, run: Run) -> None:
+        if run.id not in self.seen:  # identical evaluations collapse into one run
+            self.seen.add(run.id)
+            self.runs.append(run)
+
+
+def resolve_units(spec: Spec) -> dict[str, Unit]:
+    units: dict[str, Unit] = {}
+    for name, phase in spec.phases.items():
+        units[name] = Unit(name=name, phase=name, variant=None, kind=phase.kind,
+                           fields=_fields(phase))
+    for name, variant in spec.variants.items():
+        base = spec.phases.get(variant.phase)
+        if base is None:
+            raise UserError(f"variant {name!r} names unknown phase {variant.phase!r}")
+        merged = _fields(base)
+        for key, value in _fields(variant, only_set=True).items():
+            if key in ("hparams", "overrides") and isinstance(merged.get(key), dict) and value is not None:
+                merged[key] = _deep_merge(merged[key], value)
+            else:
+                merged[key] = value
+        units[name] = Unit(name=name, phase=variant.phase, variant=name, kind=base.kind, fields=merged)
+    return units
+
+
+def _fields(model: BaseModel, only_set: bool = False) -> dict[str, Any]:
+    names = model.model_fields_set if only_set else type(model).model_fields
+    skip = {"kind", "phase"}
+    return {k: getattr(model, k) for k in names if k not in skip}
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def unit_order(units: dict[str, Unit]) -> list[Unit]:
+    """Units with their `from:` unit first (spec order otherwise); cycles are a UserError."""
+    order: list[Unit] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise UserError(f"cycle in from: {' -> '.join(chain + (name,))}")
+        state[name] = 1
+        parent = units[name].fields.get("from_")
+        if parent and parent != BASE:
+            if parent not in units:
+                raise UserError(f"{name}: from: {parent!r} is neither `base`, a phase, nor a variant")
+            visit(parent, chain + (name,))
+        state[name] = 2
+        order.append(units[name])
+
+    for name in units:
+        visit(name, ())
+    return order
+
+
+def plan(validated: ValidatedSpec) -> Plan:
+    """Expand a validated spec into its DAG of runs (pure: reads nothing, writes nothing)."""
+    spec = validated.spec
+    planner = _Planner(spec=spec, idlist_hashes=dict(validated.idlist_hashes),
+                       fingerprints=dict(validated.dataset_fingerprints),
+                       files=dataset_files(validated))
+    for unit in unit_order(resolve_units(spec)):
+        _plan_unit(planner, unit)
+    loaded = validated.loaded
+    return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path),
+                runs=planner.runs, waivers=list(validated.waivers), warnings=list(validated.warnings))
+
+
+def dataset_files(validated: ValidatedSpec) -> dict[str, dict[str, str]]:
+    """Dataset name → `data_file` / `ids_file`: the files it reads, as found at plan time.
+
+    The exporter reads them from config.yaml (never the spec, which may have changed).
+    Paths inside the project are relative to its root, so the ids of the same spec do
+    not depend on where the project is checked out.
+    """
+    from engine.spec.resolve import find_file
+
+    root = validated.registry.project_root.resolve()
+    out: dict[str, dict[str, str]] = {}
+    for name, ds in validated.spec.datasets.items():
+        files: dict[str, str] = {}
+        found = find_file(validated.loaded, validated.registry, ds.path) if ds.path else None
+        if found is not None:
+            files["data_file"] = _project_path(found, root)
+        if name in validated.idlist_paths:
+            files["ids_file"] = _project_path(validated.idlist_paths[name], root)
+        if files:
+            out[name] = files
+    return out
+
+
+def _project_path(path: Path, root: Path) -> str:
+    path = path.resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def _plan_unit(planner: _Planner, unit: Unit) -> None:
+    seeds = planner.spec.seeds
+    source = unit.fields.get("from_") or BASE
+    upstream = planner.model_runs.get(source) if source != BASE else None
+    runs_of: dict[Optional[int], Optional[str]] = {}
+    if unit.kind == PhaseKind.eval:
+        for seed in seeds:
+            model_run = upstream[seed] if upstream else None
+            _attach_evaluations(planner, unit, model_run, seed, evaluated_kind=None)
+            runs_of[seed] = model_run  # an eval unit passes its model through
+    else:
+        for seed in seeds:
+            parent = upstream[seed] if upstream else None
+            run = _phase_run(planner, unit, seed, parent)
+            planner.add(run)
+            _attach_evaluations(planner, unit, run.id, seed, evaluated_kind=unit.kind)
+            runs_of[seed] = run.id if unit.kind in MODEL_KINDS else parent
+    planner.model_runs[unit.name] = runs_of
+
+
+def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str]) -> Run:
+    f = unit.fields
+    uses: dict[str, list[str]] = {}
+    for key, use in DATASET_USES.items():
+        if f.get(key):
+            uses.setdefault(f[key], []).append(use)
+    if unit.kind == PhaseKind.best_of_n:
+        for name in _schedule_datasets(planner.spec, unit):
+            uses.setdefault(name, []).append("generate")
+    protocols = {use: f[key] for key, use in (("rollout", "rollout"), ("protocol", "generate")) if f.get(key)}
+    trainer = f.get("trainer") or DEFAULT_TRAINER.get(unit.kind)
+    extra = {k: f.get(k) for k in ("reward", "n", "rounds", "curriculum")}
+    extra["hparams"] = dict(f.get("hparams") or {})
+    extra["overrides"] = dict(f.get("overrides") or {})
+    flows = ["checkpoint", "pairs"] if unit.kind == PhaseKind.dpo else ["checkpoint"]
+    return _make_run(planner, unit, kind=unit.kind, seed=seed, trainer=trainer, schedule=None,
+                     parent=parent, flows=flows, evaluates=None, uses=uses, protocols=protocols,
+                     extra=extra)
+
+
+def _schedules(spec: Spec, unit: Unit) -> list[tuple[str, EvalSchedule]]:
+    out: list[tuple[str, EvalSchedule]] = []
+    if unit.fields.get("evaluate"):
+        protocol = unit.fields.get("protocol") or _default_eval_protocol(spec)
+        if protocol is None:
+            raise UserError(f"{unit.name}: `evaluate:` needs a `protocol:` (or an evaluate.every_phase protocol)")
+        out.append(("phase", EvalSchedule(datasets=list(unit.fields["evaluate"]), protocol=protocol)))
+    for name in ("every_phase", "final"):
+        schedule = getattr(spec.evaluate, name)
+        if schedule is not None and schedule.datasets:
+            out.append((name, schedule))
+    return out
+
+
+def _default_eval_protocol(spec: Spec) -> Optional[str]:
+    every = spec.evaluate.every_phase
+    return every.protocol if every else None
+
+
+def _schedule_datasets(spec: Spec, unit: Unit) -> list[str]:
+    names: list[str] = []
+    for _, schedule in _schedules(spec, unit):
+        names.extend(n for n in schedule.datasets if n not in names)
+    return names
+
+
+def _attach_evaluations(planner: _Planner, unit: Unit, target: Optional[str], seed: int,
+                        evaluated_kind: Optional[PhaseKind]) -> None:
+    """Evaluation runs of `target` (a run id, or None for the base model)."""
+    spec = planner.spec
+    flows = ["samples"] if evaluated_kind == PhaseKind.best_of_n else ["checkpoint"]
+    for schedule_name, schedule in _schedules(spec, unit):
+        protocol = _protocol(spec, schedule.protocol, unit.name)
+        eval_seed = seed if target is not None or _samples(protocol) else None
+        uses = {name: ["evaluate"] for name in schedule.datasets}
+        run = _make_run(planner, unit, kind=PhaseKind.eval, seed=eval_seed, trainer=None,
+                        schedule=schedule_name, parent=target, flows=flows, evaluates=target,
+                        uses=uses, protocols={"evaluate": schedule.protocol}, extra={},
+                        resources=schedule.resources or _eval_resources(unit))
+        planner.add(run)
+
+
+def _samples(protocol: ProtocolSpec) -> bool:
+    return protocol.temperature is None or protocol.temperature > 0 or (protocol.n or 1) > 1
+
+
+def _protocol(spec: Spec, name: str, where: str) -> ProtocolSpec:
+    try:
+        return spec.protocols[name]
+    except KeyError:
+        raise UserError(f"{where}: unknown protocol {name!r} (declared: {', '.join(spec.protocols)})") from None
+
+
+def _eval_resources(unit: Unit) -> Resources:
+    """An evaluation's default allocation: one GPU if its phase uses any, CPU otherwise."""
+    phase = unit.fields.get("resources") or Resources()
+    return Resources(gpus=min(phase.gpus, 1), cpus=phase.cpus)
+
+
+def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[int],
+              trainer: Optional[str], schedule: Optional[str], parent: Optional[str],
+              flows: list[str], evaluates: Optional[str], uses: dict[str, list[str]],
+              protocols: dict[str, str], extra: dict[str, Any],
+              resources: Optional[Resources] = None) -> Run:
+    spec = planner.spec
+    datasets = _run_datasets(planner, uses, unit.name)
+    resolved_protocols = {name: _protocol(spec, name, unit.name) for name in protocols.values()}
+    resources = resources or unit.fields.get("resources") or Resources()
+    config = {
+        "spec": spec.name, "phase": unit.phase, "variant": unit.variant, "kind": kind.value,
+        "schedule": schedule, "seed": seed, "trainer": trainer,
+        "base_model": _dump(spec.base_model),
+        "init": "parent" if parent else "base_model",
+        "datasets": {n: {**_dump(spec.datasets[n]), **d.model_dump(exclude={"role"}), **planner.files.get(n, {})}
+                     for n, d in datasets.items()},
+        "protocols": {use: {"name": name, **_dump(resolved_protocols[name])} for use, name in protocols.items()},
+        "judge": _dump(spec.judge),
+        "resources": resources.model_dump(),
+        **extra,
+    }
+    parents = [parent] if parent else []
+    rid = run_id(config, parents)
+    return Run(id=rid, spec_name=spec.name, phase=unit.phase, variant=unit.variant, seed=seed,
+               kind=kind, trainer=trainer, schedule=schedule, parents=parents,
+               edges=[Edge(parent=p, child=rid, flows=flows) for p in parents], evaluates=evaluates,
+               datasets=datasets, protocols=resolved_protocols,
+               idlist_hashes={n: d.ids_sha256 for n, d in datasets.items() if d.ids_sha256},
+               resources=resources, config=config)
+
+
+def _run_datasets(planner: _Planner, uses: dict[str, list[str]], where: str) -> dict[str, RunDataset]:
+    out: dict[str, RunDataset] = {}
+    for name, use in uses.items():
+        ds = planner.spec.datasets.get(name)
+        if ds is None:
+            raise UserError(f"{where}: unknown dataset {name!r} (declared: {', '.join(planner.spec.datasets)})")
+        out[name] = RunDataset(role=ds.role.value, uses=use, ids_sha256=planner.idlist_hashes.get(name),
+                               fingerprint=planner.fingerprints.get(name))
+    return out
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True, by_alias=True)
+    return value

@@ -1,0 +1,123 @@
+"""The plan's data: runs, the edges between them, and the identity every later stage reuses.
+
+A run's id is the first 12 hex digits of the sha256 of the canonical JSON of its fully
+resolved config plus its parents' ids (`run_id`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from engine.spec.model import TRAINED_KINDS, PhaseKind, ProtocolSpec, Resources
+from engine.spec.validated import AppliedWaiver
+
+ID_LEN = 12
+BASE = "base"
+
+# Which spec field feeds which dataset use in a run.
+DATASET_USES = {"train": "train", "pairs_from": "pairs", "select_on": "select", "early_stop_on": "early_stop"}
+# repair has no default: whether it trains (a verl agent loop) or only infers is a later issue.
+DEFAULT_TRAINER = {PhaseKind.sft: "verl", PhaseKind.grpo: "verl", PhaseKind.dpo: "trl"}
+# Kinds whose runs leave a model (model/) for their children.
+MODEL_KINDS = TRAINED_KINDS
+
+
+class Edge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    parent: str
+    child: str
+    flows: list[str]  # checkpoint | pairs | samples
+
+
+class RunDataset(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: str
+    uses: list[str]
+    ids_sha256: Optional[str] = None  # of its frozen id list, when it has one
+    fingerprint: Optional[str] = None  # what pins its problems (id list or fixed split)
+
+
+class RunKey(BaseModel):
+    """Who a run is: its id and the coordinates a person reads (lineage and exports reuse it)."""
+
+    id: str
+    spec_name: str
+    phase: str
+    variant: Optional[str] = None
+    seed: Optional[int] = None
+    kind: PhaseKind
+    trainer: Optional[str] = None
+
+
+class Run(RunKey):
+    """One node of the plan: what to run, from what, and its frozen config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schedule: Optional[str] = None  # every_phase | final | phase, for evaluation runs
+    parents: list[str] = Field(default_factory=list)
+    edges: list[Edge] = Field(default_factory=list)  # edges into this run
+    evaluates: Optional[str] = None
+    datasets: dict[str, RunDataset] = Field(default_factory=dict)
+    protocols: dict[str, ProtocolSpec] = Field(default_factory=dict)
+    idlist_hashes: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    config: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """phase[/variant][:schedule][@seed] — stable, human-readable."""
+        out = self.phase + (f"/{self.variant}" if self.variant else "")
+        if self.schedule:
+            out += f":{self.schedule}"
+        return out + (f"@{self.seed}" if self.seed is not None else "")
+
+    def frozen_config(self) -> dict[str, Any]:
+        """What config.yaml holds: the hashed config plus the identity it hashes to."""
+        return {"run_id": self.id, "parents": list(self.parents), "evaluates": self.evaluates, **self.config}
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec_name: str
+    spec_sha256: str
+    spec_path: str = ""
+    runs: list[Run]  # topologically ordered: parents before children
+    waivers: list[AppliedWaiver] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    _index: dict[str, Run] = PrivateAttr(default_factory=dict)
+
+    def by_id(self, run_id: str) -> Run:
+        if len(self._index) != len(self.runs):
+            self._index = {run.id: run for run in self.runs}
+        return self._index[run_id]
+
+    def children(self, run_id: str) -> list[Run]:
+        return [r for r in self.runs if run_id in r.parents]
+
+    @property
+    def roots(self) -> list[Run]:
+        return [r for r in self.runs if not r.parents]
+
+    def count_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.kind.value] = counts.get(run.kind.value, 0) + 1
+        return counts
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def run_id(config: dict[str, Any], parents: Iterable[str]) -> str:
+    payload = canonical_json({"config": config, "parents": sorted(parents)})
+    return hashlib.sha256(payload.encode()).hexdigest()[:ID_LEN]

@@ -1,0 +1,83 @@
+"""Completion checks: a run succeeds only if its script exits 0 AND its expected outputs exist.
+
+Trainers exit 0 in silent-failure cases (verl exits 0 after training zero steps,
+verl #7401), so each run kind registers a check of the outputs its launch
+script promises. The output layout below is the contract templates follow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable, Optional
+
+from engine.spec.model import PhaseKind, TRAINED_KINDS
+
+# Where launch scripts leave their outputs, relative to the run directory
+# (templates/launch/*.sh.j2 follow this layout).
+CHECKPOINT_DIR = "checkpoints"  # verl's layout: checkpoints/global_step_<N>/
+MODEL_CONFIG = "model/config.json"  # the exported HF model children and evaluations load
+EVAL_METRICS = "outputs/metrics.json"  # evaluation summary
+SAMPLES_DIR = "outputs/samples"  # best-of-n generations, judged by the attached evaluations
+
+Check = Callable[[Path], Optional[str]]  # run_dir -> None when complete, else the reason
+_CHECKS: dict[str, Check] = {}
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def register_check(*kinds: str) -> Callable[[Check], Check]:
+    """Register `fn` as the completion check of runs of these kinds."""
+
+    def inner(fn: Check) -> Check:
+        for kind in kinds:
+            _CHECKS[str(kind)] = fn
+        return fn
+
+    return inner
+
+
+def check_completion(kind: str, run_dir: Path) -> Optional[str]:
+    """None when the run's outputs are complete, else why not."""
+    check = _CHECKS.get(str(kind))
+    if check is None:
+        return f"no completion check is registered for run kind {kind!r}"
+    return check(Path(run_dir))
+
+
+def last_checkpoint_step(run_dir: Path) -> int:
+    root = Path(run_dir) / CHECKPOINT_DIR
+    steps = [int(m.group(1)) for p in root.glob("global_step_*") if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return max(steps, default=0)
+
+
+@register_check(*(k.value for k in TRAINED_KINDS))
+def _trained(run_dir: Path) -> Optional[str]:
+    step = last_checkpoint_step(run_dir)
+    zero_steps = f"no {CHECKPOINT_DIR}/global_step_N with N > 0 (trained zero steps? see verl #7401)"
+    if (run_dir / CHECKPOINT_DIR).is_dir() and step == 0:
+        return f"exited 0 but left {zero_steps}; check the log, the data and total_training_steps"
+    if not (run_dir / MODEL_CONFIG).is_file():
+        also = f", and {zero_steps}" if step == 0 else ""
+        return f"exited 0 but left no {MODEL_CONFIG} (the model its children load){also}"
+    return None
+
+
+@register_check(PhaseKind.eval.value)
+def _evaluated(run_dir: Path) -> Optional[str]:
+    path = run_dir / EVAL_METRICS
+    if not path.is_file():
+        return f"exited 0 but wrote no {EVAL_METRICS}"
+    try:
+        json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        return f"{EVAL_METRICS} is not valid JSON ({exc})"
+    return None
+
+
+@register_check(PhaseKind.best_of_n.value)
+def _sampled(run_dir: Path) -> Optional[str]:
+    samples = run_dir / SAMPLES_DIR
+    if not samples.is_dir() or not any(samples.iterdir()):
+        return f"exited 0 but left no samples in {SAMPLES_DIR}/"
+    return None

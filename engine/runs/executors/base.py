@@ -1,0 +1,67 @@
+"""What the scheduler asks of an executor, and the jobs it hands over.
+
+The scheduler (`engine.runs.schedule.execute`) owns DAG order, states and
+lineage; an executor only starts, polls and stops launch scripts and knows
+its own resources. `LocalExecutor` runs subprocesses on this machine; a Ray
+executor submits the same launch scripts as Ray jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol, runtime_checkable
+
+from engine.runs.lineage import RunRecord
+
+LAUNCH_SCRIPT = "launch.sh"
+LOG_DIR = "logs"
+RUN_ID_ENV = "RLVR_RUN_ID"  # set in every launch script's environment; finds orphans after a crash
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One run to execute: its directory holds launch.sh; logs go to its logs/."""
+
+    id: str
+    run_dir: Path
+    kind: str
+    parents: tuple[str, ...] = ()
+    gpus: int = 0
+    cpus: int = 1
+
+    @property
+    def launch_script(self) -> Path:
+        return self.run_dir / LAUNCH_SCRIPT
+
+
+@dataclass(kw_only=True)
+class Started:
+    """A launched attempt of a job."""
+
+    job: Job
+    attempt: int
+    pid: int  # leader of the script's own process group
+    log_path: Path
+    handle: Any = field(default=None, repr=False)  # the executor's own
+
+
+@runtime_checkable
+class Executor(Protocol):
+    def refusal(self, job: Job) -> Optional[str]:
+        """Why `job` can never run on this executor (e.g. more GPUs than exist), or None."""
+
+    def fits(self, job: Job) -> bool:
+        """Whether `job`'s resources are free right now."""
+
+    def start(self, job: Job, *, attempt: int, log_path: Path) -> Started:
+        """Launch `job` (call only when it `fits`)."""
+
+    def poll(self, started: Started) -> Optional[int]:
+        """The exit code once finished (negative: killed by that signal), else None."""
+
+    def stop(self, running: list[Started], *, grace_s: float) -> None:
+        """Terminate every process of these attempts: SIGTERM, `grace_s`, then SIGKILL."""
+
+    def reap(self, record: RunRecord, *, grace_s: float) -> int:
+        """Kill what survives of a run whose runner died; returns how many processes."""

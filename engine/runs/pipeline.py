@@ -1,0 +1,144 @@
+"""The `run` verb: validate → plan → check the trainers → (plan only | materialize → record → execute).
+
+A dry run reads lineage (if any) only to show each run's state and writes nothing. A real
+run takes the runs lock first, so two runners never share a runs directory; recovery of
+runs a dead runner left behind happens inside `execute`. The library never prints: what
+happens is told through `on_event`, and what stops a run is a typed error carrying data.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+from engine.errors import UserError
+from engine.plan.model import Plan, Run
+from engine.runs.executors.base import Job
+from engine.runs.executors.local import LocalExecutor
+from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
+from engine.runs.materialize import RunDir, materialize
+from engine.runs.preflight import preflight
+from engine.runs.runlock import RunLock
+from engine.runs.schedule import ExecutionResult, execute
+
+
+@dataclass(frozen=True)
+class Validating:
+    step: str
+
+
+@dataclass(frozen=True)
+class Planned:
+    plan: Plan
+    states: dict[str, str]  # run id → lineage state, for runs that have one
+    unmet: list[Run]  # runs needing more GPUs than offered
+    gpus: int
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class Executing:
+    plan: Plan
+    todo: int  # runs not yet succeeded
+
+
+@dataclass(frozen=True)
+class RunChanged:
+    run_id: str
+    state: RunState
+    reason: str
+
+
+Event = Union[Validating, Planned, Executing, RunChanged]
+EventHandler = Callable[[Event], None]
+
+
+class UnmetResources(UserError):
+    """Runs need more GPUs than this machine offers."""
+
+    def __init__(self, runs: list[Run], gpus: int) -> None:
+        self.runs, self.gpus = runs, gpus
+        super().__init__(f"{len(runs)} run(s) need more GPUs than this machine offers ({gpus})")
+
+
+class UnverifiedData(UserError):
+    """Data-level isolation checks could not run here, so nothing may start."""
+
+    def __init__(self, items: list[str]) -> None:
+        self.items = items
+        super().__init__("data-level checks could not run, so nothing is started "
+                         "(a leaky experiment burns GPU hours):\n" + "\n".join(f"  {i}" for i in items))
+
+
+@dataclass(kw_only=True)
+class RunOutcome:
+    plan: Plan
+    result: Optional[ExecutionResult] = None  # None for a dry run
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code if self.result else 0
+
+
+def _ignore(event: Event) -> None:
+    return None
+
+
+def run_spec(
+    path: Path | str,
+    *,
+    runs_dir: Path | str = "runs",
+    dry_run: bool = False,
+    gpus: int = 0,
+    cpus: Optional[int] = None,
+    skip_unmet: bool = False,
+    on_event: EventHandler = _ignore,
+    heartbeat_s: float = 5.0,
+    grace_s: float = 10.0,
+) -> RunOutcome:
+    runs_dir = Path(runs_dir)
+    checked = preflight(Path(path), on_step=lambda step: on_event(Validating(step)))
+    validated, the_plan = checked.validated, checked.plan
+    states = read_states(runs_dir, the_plan)
+    unmet = unmet_runs(the_plan, states, gpus=gpus)
+    on_event(Planned(plan=the_plan, states=states, unmet=unmet, gpus=gpus, dry_run=dry_run))
+    if dry_run:
+        return RunOutcome(plan=the_plan)
+    if unmet and not skip_unmet:
+        raise UnmetResources(unmet, gpus)
+    if validated.unverified:
+        raise UnverifiedData(validated.unverified)
+    executor = LocalExecutor(gpus=gpus, cpus=cpus or os.cpu_count() or 1)
+    with RunLock(runs_dir), open_lineage(runs_dir / LINEAGE_FILE) as lineage:
+        states = {r.id: r.state.value for r in lineage.runs(the_plan.spec_name)}
+        run_dirs = materialize(the_plan, validated, runs_dir, states=states)
+        lineage.record_plan(the_plan, validated, {d.run.id: d.path for d in run_dirs})
+        jobs = [job_of(d) for d in run_dirs]
+        on_event(Executing(plan=the_plan, todo=sum(1 for j in jobs if states.get(j.id) != RunState.succeeded.value)))
+        result = execute(jobs, lineage, executor, heartbeat_s=heartbeat_s, grace_s=grace_s,
+                         on_change=lambda run_id, state, reason: on_event(RunChanged(run_id, state, reason)))
+    return RunOutcome(plan=the_plan, result=result)
+
+
+def read_states(runs_dir: Path, the_plan: Plan) -> dict[str, str]:
+    """Lineage states of the plan's runs, read-only; empty when nothing has run."""
+    path = Path(runs_dir) / LINEAGE_FILE
+    if not path.exists():
+        return {}
+    with open_lineage(path, readonly=True) as lineage:
+        return {r.id: r.state.value for r in lineage.runs(the_plan.spec_name)}
+
+
+def unmet_runs(the_plan: Plan, states: dict[str, str], *, gpus: int) -> list[Run]:
+    """Runs still to do that need more GPUs than this machine offers."""
+    return [r for r in the_plan.runs if states.get(r.id) != RunState.succeeded.value and r.resources.gpus > gpus]
+
+
+def job_of(run_dir: RunDir) -> Job:
+    run = run_dir.run
+    return Job(
+        id=run.id, run_dir=run_dir.path, kind=run.kind.value, parents=tuple(run.parents),
+        gpus=run.resources.gpus, cpus=run.resources.cpus,
+    )

@@ -1,0 +1,297 @@
+"""Execute jobs in DAG order on an executor, recording every state change in lineage.
+
+A job is ready when all its parents succeeded. A failure blocks every
+descendant; independent branches go on. SIGINT/SIGTERM stop every running
+script's process group and record `cancelled`; queued jobs stay queued.
+Runs a dead runner left `running` are reaped and marked failed first, then
+re-queued with the other unfinished runs: re-running resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from engine.runs.completion import check_completion
+from engine.errors import UserError
+from engine.runs.executors.base import LOG_DIR, Executor, Job, Started
+from engine.runs.lineage import Lineage, RunRecord, RunState, open_lineage, parse_iso
+
+OnChange = Callable[[str, RunState, str], None]  # run id, new state, reason
+INTERRUPTED_EXIT = 130
+S = RunState
+
+
+@dataclass(kw_only=True)
+class ExecutionResult:
+    states: dict[str, RunState]
+    interrupted_by: Optional[int] = None  # the signal that stopped the runner
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted_by is not None:
+            return INTERRUPTED_EXIT
+        return 1 if any(s in (S.failed, S.blocked) for s in self.states.values()) else 0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for state in self.states.values():
+            out[state.value] += 1
+        return dict(out)
+
+
+def execute(
+    jobs: list[Job],
+    lineage: Lineage,
+    executor: Executor,
+    *,
+    heartbeat_s: float = 5.0,
+    grace_s: float = 5.0,
+    stale_s: float = 60.0,
+    poll_s: float = 0.05,
+    on_change: Optional[OnChange] = None,
+) -> ExecutionResult:
+    """Run `jobs` (topologically ordered, already recorded in lineage); the caller holds the runs lock."""
+    recover_dead_runs(lineage, executor, stale_s=stale_s, grace_s=grace_s)
+    sched = _Scheduler(jobs=jobs, lineage=lineage, executor=executor, on_change=on_change)
+    with _trap_signals() as caught, _Heartbeat(lineage.path, heartbeat_s, sched.live_ids):
+        try:
+            sched.prepare()
+            while sched.busy() and not caught:
+                sched.step()
+                time.sleep(poll_s)
+        finally:
+            if sched.running:
+                why = f"interrupted by {signal.Signals(caught[0]).name}" if caught else "runner error"
+                sched.cancel_running(why, grace_s=grace_s)
+    return ExecutionResult(states=sched.final_states(), interrupted_by=caught[0] if caught else None)
+
+
+def recover_dead_runs(lineage: Lineage, executor: Executor, *, stale_s: float, grace_s: float) -> list[RunRecord]:
+    """Mark failed every run left `running` by a runner that died, killing its leftovers on this host.
+
+    Holding the runs lock proves no live runner here owns them; a run recorded on
+    another host counts as dead only once its heartbeat is older than `stale_s`.
+    """
+    host = socket.gethostname()
+    recovered = []
+    for rec in lineage.runs(state=S.running):
+        last = rec.heartbeat_at or "never"
+        if rec.host and rec.host != host:
+            age = _age_s(rec.heartbeat_at)
+            if age < stale_s:
+                raise UserError(
+                    f"run {rec.id} is running on host {rec.host} (heartbeat {age:.0f}s ago); "
+                    "stop that runner first, or wait until it finishes"
+                )
+            reason = f"runner on {rec.host} died: last heartbeat {last}"
+        else:
+            killed = executor.reap(rec, grace_s=grace_s)
+            fate = f"killed {killed} surviving process(es)" if killed else "gone"
+            reason = f"runner died: script pid {rec.pid} {fate}, last heartbeat {last}"
+        recovered.append(lineage.set_state(rec.id, S.failed, reason))
+    return recovered
+
+
+def _age_s(stamp: Optional[str]) -> float:
+    then = parse_iso(stamp)
+    return float("inf") if then is None else (datetime.now(timezone.utc) - then).total_seconds()
+
+
+def next_attempt(run_dir: Path, recorded: int) -> int:
+    """One past both lineage's count and the logs on disk, so no attempt's log is reused."""
+    on_disk = [int(p.stem.split("-")[1]) for p in (run_dir / LOG_DIR).glob("attempt-*.log") if p.stem.split("-")[1].isdigit()]
+    return max([recorded, *on_disk]) + 1
+
+
+@dataclass(kw_only=True)
+class _Scheduler:
+    jobs: list[Job]
+    lineage: Lineage
+    executor: Executor
+    on_change: Optional[OnChange] = None
+    state: dict[str, RunState] = field(default_factory=dict)
+    waiting: list[str] = field(default_factory=list)
+    running: dict[str, Started] = field(default_factory=dict)
+    _live_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.by_id = {j.id: j for j in self.jobs}
+        self.children: dict[str, list[str]] = defaultdict(list)
+        for job in self.jobs:
+            for parent in job.parents:
+                self.children[parent].append(job.id)
+
+    def live_ids(self) -> list[str]:
+        with self._live_lock:
+            return list(self.running)
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def final_states(self) -> dict[str, RunState]:
+        return {job.id: self.state[job.id] for job in self.jobs}
+
+    def _set(self, run_id: str, to: RunState, reason: str, **fields: object) -> RunRecord:
+        rec = self.lineage.set_state(run_id, to, reason, **fields)
+        self.state[run_id] = to
+        if self.on_change:
+            self.on_change(run_id, to, reason)
+        return rec
+
+    def prepare(self) -> None:
+        for job in self.jobs:
+            rec = self.lineage.run(job.id)
+            self.state[job.id] = rec.state
+            if rec.state is S.succeeded:
+                continue
+            if rec.state in (S.failed, S.cancelled, S.blocked):
+                self._set(job.id, S.queued, f"resumed after {rec.state.value}: {rec.reason or ''}".rstrip(": "))
+            elif rec.state is S.planned:
+                self._set(job.id, S.queued, "queued")
+            refusal = self.executor.refusal(job)
+            if refusal:
+                self._set(job.id, S.failed, f"refused before start: {refusal}")
+            else:
+                self.waiting.append(job.id)
+        for run_id in list(self.waiting):
+            self._block_if_upstream_lost(run_id)
+        for run_id, st in list(self.state.items()):
+            if st is S.failed:
+                self._block_descendants(run_id, "failed")
+
+    def _parent_state(self, parent: str) -> RunState:
+        if parent not in self.state:
+            self.state[parent] = self.lineage.run(parent).state
+        return self.state[parent]
+
+    def _block_if_upstream_lost(self, run_id: str) -> None:
+        outside = [p for p in self.by_id[run_id].parents if p not in self.by_id]
+        lost = [p for p in outside if self._parent_state(p) is not S.succeeded]
+        if lost and run_id in self.waiting:
+            self.waiting.remove(run_id)
+            self._set(run_id, S.blocked, f"upstream {lost[0]} is {self.state[lost[0]].value} and not part of this execution")
+            self._block_descendants(run_id, "blocked")
+
+    def _block_descendants(self, run_id: str, why: str) -> None:
+        for child in self.children[run_id]:
+            if child in self.waiting:
+                self.waiting.remove(child)
+                self._set(child, S.blocked, f"upstream {run_id} {why}")
+                self._block_descendants(child, "blocked")
+
+    def step(self) -> None:
+        for run_id, started in list(self.running.items()):
+            code = self.executor.poll(started)
+            if code is not None:
+                self._finish(started, code)
+        for run_id in list(self.waiting):
+            job = self.by_id[run_id]
+            if all(self._parent_state(p) is S.succeeded for p in job.parents) and self.executor.fits(job):
+                self._launch(job)
+
+    def _launch(self, job: Job) -> None:
+        self.waiting.remove(job.id)
+        attempt = next_attempt(job.run_dir, self.lineage.run(job.id).attempt)
+        log_path = job.run_dir / LOG_DIR / f"attempt-{attempt}.log"
+        # `running` is recorded before the process exists, so a crash in between
+        # leaves a run the next invocation reaps, never a duplicate launch.
+        self._set(job.id, S.running, f"attempt {attempt}", attempt=attempt, pid=None)
+        try:
+            started = self.executor.start(job, attempt=attempt, log_path=log_path)
+        except OSError as exc:
+            self._set(job.id, S.failed, f"could not start {job.launch_script}: {exc}")
+            self._block_descendants(job.id, "failed")
+            return
+        with self._live_lock:
+            self.running[job.id] = started
+        self.lineage.record_launch(job.id, started.pid)
+
+    def _finish(self, started: Started, code: int) -> None:
+        job = started.job
+        with self._live_lock:
+            del self.running[job.id]
+        log = started.log_path
+        if code == 0:
+            problem = check_completion(job.kind, job.run_dir)
+            if problem is None:
+                self._set(job.id, S.succeeded, "exit 0, outputs complete", exit_code=0)
+                return
+            reason = f"completion check failed: {problem}"
+        elif code < 0:
+            reason = f"launch.sh killed by {signal.Signals(-code).name}; see {log}"
+        else:
+            reason = f"launch.sh exited with {code}{_last_line(log)}; see {log}"
+        self._set(job.id, S.failed, reason, exit_code=code)
+        self._block_descendants(job.id, "failed")
+
+    def cancel_running(self, why: str, *, grace_s: float) -> None:
+        running = list(self.running.values())
+        self.executor.stop(running, grace_s=grace_s)
+        for started in running:
+            with self._live_lock:
+                del self.running[started.job.id]
+            self._set(started.job.id, S.cancelled, why)
+
+
+def _last_line(log: Path, limit: int = 200) -> str:
+    """`: <the log's last non-empty line>` — usually the error that ended the script."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    if not lines or lines[-1].startswith("# rlvr-run:"):
+        return ""
+    return f": {lines[-1][:limit]}"
+
+
+@contextlib.contextmanager
+def _trap_signals() -> Iterator[list[int]]:
+    """Turn SIGINT/SIGTERM into a flag the scheduling loop checks (main thread only)."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Heartbeat:
+    """Every `interval` seconds, stamp the running runs in lineage (own connection, own thread)."""
+
+    def __init__(self, path: Path, interval: float, live_ids: Callable[[], list[str]]) -> None:
+        self.path, self.interval, self.live_ids = path, interval, live_ids
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="rlvr-heartbeat", daemon=True)
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        with open_lineage(self.path) as lineage:
+            while not self._stop.wait(self.interval):
+                try:
+                    lineage.heartbeat(self.live_ids())
+                except sqlite3.OperationalError:
+                    continue  # a busy database skips one beat; the next one catches up

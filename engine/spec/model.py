@@ -1,0 +1,169 @@
+"""The experiment-matrix spec: pydantic models (extra="forbid").
+
+Loading with line-numbered errors lives in `engine.spec.load`; this module only
+declares the shape a researcher writes.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Scalar = Union[str, int, float, bool, None]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Role(str, Enum):
+    train = "train"
+    valid = "valid"
+    test = "test"
+    regression = "regression"
+
+
+class PhaseKind(str, Enum):
+    eval = "eval"
+    best_of_n = "best_of_n"
+    sft = "sft"
+    dpo = "dpo"
+    grpo = "grpo"
+    repair = "repair"
+
+
+TRAINED_KINDS = frozenset({PhaseKind.sft, PhaseKind.dpo, PhaseKind.grpo, PhaseKind.repair})
+
+
+class ModelRef(StrictModel):
+    """A model spelled out instead of named from registry/models.yaml."""
+
+    path: str
+    family: str = "qwen2"
+    chat: bool = True
+
+
+class DatasetSpec(StrictModel):
+    source: str  # registry name (humaneval, mbpp, codecontests, local_jsonl, ...)
+    split: Optional[str] = None
+    ids: Optional[str] = None  # path to a frozen id list (registry/idlists/...)
+    role: Role
+    test_only: bool = False
+    path: Optional[str] = None  # local files
+    fields: Optional[dict[str, str]] = None  # field mapping for local files
+    max_generated_tests: Optional[int] = Field(default=None, ge=0)
+
+
+class ProtocolSpec(StrictModel):
+    preset: Optional[str] = None  # registry/protocols.yaml name; fields below override it
+    temperature: Optional[float] = Field(default=None, ge=0)
+    top_p: Optional[float] = Field(default=None, gt=0, le=1)
+    top_k: Optional[int] = None
+    max_tokens: Optional[int] = Field(default=None, gt=0)
+    n: Optional[int] = Field(default=None, gt=0)
+    stop: Optional[list[str]] = None
+    seed: Optional[int] = None
+    prompt: Optional[str] = None  # prompt template name (registry/prompts.yaml)
+
+
+class JudgeSpec(StrictModel):
+    backend: Literal["local", "sandbox_fusion"] = "local"
+    url: Optional[str] = None
+    timeout_s: float = Field(default=6.0, gt=0)  # CPU seconds per test
+    wall_timeout_s: Optional[float] = Field(default=None, gt=0)
+    memory_mb: int = Field(default=1024, gt=0)
+    concurrency: Optional[int] = Field(default=None, gt=0)
+    compare: Literal["tokens", "exact", "float"] = "tokens"
+    float_tol: float = Field(default=1e-6, ge=0)
+
+
+class Resources(StrictModel):
+    gpus: int = Field(default=0, ge=0)
+    cpus: int = Field(default=1, ge=1)
+
+
+class PairsSpec(StrictModel):
+    """Preference pairs from judged samples (engine.train.pairs)."""
+
+    k: int = Field(default=8, ge=2)  # samples drawn and judged per problem
+    min_delta: float = Field(default=0.3, gt=0, le=1)  # keep a pair when chosen − rejected pass_ratio ≥ this
+
+
+class PhaseFields(StrictModel):
+    """Fields a phase declares and a variant may override."""
+
+    from_: Optional[str] = Field(default=None, alias="from")
+    trainer: Optional[Literal["verl", "trl"]] = None
+    train: Optional[str] = None
+    pairs_from: Optional[str] = None
+    select_on: Optional[str] = None
+    early_stop_on: Optional[str] = None
+    evaluate: Optional[list[str]] = None
+    reward: Optional[Literal["dense", "sparse"]] = None
+    rollout: Optional[str] = None  # protocol name used for RL rollouts / sampling
+    protocol: Optional[str] = None  # protocol name for eval / best_of_n generation
+    n: Optional[int] = Field(default=None, gt=0)  # best_of_n samples per problem
+    rounds: Optional[int] = Field(default=None, ge=1)  # repair rounds
+    curriculum: Optional[Literal["none", "difficulty"]] = None
+    hparams: Optional[dict[str, Scalar]] = None
+    overrides: Optional[dict[str, Any]] = None  # passed verbatim to the trainer
+    resources: Optional[Resources] = None
+    pairs: Optional[PairsSpec] = None  # dpo: how preference pairs are built from judged samples
+
+
+class PhaseSpec(PhaseFields):
+    kind: PhaseKind
+
+
+class VariantSpec(PhaseFields):
+    phase: str
+
+
+class EvalSchedule(StrictModel):
+    datasets: list[str]
+    protocol: str
+    # Evaluation is inference: by default one GPU when the evaluated phase uses GPUs,
+    # not the (often 8-GPU) allocation of the training it follows.
+    resources: Optional[Resources] = None
+
+
+class EvaluateSpec(StrictModel):
+    every_phase: Optional[EvalSchedule] = None
+    final: Optional[EvalSchedule] = None
+
+
+class Waiver(StrictModel):
+    """An explicit, reasoned exception to one isolation rule."""
+
+    rule: int = Field(ge=1, le=5)
+    reason: str = Field(min_length=1)
+    dataset: Optional[str] = None
+    datasets: Optional[list[str]] = None  # rule 3: a (training, evaluation) pair
+    phase: Optional[str] = None
+
+
+class LeakageSpec(StrictModel):
+    """Content-level leakage check (isolation rule 3) settings."""
+
+    # Defaults measured on the real HumanEval / MBPP / CodeContests files (engine.isolation.neardup):
+    # no cross-dataset pair reaches 0.5; MBPP's own one-word-apart template statements
+    # ("volume of a cone" / "of a cube") stay below 0.75; reworded copies stay above it.
+    threshold: float = Field(default=0.75, gt=0, le=1)  # exact Jaccard of the shingle sets
+    ngram: int = Field(default=3, ge=1)  # words per shingle (shingles stay inside a sentence)
+    num_perm: int = Field(default=128, ge=16, le=1024)  # MinHash permutations (LSH candidate search)
+
+
+class Spec(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    base_model: Union[str, ModelRef]
+    datasets: dict[str, DatasetSpec]
+    protocols: dict[str, ProtocolSpec] = Field(default_factory=dict)
+    judge: JudgeSpec = Field(default_factory=JudgeSpec)
+    phases: dict[str, PhaseSpec]
+    variants: dict[str, VariantSpec] = Field(default_factory=dict)
+    seeds: list[int] = Field(min_length=1)
+    evaluate: EvaluateSpec = Field(default_factory=EvaluateSpec)
+    allow: list[Waiver] = Field(default_factory=list)
+    leakage: LeakageSpec = Field(default_factory=LeakageSpec)

@@ -1,0 +1,195 @@
+"""Cross-references inside a spec: names, `from:` cycles, seeds, what each phase kind needs.
+
+Works on a typed Spec (possibly a partial one salvaged from a spec with schema
+errors) and the names the spec declares as written, so dangling references are
+reported together with schema errors instead of one round later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+from engine.errors import Diagnostic
+from engine.spec.model import PhaseFields, PhaseKind, Spec
+from engine.spec.schema_errors import did_you_mean
+
+Key = str | int
+At = Callable[..., Diagnostic]  # (keys, message, fix, at_value=...) → Diagnostic
+
+# Phase fields that name a dataset, in the order users read them.
+DATASET_USES = ("train", "pairs_from", "select_on", "early_stop_on")
+PROTOCOL_USES = ("rollout", "protocol")
+
+# What each kind must declare, and what it must not (it would be silently ignored).
+REQUIRED: dict[PhaseKind, tuple[str, ...]] = {
+    PhaseKind.eval: (),
+    PhaseKind.best_of_n: ("n", "protocol"),
+    PhaseKind.sft: ("trainer", "train"),
+    PhaseKind.dpo: ("trainer", "pairs_from"),
+    PhaseKind.grpo: ("trainer", "train", "reward", "rollout"),
+    PhaseKind.repair: ("trainer", "train", "reward", "rollout", "rounds"),
+}
+_TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on", "reward", "rollout",
+                  "curriculum", "hparams", "overrides")
+FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
+    PhaseKind.eval: (*_TRAINING_ONLY, "n", "rounds"),
+    PhaseKind.best_of_n: (*_TRAINING_ONLY, "rounds"),
+    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds"),
+    PhaseKind.dpo: ("train", "reward", "rollout", "n", "rounds"),
+    PhaseKind.grpo: ("pairs_from", "n", "rounds"),
+    PhaseKind.repair: ("pairs_from", "n"),
+}
+_EXAMPLE = {"trainer": "verl", "train": "<a train dataset>", "pairs_from": "<a train dataset>",
+            "reward": "dense", "rollout": "<a protocol, e.g. rollout>", "protocol": "<a protocol>",
+            "n": "8", "rounds": "2"}
+
+
+@dataclass(kw_only=True)
+class Names:
+    """Names declared in the spec as written (including entries with schema errors)."""
+
+    datasets: set[str]
+    protocols: set[str]  # the spec's own protocols plus registry presets
+    phases: set[str]
+    variants: set[str]
+
+    @classmethod
+    def of(cls, data: Any, presets: set[str]) -> "Names":
+        def keys(section: str) -> set[str]:
+            value = data.get(section) if isinstance(data, dict) else None
+            return {str(k) for k in value} if isinstance(value, dict) else set()
+        return cls(datasets=keys("datasets"), protocols=keys("protocols") | presets,
+                   phases=keys("phases"), variants=keys("variants"))
+
+
+def _dangling(at: At, keys: tuple[Key, ...], value: str, known: set[str], what: str) -> Optional[Diagnostic]:
+    if value in known:
+        return None
+    hint = did_you_mean(value, known)
+    listed = ", ".join(sorted(known)) or "none declared"
+    return at(keys, f"unknown {what} {value!r}{hint}", f"use a {what} declared in the spec ({listed})",
+              at_value=True)
+
+
+def _field_refs(section: str, name: str, fields: PhaseFields, names: Names, at: At) -> Iterator[Diagnostic]:
+    for use in DATASET_USES:
+        value = getattr(fields, use)
+        if value is not None:
+            yield from filter(None, [_dangling(at, (section, name, use), value, names.datasets, "dataset")])
+    for i, value in enumerate(fields.evaluate or []):
+        yield from filter(None, [_dangling(at, (section, name, "evaluate", i), value, names.datasets, "dataset")])
+    for use in PROTOCOL_USES:
+        value = getattr(fields, use)
+        if value is not None:
+            yield from filter(None, [_dangling(at, (section, name, use), value, names.protocols, "protocol")])
+    if fields.from_ is not None and fields.from_ not in names.phases and fields.from_ != "base":
+        hint = did_you_mean(fields.from_, names.phases | {"base"})
+        yield at((section, name, "from"), f"unknown phase {fields.from_!r}{hint}",
+                 f"name a phase ({', '.join(sorted(names.phases))}) or `base` for the base model", at_value=True)
+
+
+def _reference_errors(spec: Spec, names: Names, at: At) -> Iterator[Diagnostic]:
+    for name, phase in spec.phases.items():
+        yield from _field_refs("phases", name, phase, names, at)
+    for name, variant in spec.variants.items():
+        if variant.phase not in names.phases:
+            yield at(("variants", name, "phase"), f"unknown phase {variant.phase!r}{did_you_mean(variant.phase, names.phases)}",
+                     f"a variant overrides one phase: use one of {', '.join(sorted(names.phases))}", at_value=True)
+        yield from _field_refs("variants", name, variant, names, at)
+    for when in ("every_phase", "final"):
+        schedule = getattr(spec.evaluate, when)
+        if schedule is None:
+            continue
+        for i, value in enumerate(schedule.datasets):
+            yield from filter(None, [_dangling(at, ("evaluate", when, "datasets", i), value, names.datasets, "dataset")])
+        yield from filter(None, [_dangling(at, ("evaluate", when, "protocol"), schedule.protocol, names.protocols, "protocol")])
+    yield from _waiver_refs(spec, names, at)
+
+
+def _waiver_refs(spec: Spec, names: Names, at: At) -> Iterator[Diagnostic]:
+    for i, waiver in enumerate(spec.allow):
+        if waiver.dataset is not None:
+            yield from filter(None, [_dangling(at, ("allow", i, "dataset"), waiver.dataset, names.datasets, "dataset")])
+        for j, value in enumerate(waiver.datasets or []):
+            yield from filter(None, [_dangling(at, ("allow", i, "datasets", j), value, names.datasets, "dataset")])
+        if waiver.phase is not None:
+            yield from filter(None, [_dangling(at, ("allow", i, "phase"), waiver.phase,
+                                               names.phases | names.variants, "phase or variant")])
+        if waiver.dataset is None and waiver.datasets is None and waiver.phase is None:
+            yield at(("allow", i), f"this waiver of rule {waiver.rule} names nothing, so it would waive every violation",
+                     "name the `dataset:` (or `datasets:` pair for rule 3) and/or the `phase:` it waives")
+
+
+def _cycle_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
+    """A `from:` chain that comes back to where it started (reported once per cycle)."""
+    reported: set[frozenset[str]] = set()
+    for start in spec.phases:
+        chain, current = [start], spec.phases[start].from_
+        while current in spec.phases and current not in chain:
+            chain.append(current)
+            current = spec.phases[current].from_
+        if current in chain and frozenset(chain[chain.index(current):]) not in reported:
+            cycle = chain[chain.index(current):]
+            reported.add(frozenset(cycle))
+            path = " → ".join([*cycle, current])
+            yield at(("phases", cycle[-1], "from"), f"`from:` forms a cycle: {path}",
+                     f"a phase must start from an earlier phase or `base`; break the cycle at {cycle[-1]}.from",
+                     at_value=True)
+    for name, variant in spec.variants.items():
+        if variant.from_ is not None and variant.from_ == variant.phase:
+            yield at(("variants", name, "from"), f"variant starts from its own phase {variant.phase!r}",
+                     "start from the phase's parent or another earlier phase", at_value=True)
+
+
+def _kind_errors(section: str, name: str, kind: PhaseKind, fields: PhaseFields, own: PhaseFields,
+                 at: At) -> Iterator[Diagnostic]:
+    """`fields`: what the run will use (a variant overlays its phase); `own`: what this entry wrote."""
+    for req in REQUIRED[kind]:
+        if getattr(fields, req) is None:
+            yield at((section, name), f"{_article(kind)} phase needs `{req}`",
+                     f"add `{req}: {_EXAMPLE[req]}`")
+    for bad in FORBIDDEN[kind]:
+        if getattr(own, bad) is not None:
+            yield at((section, name, bad), f"`{bad}` has no meaning for {_article(kind)} phase and would be ignored",
+                     f"remove `{bad}` (or change the phase's kind)")
+    if kind == PhaseKind.dpo and fields.trainer == "verl":
+        yield at((section, name, "trainer"), "verl has no offline DPO trainer", "use `trainer: trl` for dpo",
+                 at_value=True)
+
+
+def _article(kind: PhaseKind) -> str:
+    return f"{'an' if kind.value[0] in 'aeiou' else 'a'} {kind.value}"
+
+
+def overlay(phase: PhaseFields, variant: PhaseFields) -> PhaseFields:
+    """The fields a variant's runs use: its phase's, with what the variant names replaced."""
+    changed = {k: getattr(variant, k) for k in variant.model_fields_set if k in PhaseFields.model_fields}
+    return phase.model_copy(update=changed)
+
+
+def _seed_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
+    seen: dict[int, int] = {}
+    for i, seed in enumerate(spec.seeds):
+        if seed in seen:
+            yield at(("seeds", i), f"seed {seed} is listed twice (also seeds[{seen[seed]}])",
+                     "list each seed once: a repeated seed would repeat identical runs", at_value=True)
+        seen.setdefault(seed, i)
+
+
+def _all_kind_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
+    for name, phase in spec.phases.items():
+        yield from _kind_errors("phases", name, phase.kind, phase, phase, at)
+    for name, variant in spec.variants.items():
+        if name in spec.phases:
+            yield at(("variants", name), f"variant {name!r} has the same name as a phase",
+                     "rename the variant: runs are named by phase or variant")
+        phase = spec.phases.get(variant.phase)
+        if phase is not None:
+            yield from _kind_errors("variants", name, phase.kind, overlay(phase, variant), variant, at)
+
+
+def check_references(spec: Spec, names: Names, at: At) -> list[Diagnostic]:
+    """Every reference, cycle, seed and phase-kind problem in `spec`."""
+    return [*_reference_errors(spec, names, at), *_cycle_errors(spec, at),
+            *_seed_errors(spec, at), *_all_kind_errors(spec, at)]

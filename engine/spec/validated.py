@@ -1,0 +1,73 @@
+"""What validation hands to every later stage: the resolved spec and the rule reports.
+
+Data only: the checks that produce these live in `engine.isolation`; the planner, the
+run layer and the report read them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import Diagnostic
+from engine.spec.load import LoadedSpec
+from engine.spec.model import Spec
+from engine.spec.registry import DatasetSource, Registry
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedWaiver:
+    """A violation that an `allow:` entry turned from an error into a record."""
+
+    rule: int
+    what: str  # the violation, in words
+    reason: str  # the waiver's reason, as written
+    where: str  # file:line:col of the violation
+    waiver_at: str  # file:line:col of the `allow:` entry
+    index: int  # position of the entry in `allow:`
+
+
+@dataclass(kw_only=True)
+class RuleReport:
+    errors: list[Diagnostic] = field(default_factory=list)
+    waivers: list[AppliedWaiver] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # checks that could not run here
+    fingerprints: dict[str, str] = field(default_factory=dict)  # dataset → content fingerprint, when loaded
+    sizes: dict[str, int] = field(default_factory=dict)  # dataset → problems loaded
+
+
+@dataclass(kw_only=True)
+class ValidatedSpec:
+    loaded: LoadedSpec  # the spec as written, with positions
+    spec: Spec  # resolved: protocols complete, base_model a ModelRef, dataset splits filled
+    registry: Registry
+    sources: dict[str, DatasetSource]  # dataset name → its registry source entry
+    idlist_hashes: dict[str, str]  # dataset name → sha256 of its `ids:` file bytes
+    idlist_paths: dict[str, Path]  # dataset name → absolute path of its `ids:` file
+    # dataset name → what pins its problems: the id-list hash, or for a fixed registry
+    # split a hash of source + split + pinned revision (isolation rule 4).
+    dataset_fingerprints: dict[str, str]
+    waivers: list[AppliedWaiver] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    # Data-level checks that could not run (a dataset not loadable here): real
+    # execution refuses to start while any remain; planning and dry runs go on.
+    unverified: list[str] = field(default_factory=list)
+    # dataset name → sha256 of its normalized problems, for the datasets the content
+    # checks loaded (recorded in lineage), and how many problems each holds.
+    content_fingerprints: dict[str, str] = field(default_factory=dict)
+    dataset_sizes: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line: what the spec declares, for `rlvr-run validate`."""
+        spec = self.spec
+        return (f"{spec.name} — {len(spec.datasets)} datasets, {len(spec.protocols)} protocols, "
+                f"{len(spec.phases)} phases + {len(spec.variants)} variants, {len(spec.seeds)} seeds, "
+                f"{len(self.waivers)} waiver{'s' if len(self.waivers) != 1 else ''}")
+
+    def protocol_hash(self, name: str) -> str:
+        """sha256 of a resolved protocol: runs are compared only when these match (rule 5)."""
+        proto = self.spec.protocols[name].model_dump(mode="json", by_alias=True)
+        return hashlib.sha256(json.dumps(proto, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,484 @@
+"""Training files for verl and trl, from loaded problems.
+
+- `verl-rl`: verl's RL parquet: data_source, prompt (chat list), ability,
+  reward_model {style: rule, ground_truth: the tests as `RewardTests` JSON that
+  `engine.reward.compute_score` reads}, extra_info {id, split, index, reward_mode, ...}.
+- `verl-sft-messages`: verl 0.8+ `MultiTurnSFTDataset` rows: `messages` with the reference
+  solution as the assistant turn, in the answer format the prompt asks for.
+- `trl-sft`: `messages` (chat models) or `prompt`/`completion` (base models).
+- `trl-dpo`: `prompt`/`chosen`/`rejected` (conversational for chat models).
+- `trl-grpo`: `prompt` plus the columns the reward function reads
+  (`ground_truth`, `problem_id`, `reward_mode`), which GRPOTrainer passes as kwargs.
+
+`data_source` is `rlvr/<source>`: verl routes built-in sources such as
+`codecontests` to its own scorer, and ours must never be mistaken for those.
+
+`export_run` writes a run directory's training data from its frozen config.yaml
+(what a run's launch.sh does first: `python -m engine.train.export --run-dir DIR
+--format FMT`): the files `engine.train.verl_overrides` hands verl, plus data/manifest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal, Optional, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, ValidationError
+from ruamel.yaml import YAML
+
+from engine.data.idlist import apply_idlist
+from engine.data.loaders import DataContext, LoadedDataset, load_dataset_problems
+from engine.errors import UserError
+from engine.judge.ground_truth import ground_truth_from_problem
+from engine.problem import Problem
+from engine.prompts.templates import (
+    Message,
+    Model,
+    render_prompt,
+    render_response,
+    resolve_template,
+)
+from engine.spec.model import DatasetSpec, ModelRef
+from engine.spec.registry import PromptEntry, Registry, find_registry, load_registry
+
+ExportFormat = Literal["verl-rl", "verl-sft-messages", "trl-sft", "trl-dpo", "trl-grpo"]
+EXPORT_FORMATS: tuple[str, ...] = ("verl-rl", "verl-sft-messages", "trl-sft", "trl-dpo", "trl-grpo")
+RewardMode = Literal["dense", "sparse"]
+
+
+class PreferenceText(Protocol):
+    """One preference pair as texts (what `engine.train.pairs` produces)."""
+
+    problem_id: str
+    chosen: str
+    rejected: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pair:
+    problem_id: str
+    chosen: str
+    rejected: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptChoice:
+    """Which prompt every problem gets: a named template, or the defaults for the model."""
+
+    registry: Registry
+    template: Optional[str] = None  # a registry/prompts.yaml name; None: per-kind default
+    model: Optional[Model] = None  # decides chat vs completion and family defaults
+
+    def template_for(self, problem: Problem) -> PromptEntry:
+        return resolve_template(self.registry, self.template, problem, self.model)
+
+    def prompt(self, problem: Problem) -> list[Message] | str:
+        return render_prompt(problem, self.template_for(problem), self.registry, self.model)
+
+    def response(self, problem: Problem, solution: str) -> str:
+        return render_response(problem, self.template_for(problem), self.registry, solution)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportResult:
+    path: Path
+    format: str
+    rows: int
+    skipped: list[str]  # problem ids left out (no reference solution, no pair), with the reason
+    sha256: str  # of the written file
+
+
+def _dumps(messages: list[Message] | str) -> list[dict[str, str]] | str:
+    return messages if isinstance(messages, str) else [m.model_dump() for m in messages]
+
+
+def _chat(choice: PromptChoice, problem: Problem, what: str) -> list[dict[str, str]]:
+    prompt = choice.prompt(problem)
+    if isinstance(prompt, str):
+        raise UserError(f"{what} needs a chat prompt, but {problem.id} got a completion template\n"
+                        "  fix: use a chat template (verl applies the model's own chat template to it)")
+    return _dumps(prompt)  # type: ignore[return-value]
+
+
+def verl_rl_rows(loaded: LoadedDataset, choice: PromptChoice, reward: RewardMode = "dense",
+                 start: int = 0) -> list[dict[str, Any]]:
+    """`start` offsets `index` so rows of several datasets in one file stay distinct."""
+    return [{
+        "data_source": f"rlvr/{p.source}",
+        "prompt": _chat(choice, p, "verl RL data"),
+        "ability": "code",
+        "reward_model": {"style": "rule", "ground_truth": ground_truth_from_problem(p)},
+        "extra_info": {"index": index, "id": p.id, "split": p.split, "dataset": loaded.name,
+                       "reward_mode": reward, "answer": choice.template_for(p).answer},
+    } for index, p in enumerate(loaded.problems, start)]
+
+
+def _with_solution(loaded: LoadedDataset, skipped: list[str]) -> Iterable[tuple[Problem, str]]:
+    for p in loaded.problems:
+        if p.solutions:
+            yield p, p.solutions[0]
+        else:
+            skipped.append(f"{p.id}: no reference solution")
+
+
+def sft_rows(loaded: LoadedDataset, choice: PromptChoice, skipped: list[str]) -> list[dict[str, Any]]:
+    """`messages` rows (chat) or `prompt`/`completion` rows (completion templates)."""
+    rows = []
+    for p, solution in _with_solution(loaded, skipped):
+        prompt, answer = choice.prompt(p), choice.response(p, solution)
+        if isinstance(prompt, str):
+            rows.append({"prompt": prompt, "completion": answer})
+        else:
+            rows.append({"messages": _dumps(prompt) + [{"role": "assistant", "content": answer}]})
+    return rows
+
+
+def reference_pairs(loaded: LoadedDataset, skipped: list[str]) -> list[Pair]:
+    """Offline pairs from the source itself: a correct vs an incorrect reference solution."""
+    pairs = []
+    for p in loaded.problems:
+        if p.solutions and p.incorrect_solutions:
+            pairs.append(Pair(problem_id=p.id, chosen=p.solutions[0], rejected=p.incorrect_solutions[0]))
+        else:
+            skipped.append(f"{p.id}: needs a correct and an incorrect solution for a pair")
+    return pairs
+
+
+def dpo_rows(loaded: LoadedDataset, choice: PromptChoice, pairs: Iterable[PreferenceText],
+             skipped: list[str]) -> list[dict[str, Any]]:
+    by_id = {p.id: p for p in loaded.problems}
+    rows = []
+    for pair in pairs:
+        problem = by_id.get(pair.problem_id)
+        if problem is None:
+            skipped.append(f"{pair.problem_id}: pair for a problem not in dataset `{loaded.name}`")
+            continue
+        prompt = choice.prompt(problem)
+        chosen, rejected = choice.response(problem, pair.chosen), choice.response(problem, pair.rejected)
+        if isinstance(prompt, str):
+            rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
+        else:
+            rows.append({"prompt": _dumps(prompt), "chosen": [{"role": "assistant", "content": chosen}],
+                         "rejected": [{"role": "assistant", "content": rejected}]})
+    return rows
+
+
+def grpo_rows(loaded: LoadedDataset, choice: PromptChoice, reward: RewardMode = "dense") -> list[dict[str, Any]]:
+    return [{"prompt": _dumps(choice.prompt(p)), "ground_truth": ground_truth_from_problem(p),
+             "problem_id": p.id, "reward_mode": reward} for p in loaded.problems]
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path) -> str:
+    """Parquet for `.parquet`, JSON Lines otherwise; returns the file's sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_rows(loaded: LoadedDataset, fmt: str, choice: PromptChoice, skipped: list[str], *,
+               reward: RewardMode = "dense", pairs: Optional[Iterable[PreferenceText]] = None,
+               start: int = 0) -> list[dict[str, Any]]:
+    """`loaded` as rows of `fmt`; problems left out are appended to `skipped` with the reason."""
+    if fmt == "verl-rl":
+        rows = verl_rl_rows(loaded, choice, reward, start)
+    elif fmt in ("verl-sft-messages", "trl-sft"):
+        rows = sft_rows(loaded, choice, skipped)
+        if fmt == "verl-sft-messages" and rows and "messages" not in rows[0]:
+            raise UserError("verl's SFT trainer reads chat `messages`; use a chat template or `trl-sft`")
+    elif fmt == "trl-dpo":
+        rows = dpo_rows(loaded, choice, reference_pairs(loaded, skipped) if pairs is None else pairs, skipped)
+    elif fmt == "trl-grpo":
+        rows = grpo_rows(loaded, choice, reward)
+    else:
+        raise UserError(f"unknown export format `{fmt}`; use one of: {', '.join(EXPORT_FORMATS)}")
+    return rows
+
+
+def export_dataset(loaded: LoadedDataset, fmt: str, out: Path, choice: PromptChoice, *,
+                   reward: RewardMode = "dense", pairs: Optional[Iterable[PreferenceText]] = None) -> ExportResult:
+    """Write `loaded` as training data in `fmt`; pairs default to the source's reference pairs."""
+    skipped: list[str] = []
+    rows = build_rows(loaded, fmt, choice, skipped, reward=reward, pairs=pairs)
+    if not rows:
+        raise UserError(f"nothing to export from dataset `{loaded.name}` as {fmt}: "
+                        f"{skipped[0] if skipped else 'it has no problems'}")
+    return ExportResult(path=out, format=fmt, rows=len(rows), skipped=skipped, sha256=write_rows(rows, out))
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    """Pairs from JSON Lines with `problem_id`, `chosen`, `rejected` (extra keys ignored)."""
+    pairs = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UserError(f"cannot read pairs file {path}: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            pairs.append(Pair(problem_id=str(row["problem_id"]), chosen=row["chosen"], rejected=row["rejected"]))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}:{number}: not a pair ({type(exc).__name__}: {exc})\n"
+                            "  fix: one JSON object per line with problem_id, chosen and rejected") from None
+    return pairs
+
+
+# ---------------------------------------------------------------- a run directory's data
+@dataclass(frozen=True, kw_only=True)
+class RunLayout:
+    """The files verl reads for one format (the paths `engine.train.verl_overrides` passes it)."""
+
+    train: str
+    valid: str
+    valid_uses: frozenset[str]  # dataset uses verl validates on (never a test set)
+
+
+RUN_LAYOUTS: dict[str, RunLayout] = {
+    "verl-rl": RunLayout(train="train.parquet", valid="valid.parquet",
+                         valid_uses=frozenset({"select", "early_stop"})),
+    # verl's SFT trainer validates for checkpoint selection only.
+    "verl-sft-messages": RunLayout(train="sft_train.parquet", valid="sft_valid.parquet",
+                                   valid_uses=frozenset({"select"})),
+}
+TRAINABLE_ROLES = ("train", "valid")
+MANIFEST = "manifest.json"
+
+
+class FrozenDataset(BaseModel):
+    """A dataset entry of config.yaml, as far as exporting needs it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: str
+    split: Optional[str] = None
+    role: str
+    uses: list[str] = []
+    fields: Optional[dict[str, str]] = None
+    max_generated_tests: Optional[int] = None
+    ids_sha256: Optional[str] = None
+    path: Optional[str] = None  # as the spec wrote them (relative to a folder config.yaml does not name)
+    ids: Optional[str] = None
+    data_file: Optional[str] = None  # the files the planner found: relative to the project root, or absolute
+    ids_file: Optional[str] = None
+
+    def check_located(self, name: str) -> None:
+        for written, found, key in ((self.path, self.data_file, "path"), (self.ids, self.ids_file, "ids")):
+            if written is not None and found is None:
+                raise UserError(f"dataset `{name}`: config.yaml has `{key}: {written}` but not where the planner "
+                                "found it (a run planned before rlvr-run recorded data files)\n"
+                                "  fix: re-plan the spec so the run's config records its files")
+
+
+class FrozenRun(BaseModel):
+    """config.yaml of a run directory, as far as exporting needs it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run_id: str
+    kind: str
+    base_model: ModelRef
+    reward: Optional[RewardMode] = None
+    datasets: dict[str, FrozenDataset]
+    protocols: dict[str, dict[str, Any]] = {}
+
+    def prompt_template(self) -> Optional[str]:
+        return self.protocols.get("rollout", {}).get("prompt")
+
+
+def read_frozen_run(run_dir: Path) -> FrozenRun:
+    path = run_dir / "config.yaml"
+    try:
+        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+        return FrozenRun.model_validate(data)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}\n"
+                        "  fix: pass --run-dir a run directory (runs/<spec>/<run-id>/) that rlvr-run wrote") from None
+    except ValidationError as exc:
+        raise UserError(f"{path} is not a run config this engine wrote: {exc.errors()[0]['msg']} "
+                        f"at {'.'.join(map(str, exc.errors()[0]['loc']))}\n"
+                        "  fix: re-plan the spec (`rlvr-run run SPEC --dry-run`) instead of editing config.yaml") from None
+
+
+def run_registry(run_dir: Path) -> Registry:
+    """The registry of the project that planned the run: next to its spec (run.json), else above the run."""
+    anchor = run_dir
+    try:
+        spec_path = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("spec_path")
+    except (OSError, json.JSONDecodeError):
+        spec_path = None
+    if spec_path and Path(spec_path).parent.is_dir():
+        anchor = Path(spec_path).parent
+    return load_registry(find_registry(anchor))
+
+
+def _checked_idlist(name: str, entry: FrozenDataset, root: Path) -> Optional[Path]:
+    """The dataset's id list, if its bytes still hash to what the run was planned with."""
+    if entry.ids_file is None:
+        return None
+    path = root / entry.ids_file
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise UserError(f"dataset `{name}`: cannot read its id list {path}: {exc.strerror}\n"
+                        "  fix: restore the list the run was planned with") from None
+    if digest != entry.ids_sha256:
+        raise UserError(f"dataset `{name}`: id list {path} changed after this run was planned "
+                        f"(sha256 {digest[:12]}, planned {str(entry.ids_sha256)[:12]})\n"
+                        "  fix: restore the list (git checkout it), or re-plan the spec: a new list is new runs")
+    return path
+
+
+def load_run_dataset(name: str, entry: FrozenDataset, registry: Registry) -> LoadedDataset:
+    """The problems `entry` names, narrowed by its id list (verified against the frozen hash)."""
+    if entry.role not in TRAINABLE_ROLES:
+        raise UserError(f"dataset `{name}` has role {entry.role}: it is never written into training data\n"
+                        "  fix: train and validate on train/valid datasets only (isolation rules 1-2)")
+    root = registry.project_root
+    entry.check_located(name)
+    ids = _checked_idlist(name, entry, root)
+    source = registry.datasets.get(entry.source)
+    if source is None:
+        raise UserError(f"dataset `{name}`: source `{entry.source}` is not in {registry.root / 'datasets.yaml'}\n"
+                        "  fix: restore the registry entry the run was planned with")
+    ds = DatasetSpec(source=entry.source, split=entry.split, role=entry.role, fields=entry.fields,
+                     max_generated_tests=entry.max_generated_tests,
+                     path=str(root / entry.data_file) if entry.data_file else None)
+    loaded = load_dataset_problems(ds, source, name=name)
+    if ids is None:
+        return loaded
+    return apply_idlist(loaded, ids, DataContext(name=name, root=root))
+
+
+def _manifest_entry(out: Path, fmt: str, parts: list[LoadedDataset], rows: int, skipped: list[str]) -> dict[str, Any]:
+    return {"file": out.name, "format": fmt, "rows": rows, "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+            "datasets": [{"name": d.name, "problems": len(d.problems), "fingerprint": d.fingerprint,
+                          "ids_sha256": d.idlist_sha256, "origin": d.origin} for d in parts],
+            "skipped": skipped}
+
+
+def _write_file(parts: list[LoadedDataset], out: Path, fmt: str, choice: PromptChoice,
+                reward: RewardMode) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for loaded in parts:
+        rows += build_rows(loaded, fmt, choice, skipped, reward=reward, start=len(rows))
+    if not rows:
+        raise UserError(f"nothing to write to {out.name} from {', '.join(d.name for d in parts)} as {fmt}: "
+                        f"{skipped[0] if skipped else 'no problems'}")
+    partial = out.with_name(f".{out.name}.partial{out.suffix}")
+    write_rows(rows, partial)
+    os.replace(partial, out)  # a crash never leaves a half-written file under the real name
+    return _manifest_entry(out, fmt, parts, len(rows), skipped)
+
+
+def _up_to_date(data_dir: Path, run: FrozenRun, fmt: str) -> Optional[list[dict[str, Any]]]:
+    """The manifest's entries for `fmt` when every file they name is on disk unchanged."""
+    try:
+        manifest = json.loads((data_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    entries = manifest.get("exports", {}).get(fmt) if manifest.get("run_id") == run.run_id else None
+    if not entries:
+        return None
+    for entry in entries:
+        path = data_dir / entry["file"]
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != entry["sha256"]:
+            return None
+    return entries
+
+
+def _result(data_dir: Path, entry: dict[str, Any]) -> ExportResult:
+    return ExportResult(path=data_dir / entry["file"], format=entry["format"], rows=entry["rows"],
+                        skipped=list(entry["skipped"]), sha256=entry["sha256"])
+
+
+def export_run(run_dir: Path, fmt: str) -> list[ExportResult]:
+    """Write the run's training data under `run_dir/data/` from its frozen config.yaml.
+
+    The `train` dataset goes to the layout's train file, the datasets verl validates
+    on to its valid file (none: no valid file, and verl validates on train). Every id
+    list must still hash to its frozen sha256. A second call with the files unchanged
+    on disk loads nothing and returns what data/manifest.json records.
+    """
+    layout = RUN_LAYOUTS.get(fmt)
+    if layout is None:
+        raise UserError(f"unknown run export format `{fmt}`; use one of: {', '.join(RUN_LAYOUTS)}")
+    run_dir = Path(run_dir).resolve()
+    run = read_frozen_run(run_dir)
+    registry = run_registry(run_dir)
+    for name, entry in run.datasets.items():  # also when the manifest says nothing changed
+        entry.check_located(name)
+        _checked_idlist(name, entry, registry.project_root)
+    data_dir = run_dir / "data"
+    entries = _up_to_date(data_dir, run, fmt)
+    if entries is None:
+        entries = _export_files(run, fmt, layout, registry, data_dir)
+        _write_manifest(data_dir, run, fmt, entries)
+    return [_result(data_dir, e) for e in entries]
+
+
+def _export_files(run: FrozenRun, fmt: str, layout: RunLayout, registry: Registry,
+                  data_dir: Path) -> list[dict[str, Any]]:
+    train = [n for n, d in run.datasets.items() if "train" in d.uses]
+    valid = [n for n, d in run.datasets.items() if layout.valid_uses & set(d.uses)]
+    if not train:
+        raise UserError(f"run {run.run_id} ({run.kind}) has no `train:` dataset to export\n"
+                        "  fix: only training runs (sft, grpo, repair) export data")
+    choice = PromptChoice(registry=registry, template=run.prompt_template(), model=run.base_model)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for names, filename in ((train, layout.train), (valid, layout.valid)):
+        if names:
+            parts = [load_run_dataset(n, run.datasets[n], registry) for n in names]
+            entries.append(_write_file(parts, data_dir / filename, fmt, choice, run.reward or "dense"))
+    return entries
+
+
+def _write_manifest(data_dir: Path, run: FrozenRun, fmt: str, entries: list[dict[str, Any]]) -> None:
+    path = data_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        manifest = {}
+    if manifest.get("run_id") != run.run_id:
+        manifest = {"run_id": run.run_id, "exports": {}}
+    manifest["exports"][fmt] = entries
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """`python -m engine.train.export --run-dir DIR --format FMT` (the first line of a run's launch.sh)."""
+    parser = argparse.ArgumentParser(prog="python -m engine.train.export",
+                                     description="write a run directory's training data from its config.yaml")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--format", required=True, choices=tuple(RUN_LAYOUTS))
+    args = parser.parse_args(argv)
+    try:
+        results = export_run(args.run_dir, args.format)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summary_line(args.run_dir, results))
+    return 0
+
+
+def summary_line(run_dir: Path, results: list[ExportResult]) -> str:
+    files = ", ".join(f"{r.path.name} {r.rows} rows" + (f" ({len(r.skipped)} skipped)" if r.skipped else "")
+                      for r in results)
+    return f"exported {results[0].format} data of {Path(run_dir).name}: {files}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

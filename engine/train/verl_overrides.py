@@ -1,0 +1,352 @@
+"""verl command lines: the override lists our launch scripts pass, and their check.
+
+The same function builds the overrides that `launch.sh` renders and that the planner
+composes against the installed verl's Hydra config, so a typo in a phase's
+`overrides:` fails at plan time instead of on the cluster. Composition needs only
+hydra (the config folder is found with `find_spec`, never by importing verl, which
+would pull in torch). Values are not type-checked by Hydra; keys and groups are.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any, Optional
+
+from engine.errors import Diagnostic, SpecError, UserError
+from engine.plan.model import Run
+from engine.spec.model import ModelRef, PhaseKind
+from engine.spec.validated import ValidatedSpec
+
+# verl reads these without declaring them, so they need a `+` (verl-reference.md §8).
+KNOWN_UNDECLARED = (
+    "reward.custom_reward_function.reward_kwargs.",
+    "reward.reward_kwargs.",
+    "reward.max_concurrent",
+    "reward.timeout",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.",
+    "ray_kwargs.ray_init.",
+)
+# Parsed but silently ignored by verl 0.9's main_ppo (verl-reference.md §1.4).
+LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
+
+_MICRO = (
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+)
+GRPO_HPARAMS: dict[str, tuple[str, ...]] = {
+    "lr": ("actor_rollout_ref.actor.optim.lr",),
+    "train_batch_size": ("data.train_batch_size",),
+    "mini_batch_size": ("actor_rollout_ref.actor.ppo_mini_batch_size",),
+    "micro_batch_size_per_gpu": _MICRO,
+    "max_prompt_length": ("data.max_prompt_length",),
+    "max_response_length": ("data.max_response_length",),
+    "kl_coef": ("actor_rollout_ref.actor.kl_loss_coef",),
+    "entropy_coeff": ("actor_rollout_ref.actor.entropy_coeff",),
+    "epochs": ("trainer.total_epochs",),
+    "total_steps": ("trainer.total_training_steps",),
+    "save_freq": ("trainer.save_freq",),
+    "test_freq": ("trainer.test_freq",),
+    "tensor_parallel": ("actor_rollout_ref.rollout.tensor_model_parallel_size",),
+    "gpu_memory_utilization": ("actor_rollout_ref.rollout.gpu_memory_utilization",),
+}
+GRPO_DEFAULTS: dict[str, Any] = {
+    "lr": 1e-6, "train_batch_size": 64, "mini_batch_size": 16, "micro_batch_size_per_gpu": 2,
+    "max_prompt_length": 1024, "max_response_length": 2048, "kl_coef": 0.001, "entropy_coeff": 0,
+    "epochs": 1, "save_freq": 50, "test_freq": 10, "tensor_parallel": 1,
+    "gpu_memory_utilization": 0.6,
+}
+SFT_HPARAMS: dict[str, tuple[str, ...]] = {
+    "lr": ("optim.lr",),
+    "warmup_ratio": ("optim.lr_warmup_steps_ratio",),
+    "train_batch_size": ("data.train_batch_size",),
+    "micro_batch_size_per_gpu": ("data.micro_batch_size_per_gpu",),
+    "max_length": ("data.max_length",),
+    "epochs": ("trainer.total_epochs",),
+    "total_steps": ("trainer.total_training_steps",),
+    "save_freq": ("trainer.save_freq",),
+    "test_freq": ("trainer.test_freq",),
+}
+# verl's engine optimizer defaults lr to 1e-3: never leave it implicit (§4).
+SFT_DEFAULTS: dict[str, Any] = {"lr": 1e-5, "train_batch_size": 64, "micro_batch_size_per_gpu": 2,
+                                "max_length": 4096, "epochs": 1}
+CONFIG_NAMES = {PhaseKind.grpo: "ppo_trainer", PhaseKind.repair: "ppo_trainer",
+                PhaseKind.sft: "sft_trainer_engine"}
+# Multi-round repair is GRPO whose rollouts go through our agent loop (registered by the
+# module verl imports from VERL_USE_EXTERNAL_MODULES; verl-reference.md §5).
+REPAIR_AGENT_LOOP = "rlvr_repair"
+REPAIR_LOOP_MODULE = "engine.repair_loop"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerlPaths:
+    """Absolute locations a verl command line points at."""
+
+    run_dir: Path
+    reward_path: Path
+    model_path: str
+
+
+def model_path(base_model: Any) -> str:
+    return base_model.path if isinstance(base_model, ModelRef) else str(base_model)
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value as a Hydra override value (lists and odd strings quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(json.dumps(v) if isinstance(v, str) else hydra_value(v) for v in value) + "]"
+    text = str(value)
+    return text if re.fullmatch(r"[A-Za-z0-9_./:@-]+", text) else json.dumps(text)
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def user_override_errors(overrides: dict[str, Any]) -> list[str]:
+    """Rules Hydra cannot enforce: legacy reward keys and `+` only where verl needs it."""
+    errors = []
+    for key in flatten(overrides):
+        bare = key.lstrip("+")
+        if bare.startswith(LEGACY_PREFIXES):
+            errors.append(f"override {key!r} is a legacy key verl 0.9 parses and then ignores; "
+                          f"use the reward.* key instead (e.g. reward.{bare})")
+        elif key.startswith("++") or (key.startswith("+") and not bare.startswith(KNOWN_UNDECLARED)):
+            errors.append(f"override {key!r} adds a key verl does not declare; drop the '+' "
+                          f"(allowed only under {', '.join(KNOWN_UNDECLARED)})")
+    return errors
+
+
+def _hparam_values(run: Run, table: dict[str, tuple[str, ...]], defaults: dict[str, Any],
+                   extra: dict[str, Any]) -> dict[str, Any]:
+    hparams = {**defaults, **extra, **run.config.get("hparams", {})}
+    unknown = sorted(set(run.config.get("hparams", {})) - set(table))
+    if unknown:
+        raise UserError(f"unknown hyperparameter(s) {', '.join(unknown)} for {run.kind.value} on verl; "
+                        f"known: {', '.join(table)} (anything else goes under overrides:)")
+    return {key: value for name, value in hparams.items() for key in table[name]}
+
+
+def _protocol_hparams(run: Run) -> dict[str, Any]:
+    rollout = run.protocols.get(run.config["protocols"].get("rollout", {}).get("name", ""))
+    if rollout is None or not rollout.max_tokens:
+        return {}
+    # A repair trajectory holds every round's answer (feedback tokens are masked).
+    return {"max_response_length": rollout.max_tokens * _rounds(run)}
+
+
+def _rounds(run: Run) -> int:
+    return (run.config.get("rounds") or 2) if run.kind == PhaseKind.repair else 1
+
+
+def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
+    """`key=value` list for `python3 -m verl.trainer.main_ppo` (verl-reference.md §1.5), for
+    grpo and repair runs."""
+    data = paths.run_dir / "data"
+    has_valid = any("select" in d.uses or "early_stop" in d.uses for d in run.datasets.values())
+    values: dict[str, Any] = {
+        "algorithm.adv_estimator": "grpo", "algorithm.use_kl_in_reward": False,
+        "data.train_files": str(data / "train.parquet"),
+        "data.val_files": str(data / ("valid.parquet" if has_valid else "train.parquet")),
+        "data.filter_overlong_prompts": True, "data.truncation": "error",
+        "actor_rollout_ref.model.path": paths.model_path,
+        "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+        **_hparam_values(run, GRPO_HPARAMS, GRPO_DEFAULTS, _protocol_hparams(run)),
+        "actor_rollout_ref.rollout.name": "vllm",
+        **_rollout_sampling(run),
+        "actor_rollout_ref.rollout.val_kwargs.n": 1, "actor_rollout_ref.rollout.val_kwargs.temperature": 0,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": False,
+        "reward.custom_reward_function.path": str(paths.reward_path),
+        "reward.custom_reward_function.name": "compute_score",
+        "reward.reward_manager.name": "naive",
+        "+reward.custom_reward_function.reward_kwargs.reward": run.config.get("reward") or "dense",
+        "+reward.custom_reward_function.reward_kwargs.run_config": str(paths.run_dir / "config.yaml"),
+        # v1 needs TransferQueue, which no extra we install ships (verl-reference.md §1.1).
+        "trainer.use_v1": False, "trainer.val_before_train": has_valid,
+        **_trainer_common(run, paths), "trainer.resume_mode": "auto",
+    }
+    if not has_valid:
+        values["trainer.test_freq"] = -1
+    if run.kind == PhaseKind.repair:
+        values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
+        values["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = _rounds(run)
+    values.update(flatten(run.config.get("overrides", {})))
+    return [f"{key}={hydra_value(value)}" for key, value in values.items()]
+
+
+def _rollout_sampling(run: Run) -> dict[str, Any]:
+    name = run.config["protocols"].get("rollout", {}).get("name")
+    protocol = run.protocols.get(name) if name else None
+    prefix = "actor_rollout_ref.rollout."
+    out: dict[str, Any] = {prefix + "n": 8, prefix + "temperature": 1.0, prefix + "top_p": 1.0}
+    if protocol is not None:
+        for field in ("n", "temperature", "top_p", "top_k"):
+            if getattr(protocol, field) is not None:
+                out[prefix + field] = getattr(protocol, field)
+    return out
+
+
+def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:
+    return {
+        "trainer.logger": ["console", "file"],
+        "trainer.project_name": run.spec_name,
+        "trainer.experiment_name": run.id,
+        "trainer.n_gpus_per_node": max(1, run.resources.gpus),
+        "trainer.nnodes": 1,
+        "trainer.default_local_dir": str(paths.run_dir / "checkpoints"),
+    }
+
+
+def sft_overrides(run: Run, paths: VerlPaths) -> list[str]:
+    """`key=value` list for `torchrun ... -m verl.trainer.sft_trainer` (verl-reference.md §4)."""
+    data = paths.run_dir / "data"
+    has_valid = any("select" in d.uses for d in run.datasets.values())
+    values: dict[str, Any] = {
+        "data.train_files": str(data / "sft_train.parquet"),
+        "data.val_files": str(data / ("sft_valid.parquet" if has_valid else "sft_train.parquet")),
+        "data.messages_key": "messages",
+        "model.path": paths.model_path,
+        **_hparam_values(run, SFT_HPARAMS, SFT_DEFAULTS, {}),
+        **_trainer_common(run, paths), "trainer.resume_mode": "auto",
+    }
+    values.update(flatten(run.config.get("overrides", {})))
+    return [f"{key}={hydra_value(value)}" for key, value in values.items()]
+
+
+def verl_overrides(run: Run, paths: VerlPaths) -> list[str]:
+    if run.kind in (PhaseKind.grpo, PhaseKind.repair):
+        return grpo_overrides(run, paths)
+    if run.kind == PhaseKind.sft:
+        return sft_overrides(run, paths)
+    raise UserError(f"{run.label}: no verl command for kind {run.kind.value}")
+
+
+def config_dir() -> Path:
+    spec = find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("verl is not installed: `pip install verl==0.9.1` (needed to check verl overrides)")
+    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+
+
+def check_overrides(overrides: list[str], config_name: str = "ppo_trainer") -> list[str]:
+    """Errors from parsing and composing `overrides` against verl's Hydra config ([] = ok)."""
+    signature: list[str] = []
+    for line in overrides:
+        parsed = _parse_line(line)
+        if isinstance(parsed, str):
+            return [parsed]
+        key, element = parsed
+        # Composition fails on key names and group choices, never on plain values, so runs
+        # that differ only in values share one (slow) compose.
+        signature.append(line if _is_group(key) else f"{element}=0")
+    error = _compose(config_name, tuple(sorted(signature)))
+    return [error] if error else []
+
+
+_SIMPLE = re.compile(r"(\+?)([A-Za-z_][A-Za-z0-9_.]*)=[A-Za-z0-9_./:@-]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_line(line: str) -> tuple[str, str] | str:
+    """(key, key with its +/~ prefix) of one override, or the grammar error.
+
+    Hydra's ANTLR parser costs ~2 ms a line; a plain `key=value` needs none of it.
+    """
+    simple = _SIMPLE.fullmatch(line)
+    if simple:
+        return simple.group(2), simple.group(1) + simple.group(2)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        [parsed] = OverridesParser.create().parse_overrides([line])
+    except Exception as exc:  # hydra raises several types for grammar errors
+        return str(exc).strip()
+    return parsed.key_or_group, parsed.get_key_element()
+
+
+def _is_group(key: str) -> bool:
+    return "." not in key or "@" in key or "/" in key
+
+
+@functools.lru_cache(maxsize=256)
+def _compose(config_name: str, overrides: tuple[str, ...]) -> Optional[str]:
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            compose(config_name=config_name, overrides=list(overrides))
+    except Exception as exc:  # ConfigCompositionException, MissingConfigException, ...
+        return str(exc).strip()
+    return None
+
+
+PLACEHOLDER_PATHS = VerlPaths(run_dir=Path("/RUN_DIR"), reward_path=Path("/ENGINE/reward.py"), model_path="MODEL")
+
+
+def check_plan_runs(runs: list[Run], validated: ValidatedSpec) -> None:
+    """Raise SpecError (located in the spec) when a verl run's command line would not compose."""
+    seen: set[tuple[str, str]] = set()
+    diagnostics: list[Diagnostic] = []
+    for run in runs:
+        if run.trainer != "verl" or run.kind not in CONFIG_NAMES:
+            continue
+        for keys, message, fix in _run_problems(run):
+            where = _locate_unit_key(validated, run, keys)
+            if (str(where), message) not in seen:
+                seen.add((str(where), message))
+                diagnostics.append(validated.loaded.diagnostic(where, message, fix))
+    if diagnostics:
+        raise SpecError(diagnostics)
+
+
+def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
+    """(key path inside the unit, message, fix) for every problem of one run."""
+    overrides = run.config.get("overrides", {})
+    problems = [(("overrides",), msg, "") for msg in user_override_errors(overrides)]
+    try:
+        lines = verl_overrides(run, PLACEHOLDER_PATHS)
+    except UserError as exc:
+        return problems + [(("hparams",), str(exc), "")]
+    for error in check_overrides(lines, CONFIG_NAMES[run.kind]):
+        first = error.splitlines()[0]
+        match = re.search(r"override '([^']+)'", first)
+        key = match.group(1) if match else ""
+        user_key = next((k for k in flatten(overrides) if k.lstrip("+") == key), None)
+        path = ("overrides", user_key) if user_key else ("overrides",)
+        problems.append((path, f"verl {CONFIG_NAMES[run.kind]} rejects this override: {first}",
+                         "check the key against verl's config (verl/trainer/config/) or drop it"))
+    return problems
+
+
+def _locate_unit_key(validated: ValidatedSpec, run: Run, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The spec path a unit-level key came from: the variant when it names it, else the phase."""
+    spec = validated.spec
+    if run.variant:
+        variant = spec.variants[run.variant]
+        own = variant.overrides if keys[0] == "overrides" else variant.hparams
+        if own and (len(keys) == 1 or keys[1] in flatten(own)):
+            return ("variants", run.variant, *keys[:1], *_nested(keys[1:]))
+    return ("phases", run.phase, *keys[:1], *_nested(keys[1:]))
+
+
+def _nested(keys: tuple[str, ...]) -> tuple[str, ...]:
+    # Overrides may be written nested or dotted; locate() stops at the deepest match.
+    return tuple(keys[0].split(".")) if keys else ()

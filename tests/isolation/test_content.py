@@ -1,0 +1,327 @@
+"""Isolation rule 3 on real data: planted duplicates are all caught, the real sets raise no false alarm."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from engine.data.convert import (
+    problem_from_codecontests_derived,
+    problem_from_humaneval,
+    problem_from_mbpp,
+)
+from engine.errors import SpecError
+from engine.isolation.content import check_leakage, dataset_sides
+from engine.isolation.neardup import (
+    SketchCache,
+    SketchSettings,
+    find_matches,
+    normalized_statement,
+    sketch_problems,
+)
+from engine.isolation.validate import validate_spec
+from engine.problem import Problem
+from engine.spec.model import LeakageSpec
+
+DEFAULT = LeakageSpec()
+
+
+# ---------------------------------------------------------------- real problems
+@pytest.fixture(scope="module")
+def real(shared_datasets: Path) -> dict[str, list[Problem]]:
+    def rows(name: str) -> list[dict]:
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(shared_datasets / name, "rt", encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh]
+
+    return {
+        "humaneval": [problem_from_humaneval(r) for r in rows("humaneval.jsonl")],
+        "mbpp": [problem_from_mbpp(r, sanitized=False) for r in rows("mbpp_full.jsonl")],
+        "mbpp_sanitized": [problem_from_mbpp(r, sanitized=True) for r in rows("mbpp_sanitized.jsonl")],
+        "codecontests": [
+            problem_from_codecontests_derived(r) for r in rows("codecontests_train_sample_derived.jsonl.gz")
+        ],
+    }
+
+
+def _pairs(train: list[Problem], evaluation: list[Problem], leakage: LeakageSpec = DEFAULT) -> set[tuple[str, str, str]]:
+    settings = SketchSettings(ngram=leakage.ngram, num_perm=leakage.num_perm)
+    left, right = sketch_problems(train, settings), sketch_problems(evaluation, settings)
+    return {
+        (left.ids[m.left], right.ids[m.right], m.kind)
+        for m in find_matches(left, right, threshold=leakage.threshold)
+    }
+
+
+# ---------------------------------------------------------------- perturbations
+_SYNONYMS = {"find": "compute", "given": "provided", "return": "output", "list": "sequence", "string": "text",
+             "print": "output", "each": "every", "minimum": "smallest", "maximum": "largest", "number": "value",
+             "contains": "holds", "first": "initial", "integer": "whole number", "determine": "work out"}
+_CODE = re.compile(r"^\s*(def |>>>)")
+
+
+def _reword(text: str, count: int) -> str:
+    """Replace the first `count` words that have a synonym (prose lines only)."""
+    done = 0
+    out = []
+    for line in text.split("\n"):
+        if not _CODE.match(line):
+            def swap(m: re.Match[str]) -> str:
+                nonlocal done
+                if done < count and m.group(0).lower() in _SYNONYMS:
+                    done += 1
+                    return _SYNONYMS[m.group(0).lower()]
+                return m.group(0)
+
+            line = re.sub(r"\b[A-Za-z]+\b", swap, line)
+        out.append(line)
+    assert done == count, f"only {done} of {count} words could be reworded"
+    return "\n".join(out)
+
+
+def _reorder(text: str) -> str:
+    """Reverse the sentences of every prose paragraph and the order of the first two paragraphs."""
+    paragraphs = text.split("\n\n")
+    for i, para in enumerate(paragraphs):
+        if not any(_CODE.match(line) for line in para.split("\n")):
+            sentences = re.split(r"(?<=[.!?])\s+", para.strip())
+            paragraphs[i] = " ".join(reversed(sentences))
+    if len(paragraphs) > 3 and not any(_CODE.match(line) for p in paragraphs[:2] for line in p.split("\n")):
+        paragraphs[0], paragraphs[1] = paragraphs[1], paragraphs[0]
+    return "\n\n".join(paragraphs)
+
+
+def _restyle(text: str) -> str:
+    """Whitespace and case: double spaces, re-wrapped prose, prose lines upper-cased."""
+    out = []
+    for line in text.split("\n"):
+        if _CODE.match(line):
+            out.append(line)
+        else:
+            out.append(line.replace(" ", "  ").replace(". ", ".\n   ").upper())
+    return "\n".join(out) + "\n\n"
+
+
+def _rename(problem: Problem) -> str:
+    """Rename the function and its parameters on code lines; rename $$$n$$$-style variables."""
+    text = problem.statement
+    if problem.kind == "stdio":
+        return re.sub(r"\$\$\$(\w)\$\$\$", lambda m: f"$$${'q' if m.group(1) != 'q' else 'w'}$$$", text)
+    sig = next(line for line in text.split("\n") if line.lstrip().startswith("def "))
+    names = [problem.entry_point, *re.findall(r"[(,]\s*(\w+)\s*:", sig)]
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    return "\n".join(pattern.sub(r"renamed_\1", line) if _CODE.match(line) else line for line in text.split("\n"))
+
+
+def _plant(problem: Problem, how: str, text: str) -> Problem:
+    return problem.model_copy(update={"id": f"planted/{how}/{problem.id}", "source": "local", "split": "train",
+                                      "statement": text, "prompt": text if problem.prompt else ""})
+
+
+PERTURBATIONS = {
+    "copy": lambda p: p.statement,
+    "restyle": lambda p: _restyle(p.statement),
+    "reorder": lambda p: _reorder(p.statement),
+    "rename": _rename,
+    "reword": lambda p: _reword(p.statement, 1 if p.kind == "function" else 3),
+    "all": lambda p: _restyle(_reword(_reorder(_rename(p)), 1 if p.kind == "function" else 3)),
+}
+
+
+def _planted(real: dict[str, list[Problem]]) -> tuple[list[Problem], list[Problem], set[tuple[str, str]]]:
+    """A training set of real CodeContests problems with planted copies of evaluation problems."""
+    humaneval = [p for p in real["humaneval"] if len(normalized_statement(p).split()) >= 40][::9]
+    # the sample holds Div. 1 / Div. 2 twins (one statement, two contest ids): keep them out of the
+    # evaluation side so that each planted copy has exactly one original
+    statements = Counter(normalized_statement(p) for p in real["codecontests"])
+    codecontests_eval = [p for p in real["codecontests"][300:] if statements[normalized_statement(p)] == 1][:12]
+    mbpp_eval = [p for p in real["mbpp"] if 11 <= int(p.id.split("/")[1]) <= 40]
+    evaluation = humaneval + codecontests_eval + mbpp_eval
+    train = list(real["codecontests"][:200])
+    expected = set()
+    for i, problem in enumerate(humaneval + codecontests_eval):
+        how = list(PERTURBATIONS)[i % len(PERTURBATIONS)]
+        train.append(_plant(problem, how, PERTURBATIONS[how](problem)))
+        expected.add((train[-1].id, problem.id))
+    for problem in mbpp_eval[:6]:  # one-line statements: case, spacing and the boilerplate opening
+        text = problem.statement.upper().replace(" ", "  ").replace("WRITE A FUNCTION", "Write a python function")
+        train.append(_plant(problem, "restyle", text))
+        expected.add((train[-1].id, problem.id))
+    sanitized = next(p for p in real["mbpp_sanitized"] if p.id == "mbpp_sanitized/12")
+    train.append(sanitized)  # the same MBPP task under the sanitized source: an id match
+    expected.add((sanitized.id, "mbpp/12"))
+    return train, evaluation, expected
+
+
+def test_every_planted_duplicate_is_caught_with_its_ids(real):
+    train, evaluation, expected = _planted(real)
+    assert len(expected) >= 30
+    found = _pairs(train, evaluation)
+    assert {(t, e) for t, e, _ in found} == expected
+    kinds = {t.split("/")[1] if t.startswith("planted/") else "sanitized": k for t, _, k in found}
+    assert kinds["sanitized"] == "id"
+    assert kinds["copy"] == "exact" and kinds["rename"] == "exact" and kinds["restyle"] == "exact"
+
+
+def test_normalization_reads_latex_unicode_and_boilerplate_alike():
+    def stdio(text: str) -> Problem:
+        return Problem(id="x", source="t", split="t", kind="stdio", statement=text)
+
+    assert normalized_statement(stdio("Given $$$n$$$ ($$$1 \\le n \\leq 10^5$$$).")) == normalized_statement(
+        stdio("given  M (1 ≤ M ≤ 10^5)")
+    )
+    assert normalized_statement(stdio("Write a python function to find the volume of a cone.")) == "find the volume of ident cone"
+
+
+def test_declared_names_are_masked_on_code_lines_only():
+    def function(name: str) -> Problem:
+        prompt = f"def {name}(arr):\n    \"\"\"Find the {name} of arr.\n    >>> {name}([1])\n    1\n    \"\"\"\n"
+        return Problem(id=name, source="t", split="t", kind="function", statement=prompt, prompt=prompt,
+                       entry_point=name)
+
+    # an entry point named `maximum` vs `minimum`: the code lines agree, the prose still tells them apart
+    assert normalized_statement(function("maximum")) != normalized_statement(function("minimum"))
+    assert normalized_statement(function("maximum")).count("ident") == normalized_statement(function("minimum")).count("ident")
+
+
+# ---------------------------------------------------------------- the real datasets against each other
+# Every hit among the real shared files at the default settings, inspected:
+# MBPP repeats some of its own tasks between its google-research train (601-974) and
+# test (11-510) ranges, word for word or with a technique suffix ("by using regex",
+# "using collections module") or "python function" for "function": all true leaks of
+# the same task. (Across the other ranges MBPP holds more such repeats, and one false
+# alarm: mbpp/551 vs mbpp/353, "extract" vs "remove a specified column from a given
+# nested list", one verb apart at 0.75, both outside these two ranges.)
+MBPP_TRAIN_VS_TEST = {
+    ("mbpp/602", "mbpp/217", "exact"),  # first repeated character in a given string
+    ("mbpp/704", "mbpp/248", "exact"),  # harmonic sum of n-1
+    ("mbpp/872", "mbpp/216", "exact"),  # nested list is a subset of another nested list
+    ("mbpp/658", "mbpp/362", "exact"),  # item with maximum occurrences ("python function" vs "function")
+    ("mbpp/673", "mbpp/439", "exact"),  # list of multiple integers into a single integer
+    ("mbpp/928", "mbpp/427", "near"),  # date yyyy-mm-dd to dd-mm-yyyy (+ "by using regex")
+    ("mbpp/653", "mbpp/174", "near"),  # group key-value pairs into a dictionary of lists (+ "using collections module")
+    ("mbpp/649", "mbpp/170", "near"),  # sum of the numbers in a list between the indices of a range
+    ("mbpp/632", "mbpp/505", "near"),  # move all zeroes to the end (array vs list)
+}
+
+
+def test_real_benchmarks_do_not_collide_across_sources(real):
+    """HumanEval, MBPP (both forms) and the CodeContests sample share no problem at all."""
+    for train, evaluation in [("codecontests", "humaneval"), ("codecontests", "mbpp"), ("mbpp", "humaneval"),
+                              ("mbpp_sanitized", "humaneval"), ("codecontests", "mbpp_sanitized")]:
+        assert _pairs(real[train], real[evaluation]) == set(), (train, evaluation)
+
+
+def test_mbpp_train_range_against_its_test_range_finds_the_inspected_repeats(real):
+    def in_range(low: int, high: int) -> list[Problem]:
+        return [p for p in real["mbpp"] if low <= int(p.id.split("/")[1]) <= high]
+
+    assert _pairs(in_range(601, 974), in_range(11, 510)) == MBPP_TRAIN_VS_TEST
+
+
+# ---------------------------------------------------------------- through a spec
+SPEC = """\
+name: leak-check
+base_model: qwen2.5-coder-0.5b-instruct
+datasets:
+  mix_train: {{source: local_jsonl, path: train.jsonl, fields: {{format: problem}}, role: train}}
+  he_test:   {{source: local_jsonl, path: {humaneval}, fields: {{format: humaneval}}, ids: he_ids.txt, role: test, test_only: true}}
+  mbpp_reg:  {{source: local_jsonl, path: mbpp.jsonl, fields: {{format: problem}}, ids: mbpp_ids.txt, role: regression}}
+protocols:
+  greedy: {{preset: greedy}}
+phases:
+  base: {{kind: eval}}
+  sft:  {{kind: sft, from: base, trainer: trl, train: mix_train}}
+seeds: [1]
+evaluate:
+  every_phase: {{datasets: [mbpp_reg], protocol: greedy}}
+  final: {{datasets: [he_test], protocol: greedy}}
+{allow}"""
+
+
+def _write_spec(tmp: Path, real: dict[str, list[Problem]], shared: Path, *, allow: str = "",
+                train_extra: list[Problem] = ()) -> Path:
+    mbpp = [p for p in real["mbpp"] if 11 <= int(p.id.split("/")[1]) <= 60]
+    train = real["codecontests"][:40] + list(train_extra)
+    (tmp / "train.jsonl").write_text("".join(p.model_dump_json() + "\n" for p in train))
+    (tmp / "mbpp.jsonl").write_text("".join(p.model_dump_json() + "\n" for p in mbpp))
+    (tmp / "mbpp_ids.txt").write_text("".join(p.id + "\n" for p in mbpp))
+    (tmp / "he_ids.txt").write_text("".join(p.id + "\n" for p in real["humaneval"]))
+    path = tmp / "spec.yaml"
+    path.write_text(SPEC.format(humaneval=shared / "humaneval.jsonl", allow=allow))
+    return path
+
+
+def _leaky(real: dict[str, list[Problem]]) -> list[Problem]:
+    he = real["humaneval"][0]
+    return [_plant(he, "reorder", _reorder(he.statement))]
+
+
+def test_validate_reports_the_leak_at_the_evaluation_dataset_line(tmp_path, real, shared_datasets):
+    path = _write_spec(tmp_path, real, shared_datasets, train_extra=_leaky(real))
+    cache = SketchCache(root=tmp_path / "cache")
+    with pytest.raises(SpecError) as info:
+        validate_spec(path, content_check=lambda v: check_leakage(v, cache=cache))
+    (diag,) = info.value.diagnostics
+    assert diag.rule.startswith("3:") and diag.path == "datasets.he_test"
+    assert diag.line == 5  # he_test's line in the spec
+    assert "planted/reorder/HumanEval/0 ≈ HumanEval/0" in diag.message
+    assert "spec.yaml:4:" in diag.message  # the training-side dataset's line
+
+
+def test_waiver_turns_the_error_into_a_recorded_waiver(tmp_path, real, shared_datasets):
+    allow = 'allow:\n  - {rule: 3, datasets: [mix_train, he_test], reason: "planted on purpose"}\n'
+    path = _write_spec(tmp_path, real, shared_datasets, allow=allow, train_extra=_leaky(real))
+    validated = validate_spec(path, content=False)
+    report = check_leakage(validated, cache=SketchCache(root=tmp_path / "cache"))
+    assert report.errors == [] and report.checked
+    (waiver,) = report.waivers
+    assert waiver.rule == 3 and waiver.reason == "planted on purpose" and waiver.index == 0
+    assert waiver.where.endswith("spec.yaml:5:3") and waiver.waiver_at.endswith("spec.yaml:17:5")
+    pair = next(p for p in report.pairs if p.evaluation == "he_test")
+    assert pair.waiver == waiver and [leak.eval_id for leak in pair.leaks] == ["HumanEval/0"]
+
+
+def test_second_run_reads_every_sketch_from_the_cache(tmp_path, real, shared_datasets):
+    path = _write_spec(tmp_path, real, shared_datasets)
+    validated = validate_spec(path, content=False)
+    assert dataset_sides(validated.spec) == (["mix_train"], ["he_test", "mbpp_reg"])
+    cache = SketchCache(root=tmp_path / "cache")
+    first = check_leakage(validated, cache=cache)
+    second = check_leakage(validated, cache=cache)
+    assert first.cache_hits == {"mix_train": False, "he_test": False, "mbpp_reg": False}
+    assert second.cache_hits == {"mix_train": True, "he_test": True, "mbpp_reg": True}
+    assert first.errors == second.errors == [] and second.sizes == {"mix_train": 40, "he_test": 164, "mbpp_reg": 50}
+    for sketch_file in (tmp_path / "cache" / "leakage").iterdir():
+        sketch_file.write_bytes(b"torn")  # a damaged cache entry is rebuilt, never trusted
+    assert not any(check_leakage(validated, cache=cache).cache_hits.values())
+
+
+def test_a_dataset_that_cannot_load_leaves_its_pairs_unchecked_and_loud(tmp_path, real, shared_datasets):
+    path = _write_spec(tmp_path, real, shared_datasets)
+    validated = validate_spec(path, content=False)
+    (tmp_path / "train.jsonl").unlink()
+    report = check_leakage(validated, cache=SketchCache(root=tmp_path / "cache"))
+    assert report.errors == [] and not report.checked
+    assert report.unchecked_pairs == [("mix_train", "he_test"), ("mix_train", "mbpp_reg")]
+    assert report.warnings[0].startswith("rule 3: mix_train did not load: ") and "train.jsonl" in report.warnings[0]
+    assert report.warnings[-1] == "rule 3 not checked for 2 pair(s): mix_train×he_test, mix_train×mbpp_reg"
+
+
+def test_cli_lists_every_leak_with_both_ids(tmp_path, real, shared_datasets, capsys):
+    from engine.cli import main
+
+    path = _write_spec(tmp_path, real, shared_datasets, train_extra=_leaky(real))
+    out_json = tmp_path / "report.json"
+    code = main(["data", "leakage", str(path), "--cache-dir", str(tmp_path / "cache"), "--json", str(out_json)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "mix_train × he_test: planted/reorder/HumanEval/0 ≈ HumanEval/0" in captured.out
+    assert "rule: 3:" in captured.err
+    saved = json.loads(out_json.read_text())
+    assert saved["unchecked_pairs"] == [] and len(saved["errors"]) == 1

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# rlvr-run repair run 38f8848d4637 (repair@1) of spec golden.
+# Rendered from templates/launch/repair.sh.j2; edit the template, not this file.
+# Everything it writes stays inside the run directory.
+set -euo pipefail
+RUN_DIR=/runs/golden/38f8848d4637
+cd "$RUN_DIR"
+mkdir -p logs outputs
+export RLVR_RUN_ID=38f8848d4637
+RLVR_PYTHON="${RLVR_PYTHON:-python3}"
+# The executor sets one attempt id per try; a manual run gets a timestamp.
+export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
+# Writes data/*.parquet from the frozen config's datasets (engine.data, the data issue).
+"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl
+# Multi-round repair = GRPO whose rollouts run the rlvr_repair agent loop: answer, judge,
+# feed the verdict back, up to 2 rounds. verl imports the loop from this module
+# (engine.repair_loop: the repair issue implements it).
+export VERL_USE_EXTERNAL_MODULES=engine.repair_loop
+export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
+"$RLVR_PYTHON" -m verl.trainer.main_ppo \
+    algorithm.adv_estimator=grpo \
+    algorithm.use_kl_in_reward=false \
+    data.train_files=/runs/golden/38f8848d4637/data/train.parquet \
+    data.val_files=/runs/golden/38f8848d4637/data/train.parquet \
+    data.filter_overlong_prompts=true \
+    data.truncation=error \
+    actor_rollout_ref.model.path=/runs/golden/4dc9d0253edd/model \
+    actor_rollout_ref.actor.use_kl_loss=true \
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl \
+    actor_rollout_ref.actor.optim.lr=1e-06 \
+    data.train_batch_size=64 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=16 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2 \
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2 \
+    data.max_prompt_length=1024 \
+    data.max_response_length=1024 \
+    actor_rollout_ref.actor.kl_loss_coef=0.001 \
+    actor_rollout_ref.actor.entropy_coeff=0 \
+    trainer.total_epochs=1 \
+    trainer.save_freq=50 \
+    trainer.test_freq=-1 \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
+    actor_rollout_ref.rollout.name=vllm \
+    actor_rollout_ref.rollout.n=8 \
+    actor_rollout_ref.rollout.temperature=1.0 \
+    actor_rollout_ref.rollout.top_p=1.0 \
+    actor_rollout_ref.rollout.top_k=-1 \
+    actor_rollout_ref.rollout.val_kwargs.n=1 \
+    actor_rollout_ref.rollout.val_kwargs.temperature=0 \
+    actor_rollout_ref.rollout.val_kwargs.do_sample=false \
+    reward.custom_reward_function.path=/opt/rlvr-run/engine/reward.py \
+    reward.custom_reward_function.name=compute_score \
+    reward.reward_manager.name=naive \
+    +reward.custom_reward_function.reward_kwargs.reward=dense \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/38f8848d4637/config.yaml \
+    trainer.use_v1=false \
+    trainer.val_before_train=false \
+    'trainer.logger=["console","file"]' \
+    trainer.project_name=golden \
+    trainer.experiment_name=38f8848d4637 \
+    trainer.n_gpus_per_node=1 \
+    trainer.nnodes=1 \
+    trainer.default_local_dir=/runs/golden/38f8848d4637/checkpoints \
+    trainer.resume_mode=auto \
+    actor_rollout_ref.rollout.agent.default_agent_loop=rlvr_repair \
+    actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2
+# Children and evaluations load model/ (HF format) from the last saved step.
+step="$(cat checkpoints/latest_checkpointed_iteration.txt)"
+"$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
+    --local_dir "checkpoints/global_step_${step}/actor" --target_dir model

@@ -1,0 +1,173 @@
+"""Launch scripts: golden renders per kind, StrictUndefined, quoting, verl composition."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from engine.errors import SpecError, UserError
+from engine.isolation.validate import validate_spec
+from engine.plan.expand import plan
+from engine.plan.model import Plan, Run
+from engine.runs.preflight import preflight
+from engine.runs.render import RenderContext, launch_context, render_launch
+from engine.spec.model import ModelRef, PhaseKind
+from engine.spec.validated import ValidatedSpec
+from engine.train import verl_overrides as verlcfg
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SPEC = GOLDEN / "spec.yaml"
+FAKE_ENGINE = Path("/opt/rlvr-run/engine")
+FAKE_SPEC_DIR = Path("/runs/golden")
+
+
+@pytest.fixture(scope="module")
+def validated() -> ValidatedSpec:
+    return validate_spec(SPEC, content=False)
+
+
+@pytest.fixture(scope="module")
+def golden_plan(validated: ValidatedSpec) -> Plan:
+    return plan(validated)
+
+
+def _first(p: Plan, kind: PhaseKind, parent_kind: PhaseKind | None = None) -> Run:
+    for run in p.runs:
+        if run.kind == kind and (parent_kind is None or (run.parents and p.by_id(run.parents[0]).kind == parent_kind)):
+            return run
+    raise AssertionError(f"no {kind} run in the golden plan")
+
+
+def _render(p: Plan, v: ValidatedSpec, run: Run) -> str:
+    ctx = launch_context(run, p, FAKE_SPEC_DIR, v.spec.base_model)
+    return render_launch(run, dataclasses.replace(ctx, engine_root=FAKE_ENGINE))
+
+
+CASES = {
+    "eval": (PhaseKind.eval, None),
+    "eval_of_best_of_n": (PhaseKind.eval, PhaseKind.best_of_n),
+    "best_of_n": (PhaseKind.best_of_n, None),
+    "sft": (PhaseKind.sft, None),
+    "dpo": (PhaseKind.dpo, None),
+    "grpo": (PhaseKind.grpo, None),
+    "repair": (PhaseKind.repair, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_launch_scripts(name: str, golden_plan: Plan, validated: ValidatedSpec) -> None:
+    text = _render(golden_plan, validated, _first(golden_plan, *CASES[name]))
+    golden = GOLDEN / f"{name}.sh"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.exists(), f"missing golden {golden}: regenerate with UPDATE_GOLDEN=1"
+    assert text == golden.read_text(), f"{name}: rendering changed; review and regenerate with UPDATE_GOLDEN=1"
+    # The script parses as bash and keeps to the house shape.
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text
+    assert 'cd "$RUN_DIR"' in text
+
+
+def test_strict_undefined_fails_loudly(tmp_path: Path, golden_plan: Plan) -> None:
+    (tmp_path / "eval.sh.j2").write_text("echo {{ run.id }} {{ no_such_variable | shq }}\n")
+    run = _first(golden_plan, PhaseKind.eval)
+    ctx = RenderContext(run_dir=tmp_path, model_path="m")
+    with pytest.raises(jinja2.UndefinedError, match="no_such_variable"):
+        render_launch(run, ctx, template_dir=tmp_path)
+
+
+def test_missing_template_is_a_clear_error(tmp_path: Path, golden_plan: Plan) -> None:
+    run = _first(golden_plan, PhaseKind.dpo)
+    with pytest.raises(UserError, match=r"no launch template for run kind 'dpo'.*dpo\.sh\.j2"):
+        render_launch(run, RenderContext(run_dir=tmp_path, model_path="m"), template_dir=tmp_path)
+
+
+def test_every_value_is_shell_quoted(tmp_path: Path, golden_plan: Plan) -> None:
+    """Run the rendered script with `printf` as the interpreter: each argument comes out intact."""
+    run = _first(golden_plan, PhaseKind.eval)
+    run_dir = tmp_path / "run dir with 'quotes' and $dollar"
+    run_dir.mkdir()
+    model = "/models/it's a \"model\"; rm -rf ~ $(whoami)"
+    ctx = RenderContext(run_dir=run_dir, model_path=model, python="printf '%s\\n'")
+    script = tmp_path / "launch.sh"
+    script.write_text(render_launch(run, ctx))
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True,
+                         env={"PATH": os.environ["PATH"], "RLVR_ATTEMPT": "a1"}).stdout.splitlines()
+    assert out == ["-m", "engine.evaluate", "--run-dir", str(run_dir), "--config", "config.yaml", "--model", model]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["logs", "outputs"]  # writes stay inside
+
+
+@pytest.mark.parametrize("kind", [PhaseKind.grpo, PhaseKind.repair, PhaseKind.sft])
+def test_rendered_verl_overrides_compose_against_installed_verl(kind: PhaseKind, golden_plan: Plan) -> None:
+    run = _first(golden_plan, kind)
+    paths = verlcfg.VerlPaths(run_dir=FAKE_SPEC_DIR / run.id, reward_path=FAKE_ENGINE / "reward.py", model_path="m")
+    overrides = verlcfg.verl_overrides(run, paths)
+    assert verlcfg.check_overrides(overrides, verlcfg.CONFIG_NAMES[kind]) == []
+    typo = [*overrides, "trainer.save_freqq=3"]
+    errors = verlcfg.check_overrides(typo, verlcfg.CONFIG_NAMES[kind])
+    assert len(errors) == 1 and "trainer.save_freqq" in errors[0]
+
+
+def test_grpo_command_has_the_minimal_verl_091_set(golden_plan: Plan) -> None:
+    run = _first(golden_plan, PhaseKind.grpo)
+    paths = verlcfg.VerlPaths(run_dir=Path("/r"), reward_path=Path("/e/reward.py"), model_path="m")
+    values = dict(o.split("=", 1) for o in verlcfg.verl_overrides(run, paths))
+    assert values["reward.custom_reward_function.path"] == "/e/reward.py"
+    assert values["reward.custom_reward_function.name"] == "compute_score"
+    assert values["actor_rollout_ref.rollout.name"] == "vllm"
+    assert values["trainer.logger"] == '["console","file"]'
+    assert values["trainer.default_local_dir"] == "/r/checkpoints"
+    assert values["data.train_files"] == "/r/data/train.parquet"
+    assert values["trainer.n_gpus_per_node"] == "2"  # resources.gpus of the phase
+    assert values["actor_rollout_ref.rollout.n"] == "8"  # the rollout protocol's n
+    assert values["trainer.save_freq"] == "5"  # the phase's overrides win over defaults
+    for key in verlcfg._MICRO:
+        assert key in values
+    assert not [k for k in values if k.startswith(verlcfg.LEGACY_PREFIXES)]
+    assert [k for k in values if k.startswith("+")] == [
+        "+reward.custom_reward_function.reward_kwargs.reward",
+        "+reward.custom_reward_function.reward_kwargs.run_config"]
+
+
+def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = SPEC.read_text()
+    assert old in text
+    path = tmp_path / "spec.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_override_typo_fails_at_plan_time_with_its_spec_line(tmp_path: Path) -> None:
+    path = _spec_with(tmp_path, "trainer: {save_freq: 5}", "trainer: {save_freqq: 5}")
+    with pytest.raises(SpecError) as err:
+        preflight(path, content=False)
+    [diag] = err.value.diagnostics
+    assert diag.path == "phases.grpo.overrides.trainer.save_freqq"
+    assert diag.line == 19 and "Could not override 'trainer.save_freqq'" in diag.message
+
+
+@pytest.mark.parametrize("key, words", [
+    ("+trainer.extra_thing", "adds a key verl does not declare"),
+    ("custom_reward_function.path", "legacy key"),
+])
+def test_undeclared_and_legacy_override_keys_are_refused(tmp_path: Path, key: str, words: str) -> None:
+    path = _spec_with(tmp_path, "trainer: {save_freq: 5}", f"trainer: {{save_freq: 5}}, '{key}': 1")
+    with pytest.raises(SpecError, match=words):
+        preflight(path, content=False)
+
+
+def test_unknown_hyperparameter_names_the_known_ones(tmp_path: Path) -> None:
+    path = _spec_with(tmp_path, "hparams: {lr: 1.0e-6}", "hparams: {lr: 1.0e-6, lr_typo: 3}")
+    with pytest.raises(SpecError, match=r"unknown hyperparameter\(s\) lr_typo.*known: lr"):
+        preflight(path, content=False)
+
+
+def test_base_model_spelled_out_reaches_the_command(golden_plan: Plan) -> None:
+    run = _first(golden_plan, PhaseKind.eval)
+    ctx = launch_context(run, golden_plan, FAKE_SPEC_DIR, ModelRef(path="/m/local"))
+    assert "--model /m/local" in render_launch(run, ctx)

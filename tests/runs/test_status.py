@@ -1,0 +1,112 @@
+"""`rlvr-run status`: the table, the JSON, the headline metric, and the nothing-has-run message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from engine.cli import main
+from engine.cli.views import render_status
+from engine.runs.lineage import (
+    Metric,
+    PlanRecords,
+    RunDatasetRecord,
+    RunRecord,
+    RunState,
+    open_lineage,
+)
+from engine.runs.status import collect_status, pick_headline
+
+S = RunState
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    """A lineage with one run in each interesting state and metrics on two datasets."""
+    runs = tmp_path / "runs"
+    records = PlanRecords(
+        runs=[
+            RunRecord(id="sft1", spec_name="study", phase="sft", seed=1, kind="sft", trainer="verl"),
+            RunRecord(id="ev1", spec_name="study", phase="sft", seed=1, kind="eval"),
+            RunRecord(id="grpo1", spec_name="study", phase="grpo", variant="sparse", seed=1, kind="grpo"),
+            RunRecord(id="ev2", spec_name="study", phase="grpo", seed=1, kind="eval"),
+            RunRecord(id="other", spec_name="second", phase="base", kind="eval"),
+        ],
+        run_datasets=[
+            RunDatasetRecord(run_id="ev1", dataset="cc_valid", use="evaluate", position=0),
+            RunDatasetRecord(run_id="ev1", dataset="mbpp_reg", use="evaluate", position=1),
+        ],
+    )
+    with open_lineage(runs / "lineage.sqlite") as lin:
+        lin.record_plan_records(records)
+        for run_id, path in (("sft1", [S.queued, S.running, S.succeeded]), ("ev1", [S.queued, S.running, S.succeeded]),
+                             ("grpo1", [S.queued, S.running, S.failed]), ("ev2", [S.queued, S.blocked])):
+            for state in path:
+                lin.set_state(run_id, state, "exit 1" if state is S.failed else ("upstream grpo1 failed" if state is S.blocked else ""))
+        lin.record_metric(Metric(run_id="ev1", dataset="mbpp_reg", protocol="greedy", name="accepted@1", value=0.9))
+        lin.record_metric(Metric(run_id="ev1", dataset="cc_valid", protocol="greedy", name="pass_ratio_mean", value=0.31))
+        lin.record_metric(Metric(run_id="ev1", dataset="cc_valid", protocol="greedy", name="accepted@1", value=0.25))
+    return runs
+
+
+def test_headline_is_the_first_preferred_metric_on_the_first_evaluated_dataset(runs):
+    report = collect_status(runs, "study")
+    by_id = {r.id: r for r in report.runs}
+    head = by_id["ev1"].headline
+    assert (head.name, head.dataset, head.value) == ("accepted@1", "cc_valid", 0.25)
+    assert by_id["sft1"].headline is None  # training runs carry no numbers; their evaluations do
+    assert report.counts == {"succeeded": 2, "failed": 1, "blocked": 1}
+    assert [r.id for r in report.runs] == ["sft1", "ev1", "grpo1", "ev2"]
+    assert by_id["sft1"].duration_s is not None and by_id["ev2"].duration_s is None
+
+
+def test_headline_prefers_the_final_step_then_the_latest():
+    metrics = [Metric(run_id="r", dataset="d", name="accepted@1", value=v, step=s) for v, s in ((0.1, 10), (0.2, 20))]
+    assert pick_headline(metrics, ["d"]).value == 0.2
+    metrics.append(Metric(run_id="r", dataset="d", name="accepted@1", value=0.15, step=-1))
+    assert pick_headline(metrics, ["d"]).value == 0.15
+
+
+def test_table_shows_states_metric_reasons_and_counts(runs):
+    console = Console(record=True, width=200)
+    console.print(render_status(collect_status(runs, "study")))
+    text = console.export_text()
+    assert "runs of study" in text
+    for cell in ("sft1", "grpo1", "sparse", "succeeded", "failed", "blocked", "accepted@1 0.250 cc_valid"):
+        assert cell in text
+    assert "grpo1 failed: exit 1" in text and "ev2 blocked: upstream grpo1 failed" in text
+    assert "4 runs: succeeded 2 · failed 1 · blocked 1" in text
+    assert "other" not in text
+
+
+def test_cli_json_lists_records_and_counts(runs, capsys):
+    assert main(["status", "--runs-dir", str(runs), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["runs"]) == 5 and data["counts"]["succeeded"] == 2
+    ev1 = next(r for r in data["runs"] if r["id"] == "ev1")
+    assert ev1["headline"]["name"] == "accepted@1" and ev1["state"] == "succeeded"
+
+
+def test_spec_may_be_given_as_a_spec_file(runs, tmp_path, capsys):
+    spec = tmp_path / "second.yaml"
+    spec.write_text("name: second\nbase_model: x\n")
+    assert main(["status", str(spec), "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "runs of second" in out and "sft1" not in out
+
+
+def test_nothing_has_run_yet_is_said_plainly(tmp_path, capsys, runs):
+    assert main(["status", "--runs-dir", str(tmp_path / "empty")]) == 0
+    assert "nothing has run yet" in capsys.readouterr().out
+    assert main(["status", "missing-spec", "--runs-dir", str(runs), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == [] and "no runs of spec 'missing-spec'" in data["note"] and "second, study" in data["note"]
+
+
+def test_status_leaves_no_files_behind(runs):
+    before = sorted(p.name for p in runs.iterdir())
+    collect_status(runs)
+    assert sorted(p.name for p in runs.iterdir()) == before
