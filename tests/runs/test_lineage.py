@@ -10,8 +10,8 @@ import pytest
 from sqlite_utils import Database
 
 from engine.errors import UserError
+from engine.runs.lineage.migrations import MIGRATIONS
 from engine.runs.lineage import (
-    MIGRATIONS,
     ArtifactRecord,
     EdgeRecord,
     IllegalTransition,
