@@ -92,7 +92,7 @@ def _plan(key: tuple, meant: frozenset[str]) -> Plan:
 
 
 def _apart(units: list[dict[str, Any]], tests_own: set[str] | frozenset[str]) -> bool:
-    """Whether the tests must run apart from the program (`worker._ProgramProcess`).
+    """Whether the tests must run apart from the program (`engine.judge.local.program.ProgramProcess`).
 
     In the program's own process, whatever the tests report the program could report instead.
     That is harmless only where each reported value is what a call of the program returned,

@@ -26,12 +26,13 @@ from typing import Callable, Sequence
 
 from engine.judge.cases import Plan, function_plan, stdio_plan
 from engine.judge.config import JudgeConfig, JudgeJob, test_count
-from engine.judge.local import worker as wire
+from engine.judge.local import wire
+from engine.judge.local.worker import REPO
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 
 # Imported, not run as a script: a script is compiled from source at every start, and the memory
 # that compiling churns stays in the worker's heap, which every fork copies (≈ 2 MB here).
-WORKER_MAIN = f"import sys; sys.path.insert(0, {wire.REPO!r}); from engine.judge.local.worker import main; main()"
+WORKER_MAIN = f"import sys; sys.path.insert(0, {REPO!r}); from engine.judge.local.worker import main; main()"
 BASE_UID = 61000  # sandbox uids start here; unused by any account on a normal system
 UID_BLOCKS = 4096  # judges in one machine get different blocks of SLOTS uids (by pid)
 SLOTS = 64

@@ -36,7 +36,7 @@ RESULT_PIPE = ("import os, stat\nPIPE = [fd for fd in range(3, 256)\n        if 
 GOOD_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
 
 # Tests that run code of their own (not a flat list of asserts): they run apart from the program,
-# which answers their calls from a child process (engine.judge.local.worker._ProgramProcess).
+# which answers their calls from a child process (engine.judge.local.program.ProgramProcess).
 CHECK = Problem(id="toy/add_check", source="toy", split="test", kind="function", statement="add", entry_point="add",
                 function_tests=FunctionTests(candidate="candidate", check=(
                     "def check(candidate):\n    for x in range(5):\n        y = 7 * x\n"

@@ -1,4 +1,4 @@
-"""Tests that run code of their own run apart from the program (engine.judge.local.worker._ProgramProcess).
+"""Tests that run code of their own run apart from the program (engine.judge.local.program.ProgramProcess).
 
 The program's module runs in a child that only answers the tests' calls; the runner, which alone
 writes reports, never runs the program. These check what that changes for honest programs: each
