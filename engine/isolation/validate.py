@@ -35,6 +35,18 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
     replaces `engine.isolation.content.check_content`; `on_step` hears what the content
     checks are doing (loading a streamed dataset can take minutes).
     """
+    validated, diags = check_spec(path, content=content, registry=registry, content_check=content_check,
+                                  on_step=on_step)
+    if diags or validated is None:
+        raise _fail(diags)
+    return validated
+
+
+def check_spec(path: Path, *, content: bool = True, registry: Optional[Registry] = None,
+               content_check: Optional[ContentCheck] = None,
+               on_step: Optional[Callable[[str], None]] = None) -> tuple[Optional[ValidatedSpec], list[Diagnostic]]:
+    """What `validate_spec` finds, without raising: the resolved spec (None when the spec cannot be
+    resolved) and every problem, so later stages can add theirs to the same report."""
     parsed = parse_spec(Path(path))
     registry = registry or load_registry(find_registry(parsed.path.parent))
     diags = list(parsed.diagnostics)
@@ -43,7 +55,7 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
         diags += [d for d in check_references(parsed.partial, names, parsed.diagnostic)
                   if d.path not in parsed.pruned]
     if parsed.spec is None:
-        raise _fail(diags)
+        return None, diags
     loaded = parsed.loaded()
     res = resolve(loaded, registry)
     validated = ValidatedSpec(loaded=loaded, spec=res.spec, registry=registry, sources=res.sources,
@@ -51,19 +63,18 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
                               dataset_fingerprints=res.dataset_fingerprints)
     diags += res.diagnostics
     if diags:
-        raise _fail(diags)
+        return None, diags
     _merge(validated, check_isolation(validated), diags)
     if diags:  # rule 3 reads every dataset: only worth it once the cheap rules pass
-        raise _fail(diags)
+        return validated, diags
     check = content_check or (check_content if content else None)
     if check is not None:
         _merge(validated, check(validated) if content_check else check(validated, on_step=on_step), diags)
     if content:
         _merge(validated, check_idlists(validated), diags)
-    if diags:
-        raise _fail(diags)
-    _warn_unused_content_waivers(validated, content=check is not None)
-    return validated
+    if not diags:
+        _warn_unused_content_waivers(validated, content=check is not None)
+    return validated, diags
 
 
 def _merge(validated: ValidatedSpec, report: RuleReport, diags: list[Diagnostic]) -> None:

@@ -17,7 +17,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Optional
 
-from engine.errors import Diagnostic, SpecError, UserError
+from engine.errors import Diagnostic, UserError
 from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
 from engine.spec.validated import ValidatedSpec
@@ -75,6 +75,7 @@ SFT_HPARAMS: dict[str, tuple[str, ...]] = {
 # verl's engine optimizer defaults lr to 1e-3: never leave it implicit (§4).
 SFT_DEFAULTS: dict[str, Any] = {"lr": 1e-5, "train_batch_size": 64, "micro_batch_size_per_gpu": 2,
                                 "max_length": 4096, "epochs": 1}
+HPARAM_TABLES = {PhaseKind.grpo: GRPO_HPARAMS, PhaseKind.repair: GRPO_HPARAMS, PhaseKind.sft: SFT_HPARAMS}
 CONFIG_NAMES = {PhaseKind.grpo: "ppo_trainer", PhaseKind.repair: "ppo_trainer",
                 PhaseKind.sft: "sft_trainer_engine"}
 # Multi-round repair is GRPO whose rollouts go through our agent loop (registered by the
@@ -135,13 +136,22 @@ def user_override_errors(overrides: dict[str, Any]) -> list[str]:
     return errors
 
 
+def unknown_hparams(run: Run) -> Optional[str]:
+    """Why the run's hyperparameters do not all map to verl keys, or None."""
+    table = HPARAM_TABLES[run.kind]
+    unknown = sorted(set(run.config.get("hparams", {})) - set(table))
+    if not unknown:
+        return None
+    return (f"unknown hyperparameter(s) {', '.join(unknown)} for {run.kind.value} on verl; "
+            f"known: {', '.join(table)} (anything else goes under overrides:)")
+
+
 def _hparam_values(run: Run, table: dict[str, tuple[str, ...]], defaults: dict[str, Any],
                    extra: dict[str, Any]) -> dict[str, Any]:
     hparams = {**defaults, **extra, **run.config.get("hparams", {})}
-    unknown = sorted(set(run.config.get("hparams", {})) - set(table))
+    unknown = unknown_hparams(run)
     if unknown:
-        raise UserError(f"unknown hyperparameter(s) {', '.join(unknown)} for {run.kind.value} on verl; "
-                        f"known: {', '.join(table)} (anything else goes under overrides:)")
+        raise UserError(unknown)
     return {key: value for name, value in hparams.items() for key in table[name]}
 
 
@@ -301,8 +311,8 @@ def _compose(config_name: str, overrides: tuple[str, ...]) -> Optional[str]:
 PLACEHOLDER_PATHS = VerlPaths(run_dir=Path("/RUN_DIR"), reward_path=Path("/ENGINE/reward.py"), model_path="MODEL")
 
 
-def check_plan_runs(runs: list[Run], validated: ValidatedSpec) -> None:
-    """Raise SpecError (located in the spec) when a verl run's command line would not compose."""
+def plan_run_problems(runs: list[Run], validated: ValidatedSpec) -> list[Diagnostic]:
+    """Every verl run's problems (hyperparameters, overrides), located in the spec."""
     seen: set[tuple[str, str]] = set()
     diagnostics: list[Diagnostic] = []
     for run in runs:
@@ -313,18 +323,20 @@ def check_plan_runs(runs: list[Run], validated: ValidatedSpec) -> None:
             if (str(where), message) not in seen:
                 seen.add((str(where), message))
                 diagnostics.append(validated.loaded.diagnostic(where, message, fix))
-    if diagnostics:
-        raise SpecError(diagnostics)
+    return diagnostics
 
 
 def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
     """(key path inside the unit, message, fix) for every problem of one run."""
     overrides = run.config.get("overrides", {})
     problems = [(("overrides",), msg, "") for msg in user_override_errors(overrides)]
-    try:
-        lines = verl_overrides(run, PLACEHOLDER_PATHS)
-    except UserError as exc:
-        return problems + [(("hparams",), str(exc), "")]
+    unknown = unknown_hparams(run)
+    if unknown:
+        problems.append((("hparams",), unknown, ""))
+        # Compose the rest anyway: a misspelled hyperparameter must not hide a misspelled override.
+        known = {k: v for k, v in run.config.get("hparams", {}).items() if k in HPARAM_TABLES[run.kind]}
+        run = run.model_copy(update={"config": {**run.config, "hparams": known}})
+    lines = verl_overrides(run, PLACEHOLDER_PATHS)
     for error in check_overrides(lines, CONFIG_NAMES[run.kind]):
         first = error.splitlines()[0]
         match = re.search(r"override '([^']+)'", first)
