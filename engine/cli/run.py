@@ -88,6 +88,7 @@ class _View:
                 console.print(describe_plan(event.plan, event.states))
             if event.unmet:
                 console.print(f"[yellow]warning:[/] {unmet_lines(event.unmet, event.gpus)}", highlight=False)
+                console.print(f"fix: {fix_for(UnmetResources(event.unmet, event.gpus))}", highlight=False)
         elif isinstance(event, Executing):
             self.progress = RunProgress(console, event.plan, total=event.todo)
         elif isinstance(event, RunChanged) and self.progress is not None:
