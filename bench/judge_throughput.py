@@ -1,4 +1,4 @@
-"""Judge throughput, side by side in one run (issue 3, point 11).
+"""Judge throughput, side by side in one run.
 
     .venv/bin/python bench/judge_throughput.py [--rounds 7] [--stdio-problems 20] [--stdio-tests 5]
 

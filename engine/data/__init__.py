@@ -1,0 +1,1 @@
+"""Datasets: sources → normalized `Problem`s, cached and fingerprinted; frozen id lists."""

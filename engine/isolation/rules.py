@@ -1,4 +1,4 @@
-"""Isolation rules 1, 2, 4 and 5 of DESIGN.md, checked on the spec's roles and uses.
+"""Isolation rules 1, 2, 4 and 5 (docs/architecture.md lists all five), checked on the spec's roles and uses.
 
 Rule 3 (content leakage) lives in `engine.isolation.content.check_content`, which
 returns a `RuleReport` like the checks here.

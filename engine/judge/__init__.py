@@ -1,1 +1,1 @@
-"""Code-execution judge: extraction, sandboxed execution, verdicts, backends."""
+"""Code-execution judge: sandboxed execution of a program against a problem's tests, verdicts, backends."""

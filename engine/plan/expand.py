@@ -1,6 +1,6 @@
 """The planner: a validated spec → a DAG of runs with content-addressed ids.
 
-Expansion rules (the decisions this module makes; see DESIGN.md "Runs, identity"):
+Expansion rules (the decisions this module makes):
 
 - Every phase and every variant is a *unit*. A variant is its phase with only the
   fields it names replaced (`hparams` and `overrides` merge key by key).

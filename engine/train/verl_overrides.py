@@ -22,7 +22,7 @@ from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
 from engine.spec.validated import ValidatedSpec
 
-# verl reads these without declaring them, so they need a `+` (verl-reference.md §8).
+# verl reads these without declaring them, so they need a `+`: Hydra's struct mode refuses any other new key.
 KNOWN_UNDECLARED = (
     "reward.custom_reward_function.reward_kwargs.",
     "reward.reward_kwargs.",
@@ -31,7 +31,7 @@ KNOWN_UNDECLARED = (
     "actor_rollout_ref.rollout.engine_kwargs.vllm.",
     "ray_kwargs.ray_init.",
 )
-# Parsed but silently ignored by verl 0.9's main_ppo (verl-reference.md §1.4).
+# Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
 LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
 
 _MICRO = (
@@ -72,14 +72,14 @@ SFT_HPARAMS: dict[str, tuple[str, ...]] = {
     "save_freq": ("trainer.save_freq",),
     "test_freq": ("trainer.test_freq",),
 }
-# verl's engine optimizer defaults lr to 1e-3: never leave it implicit (§4).
+# verl's engine optimizer defaults lr to 1e-3: never leave it implicit.
 SFT_DEFAULTS: dict[str, Any] = {"lr": 1e-5, "train_batch_size": 64, "micro_batch_size_per_gpu": 2,
                                 "max_length": 4096, "epochs": 1}
 HPARAM_TABLES = {PhaseKind.grpo: GRPO_HPARAMS, PhaseKind.repair: GRPO_HPARAMS, PhaseKind.sft: SFT_HPARAMS}
 CONFIG_NAMES = {PhaseKind.grpo: "ppo_trainer", PhaseKind.repair: "ppo_trainer",
                 PhaseKind.sft: "sft_trainer_engine"}
 # Multi-round repair is GRPO whose rollouts go through our agent loop (registered by the
-# module verl imports from VERL_USE_EXTERNAL_MODULES; verl-reference.md §5).
+# module verl imports from VERL_USE_EXTERNAL_MODULES).
 REPAIR_AGENT_LOOP = "rlvr_repair"
 REPAIR_LOOP_MODULE = "engine.repair_loop"
 
@@ -168,7 +168,7 @@ def _rounds(run: Run) -> int:
 
 
 def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
-    """`key=value` list for `python3 -m verl.trainer.main_ppo` (verl-reference.md §1.5), for
+    """`key=value` list for `python3 -m verl.trainer.main_ppo` (verl 0.9's minimal GRPO set), for
     grpo and repair runs."""
     data = paths.run_dir / "data"
     has_valid = any("select" in d.uses or "early_stop" in d.uses for d in run.datasets.values())
@@ -189,7 +189,7 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
         "reward.reward_manager.name": "naive",
         "+reward.custom_reward_function.reward_kwargs.reward": run.config.get("reward") or "dense",
         "+reward.custom_reward_function.reward_kwargs.run_config": str(paths.run_dir / "config.yaml"),
-        # v1 needs TransferQueue, which no extra we install ships (verl-reference.md §1.1).
+        # v1 needs TransferQueue, which no extra we install ships; use_v1=False is verl's legacy trainer.
         "trainer.use_v1": False, "trainer.val_before_train": has_valid,
         **_trainer_common(run, paths), "trainer.resume_mode": "auto",
     }
@@ -226,7 +226,7 @@ def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:
 
 
 def sft_overrides(run: Run, paths: VerlPaths) -> list[str]:
-    """`key=value` list for `torchrun ... -m verl.trainer.sft_trainer` (verl-reference.md §4)."""
+    """`key=value` list for `torchrun ... -m verl.trainer.sft_trainer`."""
     data = paths.run_dir / "data"
     has_valid = any("select" in d.uses for d in run.datasets.values())
     values: dict[str, Any] = {

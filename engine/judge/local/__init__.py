@@ -1,0 +1,1 @@
+"""The local backend: pre-warmed sandbox workers on this machine (the worker side is standard library only)."""

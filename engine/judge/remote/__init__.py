@@ -1,0 +1,1 @@
+"""The SandboxFusion backend: the same test plan, one unit per HTTP request."""

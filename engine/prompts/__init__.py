@@ -1,0 +1,1 @@
+"""What the model is asked (prompt templates) and how its answer is read back (code extraction)."""

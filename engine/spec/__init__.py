@@ -1,0 +1,1 @@
+"""The spec: YAML → a typed, located, registry-resolved `Spec`; reads no dataset."""
