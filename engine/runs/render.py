@@ -16,7 +16,7 @@ from typing import Any, Optional
 import jinja2
 
 from engine.resources import ENGINE_ROOT, TEMPLATES
-from engine.train import verl_overrides as verlcfg
+from engine.train import verl_overrides
 from engine.errors import UserError
 from engine.plan.model import MODEL_KINDS, Plan, Run
 from engine.spec.model import PhaseKind
@@ -69,16 +69,16 @@ def render_launch(run: Run, context: RenderContext, *, template_dir: Path = TEMP
 
 def _kind_vars(run: Run, context: RenderContext) -> dict[str, Any]:
     out: dict[str, Any] = {"samples_dir": context.samples_dir}
-    if run.trainer == "verl" and run.kind in verlcfg.CONFIG_NAMES:
-        paths = verlcfg.VerlPaths(run_dir=context.run_dir, model_path=context.model_path,
+    if run.trainer == "verl" and run.kind in verl_overrides.CONFIG_NAMES:
+        paths = verl_overrides.VerlPaths(run_dir=context.run_dir, model_path=context.model_path,
                                   reward_path=context.engine_root / "reward.py")
-        out["overrides"] = verlcfg.verl_overrides(run, paths)
+        out["overrides"] = verl_overrides.verl_overrides(run, paths)
         out["gpus"] = max(1, run.resources.gpus)
     if run.kind == PhaseKind.best_of_n:
         out["n"] = run.config.get("n") or _protocol_n(run)
     if run.kind == PhaseKind.repair:
         out["rounds"] = run.config.get("rounds") or 2
-        out["repair_module"] = verlcfg.REPAIR_LOOP_MODULE
+        out["repair_module"] = verl_overrides.REPAIR_LOOP_MODULE
     return out
 
 
@@ -104,4 +104,4 @@ def _model_of(run: Run, plan: Plan, spec_dir: Path, base_model: Any) -> str:
         if parent.kind in MODEL_KINDS:
             return str(spec_dir / parent.id / "model")
         current = parent
-    return verlcfg.model_path(base_model)
+    return verl_overrides.model_path(base_model)

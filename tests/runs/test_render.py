@@ -18,7 +18,7 @@ from engine.runs.preflight import preflight
 from engine.runs.render import RenderContext, launch_context, render_launch
 from engine.spec.model import ModelRef, PhaseKind
 from engine.spec.validated import ValidatedSpec
-from engine.train import verl_overrides as verlcfg
+from engine.train import verl_overrides
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SPEC = GOLDEN / "spec.yaml"
@@ -105,18 +105,18 @@ def test_every_value_is_shell_quoted(tmp_path: Path, golden_plan: Plan) -> None:
 @pytest.mark.parametrize("kind", [PhaseKind.grpo, PhaseKind.repair, PhaseKind.sft])
 def test_rendered_verl_overrides_compose_against_installed_verl(kind: PhaseKind, golden_plan: Plan) -> None:
     run = _first(golden_plan, kind)
-    paths = verlcfg.VerlPaths(run_dir=FAKE_SPEC_DIR / run.id, reward_path=FAKE_ENGINE / "reward.py", model_path="m")
-    overrides = verlcfg.verl_overrides(run, paths)
-    assert verlcfg.check_overrides(overrides, verlcfg.CONFIG_NAMES[kind]) == []
+    paths = verl_overrides.VerlPaths(run_dir=FAKE_SPEC_DIR / run.id, reward_path=FAKE_ENGINE / "reward.py", model_path="m")
+    overrides = verl_overrides.verl_overrides(run, paths)
+    assert verl_overrides.check_overrides(overrides, verl_overrides.CONFIG_NAMES[kind]) == []
     typo = [*overrides, "trainer.save_freqq=3"]
-    errors = verlcfg.check_overrides(typo, verlcfg.CONFIG_NAMES[kind])
+    errors = verl_overrides.check_overrides(typo, verl_overrides.CONFIG_NAMES[kind])
     assert len(errors) == 1 and "trainer.save_freqq" in errors[0]
 
 
 def test_grpo_command_has_the_minimal_verl_091_set(golden_plan: Plan) -> None:
     run = _first(golden_plan, PhaseKind.grpo)
-    paths = verlcfg.VerlPaths(run_dir=Path("/r"), reward_path=Path("/e/reward.py"), model_path="m")
-    values = dict(o.split("=", 1) for o in verlcfg.verl_overrides(run, paths))
+    paths = verl_overrides.VerlPaths(run_dir=Path("/r"), reward_path=Path("/e/reward.py"), model_path="m")
+    values = dict(o.split("=", 1) for o in verl_overrides.verl_overrides(run, paths))
     assert values["reward.custom_reward_function.path"] == "/e/reward.py"
     assert values["reward.custom_reward_function.name"] == "compute_score"
     assert values["actor_rollout_ref.rollout.name"] == "vllm"
@@ -126,9 +126,9 @@ def test_grpo_command_has_the_minimal_verl_091_set(golden_plan: Plan) -> None:
     assert values["trainer.n_gpus_per_node"] == "2"  # resources.gpus of the phase
     assert values["actor_rollout_ref.rollout.n"] == "8"  # the rollout protocol's n
     assert values["trainer.save_freq"] == "5"  # the phase's overrides win over defaults
-    for key in verlcfg._MICRO:
+    for key in verl_overrides._MICRO:
         assert key in values
-    assert not [k for k in values if k.startswith(verlcfg.LEGACY_PREFIXES)]
+    assert not [k for k in values if k.startswith(verl_overrides.LEGACY_PREFIXES)]
     assert [k for k in values if k.startswith("+")] == [
         "+reward.custom_reward_function.reward_kwargs.reward",
         "+reward.custom_reward_function.reward_kwargs.run_config"]

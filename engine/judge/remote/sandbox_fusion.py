@@ -38,7 +38,7 @@ from engine.errors import UserError
 from engine.judge.checkers import get_checker
 from engine.judge.compare import outputs_match
 from engine.judge.config import JudgeConfig, JudgeJob, test_count
-from engine.judge.remote import harness as remote_harness
+from engine.judge.remote import harness
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 from engine.problem import Problem
 
@@ -243,8 +243,8 @@ class SandboxFusionRunner:
             ]
         if problem.function_tests is None:
             return []
-        units = remote_harness.labels(problem)
-        program = remote_harness.program(code, problem)  # every unit's request runs the same program
+        units = harness.labels(problem)
+        program = harness.program(code, problem)  # every unit's request runs the same program
         return [(lambda i=i, label=label: self._run_unit(i, program, problem, label, limits))
                 for i, label in enumerate(units)]
 
@@ -282,12 +282,12 @@ class SandboxFusionRunner:
 
     def _run_unit(self, index: int, program: str, problem: Problem, label: str, limits: RemoteLimits) -> TestRun:
         nonce = secrets.token_hex(16)
-        outcome = self.client.run_code(self._request(program, remote_harness.stdin(problem, index, nonce), limits))
+        outcome = self.client.run_code(self._request(program, harness.stdin(problem, index, nonce), limits))
         if outcome.response is None:
             return _internal(index, outcome.error or "no response")
         rr = outcome.response.run_result
         stdout, stderr = (rr.stdout or "", rr.stderr or "") if rr else ("", "")
-        verdict, extra = remote_harness.decide(problem, index, nonce, stdout, stderr)
+        verdict, extra = harness.decide(problem, index, nonce, stdout, stderr)
         failed = _failure_verdict(outcome.response)
         if failed in (Verdict.TIMEOUT, Verdict.MEMORY_LIMIT) and verdict != Verdict.ACCEPTED:
             verdict, extra = failed, {"message": _message(outcome.response, failed)}
