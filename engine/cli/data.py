@@ -20,10 +20,11 @@ from engine.errors import UserError
 from engine.isolation.content import check_leakage, describe
 from engine.isolation.neardup import SketchCache
 from engine.isolation.validate import validate_spec
+from engine.prompts.templates import PromptChoice
 from engine.spec.registry import find_registry, load_registry
 from engine.train.export import export_run, summary_line
 from engine.train.pairs import build_pairs, judged_samples, registry_prompt, write_pairs
-from engine.train.rows import EXPORT_FORMATS, PromptChoice, export_dataset, read_pairs
+from engine.train.rows import EXPORT_FORMATS, export_dataset, read_pairs
 
 NAME = "data"
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -140,3 +140,21 @@ def check_format(completion: str, template: PromptEntry, problem: Optional[Probl
         return report(False, "unexpected <think> tags")
     ok = found.kind == "fenced" and extract_code(body, prompt=prompt, entry_point=entry).format_ok
     return report(ok, "expected exactly one ```python block and nothing else" if fences else "expected a ```python block")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptChoice:
+    """Which prompt every problem gets: a named template, or the defaults for the model."""
+
+    registry: Registry
+    template: Optional[str] = None  # a registry/prompts.yaml name; None: per-kind default
+    model: Optional[Model] = None  # decides chat vs completion and family defaults
+
+    def template_for(self, problem: Problem) -> PromptEntry:
+        return resolve_template(self.registry, self.template, problem, self.model)
+
+    def prompt(self, problem: Problem) -> list[Message] | str:
+        return render_prompt(problem, self.template_for(problem), self.registry, self.model)
+
+    def response(self, problem: Problem, solution: str) -> str:
+        return render_response(problem, self.template_for(problem), self.registry, solution)

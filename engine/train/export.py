@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from ruamel.yaml import YAML
-
-from engine.data.idlist import apply_idlist
-from engine.data.loaders import DataContext, LoadedDataset, load_dataset_problems
+from engine.data.loaders import LoadedDataset
 from engine.errors import UserError
-from engine.spec.model import DatasetSpec, ModelRef
-from engine.spec.registry import Registry, find_registry, load_registry
+from engine.plan.frozen import (
+    FrozenDataset,
+    FrozenRun,
+    checked_idlist,
+    load_frozen_dataset,
+    read_frozen_run,
+    run_registry,
+)
+from engine.spec.registry import Registry
 from engine.train.rows import (
     ExportResult,
     PromptChoice,
@@ -52,109 +55,12 @@ TRAINABLE_ROLES = ("train", "valid")
 MANIFEST = "manifest.json"
 
 
-class FrozenDataset(BaseModel):
-    """A dataset entry of config.yaml, as far as exporting needs it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    source: str
-    split: Optional[str] = None
-    role: str
-    uses: list[str] = []
-    fields: Optional[dict[str, str]] = None
-    max_generated_tests: Optional[int] = None
-    ids_sha256: Optional[str] = None
-    path: Optional[str] = None  # as the spec wrote them (relative to a folder config.yaml does not name)
-    ids: Optional[str] = None
-    data_file: Optional[str] = None  # the files the planner found: relative to the project root, or absolute
-    ids_file: Optional[str] = None
-
-    def check_located(self, name: str) -> None:
-        for written, found, key in ((self.path, self.data_file, "path"), (self.ids, self.ids_file, "ids")):
-            if written is not None and found is None:
-                raise UserError(f"dataset `{name}`: config.yaml has `{key}: {written}` but not where the planner "
-                                "found it (a run planned before rlvr-run recorded data files)\n"
-                                "  fix: re-plan the spec so the run's config records its files")
-
-
-class FrozenRun(BaseModel):
-    """config.yaml of a run directory, as far as exporting needs it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    run_id: str
-    kind: str
-    base_model: ModelRef
-    reward: Optional[RewardMode] = None
-    datasets: dict[str, FrozenDataset]
-    protocols: dict[str, dict[str, Any]] = {}
-
-    def prompt_template(self) -> Optional[str]:
-        return self.protocols.get("rollout", {}).get("prompt")
-
-
-def read_frozen_run(run_dir: Path) -> FrozenRun:
-    path = run_dir / "config.yaml"
-    try:
-        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-        return FrozenRun.model_validate(data)
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}\n"
-                        "  fix: pass --run-dir a run directory (runs/<spec>/<run-id>/) that rlvr-run wrote") from None
-    except ValidationError as exc:
-        raise UserError(f"{path} is not a run config this engine wrote: {exc.errors()[0]['msg']} "
-                        f"at {'.'.join(map(str, exc.errors()[0]['loc']))}\n"
-                        "  fix: re-plan the spec (`rlvr-run run SPEC --dry-run`) instead of editing config.yaml") from None
-
-
-def run_registry(run_dir: Path) -> Registry:
-    """The registry of the project that planned the run: next to its spec (run.json), else above the run."""
-    anchor = run_dir
-    try:
-        spec_path = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("spec_path")
-    except (OSError, json.JSONDecodeError):
-        spec_path = None
-    if spec_path and Path(spec_path).parent.is_dir():
-        anchor = Path(spec_path).parent
-    return load_registry(find_registry(anchor))
-
-
-def _checked_idlist(name: str, entry: FrozenDataset, root: Path) -> Optional[Path]:
-    """The dataset's id list, if its bytes still hash to what the run was planned with."""
-    if entry.ids_file is None:
-        return None
-    path = root / entry.ids_file
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise UserError(f"dataset `{name}`: cannot read its id list {path}: {exc.strerror}\n"
-                        "  fix: restore the list the run was planned with") from None
-    if digest != entry.ids_sha256:
-        raise UserError(f"dataset `{name}`: id list {path} changed after this run was planned "
-                        f"(sha256 {digest[:12]}, planned {str(entry.ids_sha256)[:12]})\n"
-                        "  fix: restore the list (git checkout it), or re-plan the spec: a new list is new runs")
-    return path
-
-
 def load_run_dataset(name: str, entry: FrozenDataset, registry: Registry) -> LoadedDataset:
     """The problems `entry` names, narrowed by its id list (verified against the frozen hash)."""
     if entry.role not in TRAINABLE_ROLES:
         raise UserError(f"dataset `{name}` has role {entry.role}: it is never written into training data\n"
                         "  fix: train and validate on train/valid datasets only (isolation rules 1-2)")
-    root = registry.project_root
-    entry.check_located(name)
-    ids = _checked_idlist(name, entry, root)
-    source = registry.datasets.get(entry.source)
-    if source is None:
-        raise UserError(f"dataset `{name}`: source `{entry.source}` is not in {registry.root / 'datasets.yaml'}\n"
-                        "  fix: restore the registry entry the run was planned with")
-    ds = DatasetSpec(source=entry.source, split=entry.split, role=entry.role, fields=entry.fields,
-                     max_generated_tests=entry.max_generated_tests,
-                     path=str(root / entry.data_file) if entry.data_file else None)
-    loaded = load_dataset_problems(ds, source, name=name)
-    if ids is None:
-        return loaded
-    return apply_idlist(loaded, ids, DataContext(name=name, root=root))
+    return load_frozen_dataset(name, entry, registry)
 
 
 def _manifest_entry(out: Path, fmt: str, parts: list[LoadedDataset], rows: int, skipped: list[str]) -> dict[str, Any]:
@@ -216,7 +122,7 @@ def export_run(run_dir: Path, fmt: str) -> list[ExportResult]:
     registry = run_registry(run_dir)
     for name, entry in run.datasets.items():  # also when the manifest says nothing changed
         entry.check_located(name)
-        _checked_idlist(name, entry, registry.project_root)
+        checked_idlist(name, entry, registry.project_root)
     data_dir = run_dir / "data"
     entries = _up_to_date(data_dir, run, fmt)
     if entries is None:

@@ -31,12 +31,8 @@ from engine.judge.ground_truth import ground_truth_from_problem
 from engine.problem import Problem
 from engine.prompts.templates import (
     Message,
-    Model,
-    render_prompt,
-    render_response,
-    resolve_template,
+    PromptChoice,
 )
-from engine.spec.registry import PromptEntry, Registry
 
 ExportFormat = Literal["verl-rl", "verl-sft-messages", "trl-sft", "trl-dpo", "trl-grpo"]
 EXPORT_FORMATS: tuple[str, ...] = ("verl-rl", "verl-sft-messages", "trl-sft", "trl-dpo", "trl-grpo")
@@ -56,24 +52,6 @@ class Pair:
     problem_id: str
     chosen: str
     rejected: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class PromptChoice:
-    """Which prompt every problem gets: a named template, or the defaults for the model."""
-
-    registry: Registry
-    template: Optional[str] = None  # a registry/prompts.yaml name; None: per-kind default
-    model: Optional[Model] = None  # decides chat vs completion and family defaults
-
-    def template_for(self, problem: Problem) -> PromptEntry:
-        return resolve_template(self.registry, self.template, problem, self.model)
-
-    def prompt(self, problem: Problem) -> list[Message] | str:
-        return render_prompt(problem, self.template_for(problem), self.registry, self.model)
-
-    def response(self, problem: Problem, solution: str) -> str:
-        return render_response(problem, self.template_for(problem), self.registry, solution)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,10 +14,11 @@ from engine.data.loaders import LoadedDataset, load_dataset_problems
 from engine.data.sources.codecontests import problem_from_codecontests_hf
 from engine.errors import UserError
 from engine.judge.ground_truth import RewardTests
+from engine.prompts.templates import PromptChoice
 from engine.spec.model import DatasetSpec, ModelRef
 from engine.spec.registry import load_registry
 from engine.tinymodel import build_tiny_tokenizer
-from engine.train.rows import Pair, PromptChoice, export_dataset
+from engine.train.rows import Pair, export_dataset
 from tests.data.test_loaders import hf_codecontests_row
 
 

@@ -1,0 +1,124 @@
+"""A run directory's frozen config.yaml, read back: what launch scripts run from.
+
+The run's datasets load exactly as planned: their id lists must still hash to the sha256
+the run was planned with, so a list edited after planning is refused, never silently used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from ruamel.yaml import YAML
+
+from engine.data.dataset import DataContext, LoadedDataset
+from engine.data.idlist import apply_idlist
+from engine.data.loaders import load_dataset_problems
+from engine.errors import UserError
+from engine.spec.model import DatasetSpec, ModelRef
+from engine.spec.registry import Registry, find_registry, load_registry
+
+
+class FrozenDataset(BaseModel):
+    """A dataset entry of config.yaml."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: str
+    split: Optional[str] = None
+    role: str
+    uses: list[str] = []
+    fields: Optional[dict[str, str]] = None
+    max_generated_tests: Optional[int] = None
+    ids_sha256: Optional[str] = None
+    path: Optional[str] = None  # as the spec wrote them (relative to a folder config.yaml does not name)
+    ids: Optional[str] = None
+    data_file: Optional[str] = None  # the files the planner found: relative to the project root, or absolute
+    ids_file: Optional[str] = None
+
+    def check_located(self, name: str) -> None:
+        for written, found, key in ((self.path, self.data_file, "path"), (self.ids, self.ids_file, "ids")):
+            if written is not None and found is None:
+                raise UserError(f"dataset `{name}`: config.yaml has `{key}: {written}` but not where the planner "
+                                "found it (a run planned before rlvr-run recorded data files)\n"
+                                "  fix: re-plan the spec so the run's config records its files")
+
+
+class FrozenRun(BaseModel):
+    """config.yaml of a run directory (the fields the stages after planning read)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run_id: str
+    kind: str
+    base_model: ModelRef
+    reward: Optional[Literal["dense", "sparse"]] = None
+    datasets: dict[str, FrozenDataset]
+    protocols: dict[str, dict[str, Any]] = {}
+
+    def prompt_template(self) -> Optional[str]:
+        return self.protocols.get("rollout", {}).get("prompt")
+
+
+def read_frozen_run(run_dir: Path) -> FrozenRun:
+    path = run_dir / "config.yaml"
+    try:
+        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+        return FrozenRun.model_validate(data)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}\n"
+                        "  fix: pass --run-dir a run directory (runs/<spec>/<run-id>/) that rlvr-run wrote") from None
+    except ValidationError as exc:
+        raise UserError(f"{path} is not a run config this engine wrote: {exc.errors()[0]['msg']} "
+                        f"at {'.'.join(map(str, exc.errors()[0]['loc']))}\n"
+                        "  fix: re-plan the spec (`rlvr-run run SPEC --dry-run`) instead of editing config.yaml") from None
+
+
+def run_registry(run_dir: Path) -> Registry:
+    """The registry of the project that planned the run: next to its spec (run.json), else above the run."""
+    anchor = run_dir
+    try:
+        spec_path = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("spec_path")
+    except (OSError, json.JSONDecodeError):
+        spec_path = None
+    if spec_path and Path(spec_path).parent.is_dir():
+        anchor = Path(spec_path).parent
+    return load_registry(find_registry(anchor))
+
+
+def checked_idlist(name: str, entry: FrozenDataset, root: Path) -> Optional[Path]:
+    """The dataset's id list, if its bytes still hash to what the run was planned with."""
+    if entry.ids_file is None:
+        return None
+    path = root / entry.ids_file
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise UserError(f"dataset `{name}`: cannot read its id list {path}: {exc.strerror}\n"
+                        "  fix: restore the list the run was planned with") from None
+    if digest != entry.ids_sha256:
+        raise UserError(f"dataset `{name}`: id list {path} changed after this run was planned "
+                        f"(sha256 {digest[:12]}, planned {str(entry.ids_sha256)[:12]})\n"
+                        "  fix: restore the list (git checkout it), or re-plan the spec: a new list is new runs")
+    return path
+
+
+def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry) -> LoadedDataset:
+    """The problems `entry` names, narrowed by its id list (verified against the frozen hash)."""
+    root = registry.project_root
+    entry.check_located(name)
+    ids = checked_idlist(name, entry, root)
+    source = registry.datasets.get(entry.source)
+    if source is None:
+        raise UserError(f"dataset `{name}`: source `{entry.source}` is not in {registry.root / 'datasets.yaml'}\n"
+                        "  fix: restore the registry entry the run was planned with")
+    ds = DatasetSpec(source=entry.source, split=entry.split, role=entry.role, fields=entry.fields,
+                     max_generated_tests=entry.max_generated_tests,
+                     path=str(root / entry.data_file) if entry.data_file else None)
+    loaded = load_dataset_problems(ds, source, name=name)
+    if ids is None:
+        return loaded
+    return apply_idlist(loaded, ids, DataContext(name=name, root=root))
