@@ -42,3 +42,27 @@ def build_tiny_tokenizer(out_dir: Path, *, vocab_size: int = 1024) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def build_tiny_model(out_dir: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                     vocab_size: int = 1024, seed: int = 0, tokenizer_dir: Path | None = None) -> Path:
+    """A random-init Qwen2 causal LM with the tiny tokenizer, saved as a Hugging Face folder.
+
+    `tokenizer_dir` reuses a tokenizer already built (training one takes seconds)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    out_dir = Path(out_dir)
+    tokenizer_path = tokenizer_dir or build_tiny_tokenizer(out_dir, vocab_size=vocab_size)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=1024, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

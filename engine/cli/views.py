@@ -11,10 +11,13 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 from rich.text import Text
 
+from engine.evaluate.run import EvalOutput
+from engine.evaluate.runner import Progress as EvalProgress
 from engine.isolation.content import LeakageReport
 from engine.judge.report import JudgeSummary
 from engine.plan.model import Plan
@@ -168,4 +171,59 @@ def leakage_table(report: LeakageReport) -> Table:
         shown = Text(outcome, style=OUTCOME_STYLES.get(outcome, ""))
         table.add_row(f"{pair.train} ({pair.train_at})", f"{pair.evaluation} ({pair.eval_at})",
                       str(len(pair.leaks)), shown)
+    return table
+
+
+# ---------------------------------------------------------------- evaluate
+class StageProgress:
+    """Generation and judging progress: bars with tokens/s and ETA on a terminal; in a log, one
+    line per tenth of each stage (a CI log stays short)."""
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+        self.live = out.is_terminal
+        self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=out, transient=True)
+        self.tasks: dict[tuple[str, str], int] = {}
+        self.shown: dict[tuple[str, str], int] = {}
+        self.began: dict[tuple[str, str], float] = {}
+
+    def __enter__(self) -> "StageProgress":
+        if self.live:
+            self.bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.bars.stop()
+
+    def update(self, event: EvalProgress) -> None:
+        import time
+
+        key = (event.stage, event.dataset)
+        began = self.began.setdefault(key, time.perf_counter())
+        elapsed = max(time.perf_counter() - began, 1e-9)
+        rate = f"{event.tokens / elapsed:,.0f} tok/s" if event.stage == "generate" and event.tokens else ""
+        if self.live:
+            if key not in self.tasks:
+                self.tasks[key] = self.bars.add_task(f"{event.stage} {event.dataset}", total=event.total, rate="")
+            self.bars.update(self.tasks[key], completed=event.done, total=event.total, rate=rate)
+            return
+        tenth = event.done * 10 // max(event.total, 1)
+        if self.shown.get(key, -1) < tenth:
+            self.shown[key] = tenth
+            self.out.print(f"{event.stage} {event.dataset}: {event.done}/{event.total} {rate}".rstrip(),
+                           highlight=False)
+
+
+HEADLINE = ("accepted@1", "mean@n", "pass_ratio_mean", "exec_success", "format_compliance", "truncated_rate",
+            "output_tokens_mean", "judge_s_p95")
+
+
+def eval_table(output: EvalOutput) -> Table:
+    table = Table("dataset", *HEADLINE, "errors", title=f"evaluation of run {output.run_id}", title_justify="left")
+    for d in output.datasets:
+        errors = ", ".join(f"{k.split('/')[1]} {int(v)}" for k, v in d.metrics.items()
+                           if k.startswith("errors/") and v)
+        table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in HEADLINE), errors)
     return table

@@ -13,6 +13,10 @@ from engine.judge.verdict import SampleResult
 from engine.problem import Problem
 from engine.spec.model import JudgeSpec
 
+# Bumped whenever a verdict can change for the same program and tests: numbers judged by
+# different versions are never put side by side.
+JUDGE_VERSION = "1"
+
 CompareMode = Literal["tokens", "exact", "float"]
 
 
@@ -43,6 +47,12 @@ class JudgeConfig:
     max_processes: int = 64  # RLIMIT_NPROC of the sandbox uid (threads count)
     max_open_files: int = 128
     tail_bytes: int = 2048  # stdout/stderr tails kept per sample
+
+    @property
+    def version(self) -> str:
+        """The judge version and the limits that can move a verdict (recorded with every number)."""
+        return (f"rlvr-judge-{JUDGE_VERSION}/{self.backend}/cpu{self.timeout_s:g}s/mem{self.memory_mb}MB/"
+                f"{self.compare}" + (f"{self.float_tol:g}" if self.compare == "float" else ""))
 
     @property
     def wall_s(self) -> float:

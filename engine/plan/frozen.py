@@ -34,6 +34,7 @@ class FrozenDataset(BaseModel):
     fields: Optional[dict[str, str]] = None
     max_generated_tests: Optional[int] = None
     ids_sha256: Optional[str] = None
+    fingerprint: Optional[str] = None  # what pins its problems: the id list, or a fixed split
     path: Optional[str] = None  # as the spec wrote them (relative to a folder config.yaml does not name)
     ids: Optional[str] = None
     data_file: Optional[str] = None  # the files the planner found: relative to the project root, or absolute
@@ -58,6 +59,8 @@ class FrozenRun(BaseModel):
     reward: Optional[Literal["dense", "sparse"]] = None
     datasets: dict[str, FrozenDataset]
     protocols: dict[str, dict[str, Any]] = {}
+    judge: dict[str, Any] = {}
+    seed: Optional[int] = None
 
     def prompt_template(self) -> Optional[str]:
         return self.protocols.get("rollout", {}).get("prompt")

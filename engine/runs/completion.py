@@ -65,14 +65,35 @@ def _trained(run_dir: Path) -> Optional[str]:
 
 @register_check(PhaseKind.eval.value)
 def _evaluated(run_dir: Path) -> Optional[str]:
+    """Every problem of every evaluated dataset has its n judged samples (counted in the records)."""
     path = run_dir / EVAL_METRICS
     if not path.is_file():
         return f"exited 0 but wrote no {EVAL_METRICS}"
     try:
-        json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        return f"{EVAL_METRICS} is not valid JSON ({exc})"
-    return None
+        datasets = json.loads(path.read_text())["datasets"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        return f"{EVAL_METRICS} is not an evaluation summary ({exc})"
+    missing = [f"{d['dataset']}: {d['expected_samples'] - n} of {d['expected_samples']} samples missing"
+               for d in datasets if (n := _judged(run_dir, d)) < d["expected_samples"]]
+    return "; ".join(missing) or None
+
+
+def _judged(run_dir: Path, summary: dict) -> int:
+    """Distinct judged first-round samples of the summary's model, protocol and id list."""
+    path = run_dir / SAMPLES_DIR / f"{summary['dataset']}.jsonl"
+    if not path.is_file():
+        return 0
+    seen = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        keys = record.get("keys", {})
+        if (record.get("round", 1) == 1 and keys.get("protocol") == summary["protocol_sha256"]
+                and keys.get("idlist") == summary["idlist_sha256"] and keys.get("model") == summary["model"]):
+            seen.add((record["problem_id"], record["sample"]))
+    return len(seen)
 
 
 @register_check(PhaseKind.best_of_n.value)

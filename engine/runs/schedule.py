@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from engine.runs.completion import check_completion
+from engine.runs.ingest import ingest
 from engine.errors import UserError
 from engine.runs.executors.base import LOG_DIR, Executor, Job, Started
 from engine.runs.lineage import Lineage, RunRecord, RunState, open_lineage, parse_iso
@@ -225,6 +226,7 @@ class _Scheduler:
         if code == 0:
             problem = check_completion(job.kind, job.run_dir)
             if problem is None:
+                ingest(self.lineage, job.id, job.kind, job.run_dir)
                 self._set(job.id, S.succeeded, "exit 0, outputs complete", exit_code=0)
                 return
             reason = f"completion check failed: {problem}"

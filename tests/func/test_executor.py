@@ -32,7 +32,7 @@ def make_job(root: Path, run_id: str, body: str = "", *, kind: str = "eval", par
         "set -e\n"
         'echo "$RLVR_RUN_ID attempt $RLVR_ATTEMPT" >> executions.txt\n'
         f"{body}\n"
-        "mkdir -p outputs && echo '{\"accepted@1\": 1.0}' > outputs/metrics.json\n"
+        "mkdir -p outputs && echo '{\"run_id\": \"t\", \"datasets\": []}' > outputs/metrics.json\n"
     )
     return Job(id=run_id, run_dir=run_dir, kind=kind, parents=tuple(parents), gpus=gpus, cpus=cpus)
 

@@ -98,7 +98,7 @@ def test_every_value_is_shell_quoted(tmp_path: Path, golden_plan: Plan) -> None:
     script.write_text(render_launch(run, ctx))
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True,
                          env={"PATH": os.environ["PATH"], "RLVR_ATTEMPT": "a1"}).stdout.splitlines()
-    assert out == ["-m", "engine.evaluate", "--run-dir", str(run_dir), "--config", "config.yaml", "--model", model]
+    assert out == ["-m", "engine.cli", "evaluate", "--run-dir", str(run_dir), "--model", model, "--backend", "auto"]
     assert sorted(p.name for p in run_dir.iterdir()) == ["logs", "outputs"]  # writes stay inside
 
 

@@ -10,8 +10,7 @@ export RLVR_RUN_ID=cece902ba518
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
-# engine.evaluate (a later issue) writes outputs/records.jsonl and outputs/metrics.json
-# for every dataset in config.yaml.
-# Generates with the frozen protocol, then judges.
-"$RLVR_PYTHON" -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
-    --model Qwen/Qwen2.5-Coder-1.5B-Instruct
+# Generates with the frozen protocol, judges every sample, writes outputs/metrics.json.
+# A re-run resumes: only missing samples are generated, only unjudged ones judged.
+"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model Qwen/Qwen2.5-Coder-1.5B-Instruct \
+    --backend "${RLVR_EVAL_BACKEND:-auto}"

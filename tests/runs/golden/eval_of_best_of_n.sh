@@ -10,8 +10,6 @@ export RLVR_RUN_ID=905311d98afb
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
-# engine.evaluate (a later issue) writes outputs/records.jsonl and outputs/metrics.json
-# for every dataset in config.yaml.
 # Scores the samples its best-of-n parent generated; no generation here.
-"$RLVR_PYTHON" -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
+"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model /runs/golden/20a5cdf2715a/model \
     --samples /runs/golden/3739610676db/outputs/samples

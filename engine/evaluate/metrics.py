@@ -1,0 +1,115 @@
+"""The metrics of an evaluation, as pure functions of its sample records.
+
+Every function takes records of one dataset and returns plain numbers. `summarize`
+gathers the study's quality, reliability and cost panel into one flat name → value map.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from engine.evaluate.records import GEN_ERROR, SampleRecord
+from engine.judge.verdict import Verdict
+
+RAN = frozenset({Verdict.ACCEPTED.value, Verdict.WRONG_ANSWER.value})  # the program ran to the end
+ERROR_CLASSES = ("SYNTAX_ERROR", "RUNTIME_ERROR", "TIMEOUT", "MEMORY_LIMIT", "OUTPUT_LIMIT", "WRONG_ANSWER",
+                 "NO_CODE", GEN_ERROR, "INTERNAL_ERROR")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of Chen et al. (2021): 1 - C(n-c, k) / C(n, k). k > n is an error."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n samples per problem; this problem has n = {n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def by_problem(records: Iterable[SampleRecord]) -> dict[str, list[SampleRecord]]:
+    groups: dict[str, list[SampleRecord]] = defaultdict(list)
+    for record in records:
+        groups[record.problem_id].append(record)
+    return dict(groups)
+
+
+def mean_pass_at_k(records: Sequence[SampleRecord], k: int) -> float:
+    """pass@k averaged over problems; every problem must have at least k samples."""
+    groups = by_problem(records)
+    return statistics.fmean(pass_at_k(len(g), sum(r.accepted for r in g), k) for g in groups.values())
+
+
+def accepted_at_1(records: Sequence[SampleRecord]) -> float:
+    """Share of problems whose first sample is accepted (the greedy headline)."""
+    groups = by_problem(records)
+    return statistics.fmean(min(g, key=lambda r: r.sample).accepted for g in groups.values())
+
+
+def mean_at_n(records: Sequence[SampleRecord]) -> float:
+    """Mean accepted share per problem over its n samples (= unbiased pass@1)."""
+    return statistics.fmean(statistics.fmean(r.accepted for r in g) for g in by_problem(records).values())
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    return float(np.quantile(np.asarray(values, dtype=float), q)) if values else 0.0
+
+
+def error_breakdown(records: Sequence[SampleRecord]) -> dict[str, int]:
+    """Samples per failure class, plus `truncated` (cut at max_tokens, whatever its verdict)."""
+    counts = Counter(r.verdict for r in records if not r.accepted)
+    out = {name: counts.get(name, 0) for name in ERROR_CLASSES}
+    out["truncated"] = sum(r.finish_reason == "length" for r in records)
+    return out
+
+
+def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_generate_s: float = 0.0,
+              wall_judge_s: float = 0.0) -> dict[str, float]:
+    """The panel for one dataset: quality, reliability and cost (empty records give {})."""
+    if not records:
+        return {}
+    n = len(records)
+    problems = by_problem(records)
+    solved = sum(any(r.accepted for r in g) for g in problems.values())
+    ratios = [r.pass_ratio for r in records]
+    judge = [r.judge_s for r in records]
+    tokens = sum(r.prompt_tokens + r.completion_tokens for r in records)
+    tests = sum(r.total for r in records)
+    out = {
+        "accepted@1": accepted_at_1(records), "mean@n": mean_at_n(records),
+        "pass_ratio_mean": statistics.fmean(ratios), "pass_ratio_p50": quantile(ratios, 0.5),
+        "pass_ratio_p90": quantile(ratios, 0.9),
+        "exec_success": sum(r.verdict in RAN for r in records) / n,
+        "format_compliance": sum(r.format_ok for r in records) / n,
+        "zero_reward": sum(r.pass_ratio == 0 for r in records) / n,
+        "truncated_rate": sum(r.finish_reason == "length" for r in records) / n,
+        "timeout_rate": sum(r.verdict == Verdict.TIMEOUT.value for r in records) / n,
+        "prompt_tokens_mean": statistics.fmean(r.prompt_tokens for r in records),
+        "output_tokens_mean": statistics.fmean(r.completion_tokens for r in records),
+        "judge_s_mean": statistics.fmean(judge), "judge_s_p50": quantile(judge, 0.5),
+        "judge_s_p95": quantile(judge, 0.95),
+        "cache_hit_rate": sum(r.cached for r in records) / n,
+        "problems": float(len(problems)), "samples": float(n), "solved": float(solved),
+        "total_tokens": float(tokens),
+    }
+    if solved:  # cost per solved problem; with nothing solved it has no value (not infinity)
+        out.update({"tokens_per_solved": tokens / solved, "judge_s_per_solved": sum(judge) / solved})
+    out.update({f"errors/{name}": float(count) for name, count in error_breakdown(records).items()})
+    min_n = min(len(g) for g in problems.values())
+    out.update({f"pass@{k}": mean_pass_at_k(records, k) for k in ks if k <= min_n})
+    if wall_generate_s + wall_judge_s > 0:
+        wall = wall_generate_s + wall_judge_s
+        out.update({"problems_per_s": len(problems) / wall, "samples_per_s": n / wall,
+                    "tests_per_s": tests / wall_judge_s if wall_judge_s else 0.0,
+                    "generate_s": wall_generate_s, "judge_s": wall_judge_s})
+    return out
+
+
+def requested_ks(n: int, ks: Sequence[int]) -> list[int]:
+    """The pass@k a protocol with n samples reports; a k above n is refused, never dropped."""
+    too_big = [k for k in ks if k > n]
+    if too_big:
+        raise ValueError(f"pass@{too_big[0]} asked of a protocol with n = {n} samples per problem")
+    return sorted(set(ks) | ({1} if n >= 1 else set()))

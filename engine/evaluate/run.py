@@ -1,0 +1,154 @@
+"""An eval run: every dataset its frozen config.yaml evaluates, with the run's protocol.
+
+Writes outputs/generations/, outputs/samples/ (one record per problem × sample) and
+outputs/metrics.json: per dataset, the metrics and the context that makes them comparable
+(protocol name and sha256, id-list sha256, judge version, seed, expected sample count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel
+
+from engine.evaluate import runner
+from engine.evaluate.backends import default_backend, make_backend
+from engine.evaluate.backends.base import Decoding
+from engine.evaluate.metrics import summarize
+from engine.evaluate.records import Keys
+from engine.evaluate.runner import ProgressHandler, Task
+from engine.judge.api import Judge
+from engine.judge.config import JudgeConfig
+from engine.plan.frozen import (
+    FrozenRun,
+    load_frozen_dataset,
+    read_frozen_run,
+    run_registry,
+)
+from engine.prompts.templates import PromptChoice
+from engine.spec.model import JudgeSpec
+
+METRICS_FILE = "metrics.json"
+
+
+class DatasetMetrics(BaseModel):
+    dataset: str
+    protocol: str
+    protocol_sha256: str
+    idlist_sha256: str  # the frozen id list's, or the dataset's fingerprint for a fixed split
+    judge_version: str
+    seed: Optional[int]
+    expected_samples: int
+    model: str  # checkpoint hash
+    metrics: dict[str, float]
+
+
+class EvalOutput(BaseModel):
+    run_id: str
+    datasets: list[DatasetMetrics]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    backend: str = "auto"  # hf | vllm | openai | auto (vllm where a GPU and vllm exist, else hf)
+    base_url: Optional[str] = None  # openai backend
+    batch_size: int = 16
+    rejudge: bool = False
+
+
+def checkpoint_hash(model: str) -> str:
+    """A content hash of a model folder (every file's name, size and first MiB); a hub id as written."""
+    root = Path(model)
+    if not root.is_dir():
+        return model
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        with path.open("rb") as handle:
+            digest.update(f"{path.relative_to(root)}\0{path.stat().st_size}\0".encode() + handle.read(1 << 20))
+    return digest.hexdigest()
+
+
+def protocol_sha256(protocol: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()
+
+
+def decoding_of(protocol: dict[str, Any]) -> Decoding:
+    return Decoding(temperature=protocol.get("temperature") or 0.0, top_p=protocol.get("top_p") or 1.0,
+                    top_k=protocol.get("top_k") if protocol.get("top_k") is not None else -1,
+                    max_tokens=protocol.get("max_tokens") or 512, n=protocol.get("n") or 1,
+                    stop=tuple(protocol.get("stop") or ()), seed=protocol.get("seed") or 0)
+
+
+def tasks(run_dir: Path, model: str, frozen: FrozenRun) -> list[Task]:
+    registry = run_registry(run_dir)
+    protocol = frozen.protocols["evaluate"]
+    choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
+    model_hash = checkpoint_hash(model)
+    out = []
+    for name, entry in frozen.datasets.items():
+        if "evaluate" not in entry.uses:
+            continue
+        loaded = load_frozen_dataset(name, entry, registry)
+        keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
+                    idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint)
+        out.append(Task(dataset=name, problems=loaded.problems, prompts=[_plain(choice.prompt(p)) for p in loaded.problems],
+                        keys=keys, decoding=decoding_of(protocol), out_dir=run_dir / "outputs"))
+    return out
+
+
+def _plain(prompt: Any) -> Any:
+    return prompt if isinstance(prompt, str) else [m.model_dump() for m in prompt]
+
+
+def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
+                 on_progress: ProgressHandler = runner._quiet) -> EvalOutput:
+    run_dir = Path(run_dir).resolve()
+    frozen = read_frozen_run(run_dir)
+    todo = tasks(run_dir, model, frozen)
+    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    protocol = frozen.protocols["evaluate"]
+    gen_s: dict[str, float] = {}
+    if any(_missing_generations(t) for t in todo):
+        backend = make_backend(_backend_name(settings), **_backend_options(settings, model))
+        try:
+            gen_s = {t.dataset: runner.generate(t, backend, on_progress) for t in todo}
+        finally:
+            backend.close()
+    results = []
+    with Judge(judge_config) as judge:
+        for task in todo:
+            judge_s = runner.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
+            metrics = summarize(runner.samples(task), ks=_ks(task.decoding.n),
+                                wall_generate_s=gen_s.get(task.dataset, 0.0), wall_judge_s=judge_s)
+            results.append(DatasetMetrics(
+                dataset=task.dataset, protocol=protocol.get("name", "evaluate"), protocol_sha256=task.keys.protocol,
+                idlist_sha256=task.keys.idlist, judge_version=judge_config.version, seed=frozen.seed,
+                expected_samples=task.expected, model=task.keys.model, metrics=metrics))
+    output = EvalOutput(run_id=frozen.run_id, datasets=results)
+    (run_dir / "outputs" / METRICS_FILE).write_text(output.model_dump_json(indent=2) + "\n")
+    return output
+
+
+def _missing_generations(task: Task) -> bool:
+    return sum(1 for _ in runner.read(task.generations, runner.GenerationRecord, task.keys)) < task.expected
+
+
+def _ks(n: int) -> list[int]:
+    return sorted({k for k in (1, 2, 5, 10, 20, 50, 100) if k <= n})
+
+
+def _backend_name(settings: Settings) -> str:
+    return default_backend() if settings.backend == "auto" else settings.backend
+
+
+def _backend_options(settings: Settings, model: str) -> dict[str, Any]:
+    name = _backend_name(settings)
+    if name == "openai":
+        return {"model": model, "base_url": settings.base_url or "http://127.0.0.1:8000/v1"}
+    if name == "hf":
+        return {"model": model, "batch_size": settings.batch_size}
+    return {"model": model}
