@@ -1,0 +1,110 @@
+"""Eval runs for real: the rendered launch.sh generates with the tiny model and judges, the runner
+records the metrics in lineage, and a kill -9 mid-generation resumes without duplicates."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine.cli import main
+from engine.evaluate.records import GenerationRecord, SampleRecord, read
+from engine.runs.completion import check_completion
+from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
+from engine.runs.materialize import materialize
+from engine.runs.pipeline import run_spec
+from engine.runs.preflight import preflight
+
+SPEC = """\
+name: tiny-eval
+base_model: {{path: {model}}}
+datasets:
+  toy_train: {{source: toy, split: train, role: train}}
+  toy_valid: {{source: toy, split: valid, role: valid}}
+protocols:
+  greedy: {{preset: greedy, max_tokens: {tokens}}}
+phases:
+  base: {{kind: eval}}
+seeds: [1]
+evaluate:
+  every_phase: {{datasets: [toy_valid], protocol: greedy}}
+"""
+
+
+def write_spec(root: Path, model: Path, tokens: int = 24) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    spec = root / "spec.yaml"
+    spec.write_text(SPEC.format(model=model, tokens=tokens))
+    return spec
+
+
+def test_an_eval_run_records_its_metrics_and_status_shows_them(tiny_model, tmp_path, capsys):
+    spec = write_spec(tmp_path, tiny_model)
+    outcome = run_spec(spec, runs_dir=tmp_path / "runs")
+    [run] = outcome.plan.runs
+    assert outcome.result.states[run.id] is RunState.succeeded
+    run_dir = tmp_path / "runs" / "tiny-eval" / run.id
+    samples = list(read(run_dir / "outputs" / "samples" / "toy_valid.jsonl", SampleRecord))
+    assert len(samples) == 42 and len({s.problem_id for s in samples}) == 42
+    assert all(s.judge_version.startswith("rlvr-judge-") and s.keys.protocol for s in samples)
+    with open_lineage(tmp_path / "runs" / LINEAGE_FILE, readonly=True) as lineage:
+        metrics = {m.name: m for m in lineage.metrics(run.id)}
+    assert metrics["accepted@1"].dataset == "toy_valid" and metrics["accepted@1"].protocol == "greedy"
+    assert metrics["accepted@1"].protocol_sha256 == samples[0].keys.protocol
+    assert metrics["accepted@1"].judge_version == samples[0].judge_version and metrics["samples"].value == 42
+    capsys.readouterr()
+    assert main(["status", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["runs"]
+    assert row["headline"]["name"] == "accepted@1" and row["headline"]["dataset"] == "toy_valid"
+
+
+def test_a_run_missing_samples_fails_with_the_missing_count(tiny_model, tmp_path):
+    spec = write_spec(tmp_path, tiny_model)
+    outcome = run_spec(spec, runs_dir=tmp_path / "runs")
+    [run] = outcome.plan.runs
+    run_dir = tmp_path / "runs" / "tiny-eval" / run.id
+    path = run_dir / "outputs" / "samples" / "toy_valid.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:40]))
+    assert check_completion("eval", run_dir) == "toy_valid: 2 of 42 samples missing"
+
+
+def test_kill_9_mid_generation_then_resume_without_duplicates(tiny_model, tmp_path):
+    spec = write_spec(tmp_path, tiny_model, tokens=48)
+    checked = preflight(spec)
+    [run_dir] = [d.path for d in materialize(checked.plan, checked.validated, tmp_path / "runs")]
+    generations = run_dir / "outputs" / "generations" / "toy_valid.jsonl"
+    command = [sys.executable, "-m", "engine.cli", "evaluate", "--run-dir", str(run_dir), "--model", str(tiny_model),
+               "--batch-size", "4"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not generations.exists() or len(generations.read_text().splitlines()) < 8):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(line)["problem_id"] for line in generations.read_text().splitlines() if line.endswith("}")]
+    assert 8 <= len(before) < 42, "the kill came after generation finished: no resume was tested"
+    assert main(["evaluate", "--run-dir", str(run_dir), "--model", str(tiny_model)]) == 0
+    after = list(read(generations, GenerationRecord))
+    lines = generations.read_text().splitlines()
+    assert len(after) == 42 and len({g.uid for g in after}) == 42
+    assert len(lines) - lines.count("") <= 42 + 1  # nothing regenerated (a torn last line at most)
+    assert [g.problem_id for g in after][: len(before)] == before
+    samples = list(read(run_dir / "outputs" / "samples" / "toy_valid.jsonl", SampleRecord))
+    assert len(samples) == 42 and len({s.uid for s in samples}) == 42
+    assert check_completion("eval", run_dir) is None
+
+
+def test_rejudging_never_regenerates(tiny_model, tmp_path):
+    spec = write_spec(tmp_path, tiny_model)
+    outcome = run_spec(spec, runs_dir=tmp_path / "runs")
+    [run] = outcome.plan.runs
+    run_dir = tmp_path / "runs" / "tiny-eval" / run.id
+    generations = run_dir / "outputs" / "generations" / "toy_valid.jsonl"
+    before = generations.read_bytes()
+    assert main(["evaluate", "--run-dir", str(run_dir), "--model", str(tiny_model), "--rejudge"]) == 0
+    assert generations.read_bytes() == before
+    assert len(list(read(run_dir / "outputs" / "samples" / "toy_valid.jsonl", SampleRecord))) == 42
