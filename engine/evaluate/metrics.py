@@ -113,3 +113,39 @@ def requested_ks(n: int, ks: Sequence[int]) -> list[int]:
     if too_big:
         raise ValueError(f"pass@{too_big[0]} asked of a protocol with n = {n} samples per problem")
     return sorted(set(ks) | ({1} if n >= 1 else set()))
+
+
+def repair_summary(records: Sequence[SampleRecord]) -> dict[str, float]:
+    """Multi-round repair: accepted@1 vs accepted@multi, recovery per round, Δpass_ratio, rounds
+    used, tokens and judge time per round, cost per solved, and the verdict transitions from the
+    first answer to the last."""
+    chains: dict[tuple[str, int], list[SampleRecord]] = defaultdict(list)
+    for r in records:
+        chains[(r.problem_id, r.sample)].append(r)
+    if not chains:
+        return {}
+    for chain in chains.values():
+        chain.sort(key=lambda r: r.round)
+    firsts = [c[0] for c in chains.values()]
+    lasts = [c[-1] for c in chains.values()]
+    deltas = [last.pass_ratio - first.pass_ratio for first, last in zip(firsts, lasts)]
+    out = {"accepted@1": accepted_at_1(firsts), "accepted@multi": accepted_at_1(lasts),
+           "delta_pass_ratio_mean": statistics.fmean(deltas), "delta_pass_ratio_p50": quantile(deltas, 0.5),
+           "delta_pass_ratio_p90": quantile(deltas, 0.9),
+           "rounds_mean": statistics.fmean(len(c) for c in chains.values())}
+    for n in range(1, max(r.round for r in records) + 1):
+        at = [r for r in records if r.round == n]
+        out[f"round{n}/tokens"] = float(sum(r.prompt_tokens + r.completion_tokens for r in at))
+        out[f"round{n}/judge_s"] = float(sum(r.judge_s for r in at))
+        if n > 1:
+            out[f"round{n}/recovery"] = sum(r.accepted for r in at) / len(at) if at else 0.0
+    out["total/tokens"] = float(sum(r.prompt_tokens + r.completion_tokens for r in records))
+    out["total/judge_s"] = float(sum(r.judge_s for r in records))
+    solved_1, solved_m = sum(r.accepted for r in firsts), sum(r.accepted for r in lasts)
+    if solved_1:
+        out["tokens_per_solved/single"] = out["round1/tokens"] / solved_1
+    if solved_m:
+        out["tokens_per_solved/multi"] = out["total/tokens"] / solved_m
+    for (a, b), count in Counter((f.verdict, e.verdict) for f, e in zip(firsts, lasts)).items():
+        out[f"transition/{a}->{b}"] = float(count)
+    return out

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from engine.evaluate import runner
 from engine.evaluate.backends import default_backend, make_backend
 from engine.evaluate.backends.base import Decoding
-from engine.evaluate.metrics import summarize
+from engine.evaluate.metrics import repair_summary, summarize
 from engine.evaluate.records import Keys
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
@@ -111,26 +111,56 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
     todo = tasks(run_dir, model, frozen)
     judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
     protocol = frozen.protocols["evaluate"]
-    gen_s: dict[str, float] = {}
-    if any(_missing_generations(t) for t in todo):
-        backend = make_backend(_backend_name(settings), **_backend_options(settings, model))
-        try:
-            gen_s = {t.dataset: runner.generate(t, backend, on_progress) for t in todo}
-        finally:
-            backend.close()
+    rounds = protocol.get("rounds") or 1
+    backend = _LazyBackend(settings, model)
     results = []
-    with Judge(judge_config) as judge:
-        for task in todo:
-            judge_s = runner.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
-            metrics = summarize(runner.samples(task), ks=_ks(task.decoding.n),
-                                wall_generate_s=gen_s.get(task.dataset, 0.0), wall_judge_s=judge_s)
-            results.append(DatasetMetrics(
-                dataset=task.dataset, protocol=protocol.get("name", "evaluate"), protocol_sha256=task.keys.protocol,
-                idlist_sha256=task.keys.idlist, judge_version=judge_config.version, seed=frozen.seed,
-                expected_samples=task.expected, model=task.keys.model, metrics=metrics))
+    try:
+        gen_s = {t.dataset: runner.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
+                 for t in todo}
+        with Judge(judge_config) as judge:
+            for task in todo:
+                judge_s = runner.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
+                if rounds > 1:
+                    runner.repair(task, backend, judge, judge_config.version, rounds, on_progress)
+                results.append(_dataset_metrics(task, frozen, judge_config.version, gen_s[task.dataset], judge_s,
+                                                rounds))
+    finally:
+        backend.close()
     output = EvalOutput(run_id=frozen.run_id, datasets=results)
     (run_dir / "outputs" / METRICS_FILE).write_text(output.model_dump_json(indent=2) + "\n")
     return output
+
+
+def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: float, judge_s: float,
+                     rounds: int) -> DatasetMetrics:
+    records = runner.samples(task)
+    first = [r for r in records if r.round == 1]
+    metrics = summarize(first, ks=_ks(task.decoding.n), wall_generate_s=gen_s, wall_judge_s=judge_s)
+    if rounds > 1:
+        metrics.update({f"repair/{k}": v for k, v in repair_summary(records).items()})
+    protocol = frozen.protocols["evaluate"]
+    return DatasetMetrics(dataset=task.dataset, protocol=protocol.get("name", "evaluate"),
+                          protocol_sha256=task.keys.protocol, idlist_sha256=task.keys.idlist,
+                          judge_version=judge_version, seed=frozen.seed, expected_samples=task.expected,
+                          model=task.keys.model, metrics=metrics)
+
+
+class _LazyBackend:
+    """The generation backend, loaded only when something is generated (a resumed run may not need it)."""
+
+    name = "lazy"
+
+    def __init__(self, settings: Settings, model: str) -> None:
+        self.settings, self.model, self.loaded = settings, model, None
+
+    def generate(self, prompts, decoding):  # type: ignore[no-untyped-def]
+        if self.loaded is None:
+            self.loaded = make_backend(_backend_name(self.settings), **_backend_options(self.settings, self.model))
+        return self.loaded.generate(prompts, decoding)
+
+    def close(self) -> None:
+        if self.loaded is not None:
+            self.loaded.close()
 
 
 def _missing_generations(task: Task) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from engine.errors import UserError
 from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt
 from engine.evaluate.records import (
     GEN_ERROR,
@@ -29,9 +30,11 @@ from engine.evaluate.records import (
     read,
 )
 from engine.judge.api import Judge
-from engine.judge.verdict import SampleResult
+from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.prompts.extract import extract_code
+from engine.repair.loop import Answer
+from engine.repair.loop import repair as repair_loop
 
 GENERATE_CHUNK = 8  # problems per generation call: each call's samples are on disk before the next
 JUDGE_CHUNK = 64  # samples per judge call
@@ -156,3 +159,48 @@ def _sample_record(g: GenerationRecord, result: Optional[SampleResult], problem:
 
 def samples(task: Task) -> list[SampleRecord]:
     return list(read(task.samples, SampleRecord, task.keys))  # type: ignore[arg-type]
+
+
+def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, rounds: int,
+           on_progress: ProgressHandler = _quiet) -> float:
+    """Rounds 2..`rounds` for the samples that still fail, one round at a time so a re-run resumes
+    at the first round whose records are missing; returns the seconds spent."""
+    by_id = {p.id: p for p in task.problems}
+    prompts = {p.id: prompt for p, prompt in zip(task.problems, task.prompts)}
+    if any(isinstance(p, str) for p in prompts.values()):
+        raise UserError(f"dataset `{task.dataset}`: repair rounds need chat prompts (the feedback is a user turn)\n"
+                        "  fix: evaluate a chat model, or drop `rounds:` from the protocol")
+    began, decoding = time.perf_counter(), replace(task.decoding, n=1)
+    for r in range(2, rounds + 1):
+        records = samples(task)
+        done = {x.parent for x in records if x.round == r}
+        parents = [x for x in records if x.round == r - 1 and not x.accepted and x.uid not in done]
+        for start in range(0, len(parents), JUDGE_CHUNK):
+            first = [Answer(key=x.uid, problem=by_id[x.problem_id], completion=x.completion, round=r - 1,
+                            result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
+                            generation=x) for x in parents[start:start + JUDGE_CHUNK]]
+            chains = repair_loop(first, judge=judge, rounds=r, text=lambda g: g.text,
+                                 generate=lambda convs: [gens[0] for gens in backend.generate(convs, decoding)])
+            parent_of = {a.key: a.generation for a in first}
+            append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
+                                  if a.round == r])
+            on_progress(Progress(f"repair round {r}", task.dataset, start + len(first), len(parents)))
+    return time.perf_counter() - began
+
+
+def _result_of(record: SampleRecord) -> SampleResult:
+    verdict = Verdict.INTERNAL_ERROR if record.verdict == GEN_ERROR else Verdict(record.verdict)
+    return SampleResult(problem_id=record.problem_id, verdict=verdict, accepted=record.accepted,
+                        passed=record.passed, total=record.total, pass_ratio=record.pass_ratio,
+                        failures=record.tests)
+
+
+def _repair_record(parent: SampleRecord, answer: Answer, judge_version: str) -> SampleRecord:
+    g: Generation = answer.generation
+    generation = GenerationRecord(dataset=parent.dataset, problem_id=parent.problem_id, sample=parent.sample,
+                                  round=answer.round, parent=parent.uid, keys=parent.keys,
+                                  prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
+                                  finish_reason=g.finish_reason, latency_s=g.latency_s, seed=g.seed,
+                                  completion=g.text, error=g.error, conversation=answer.conversation)
+    return _sample_record(generation, answer.result if g.finish_reason != "error" else None, answer.problem,
+                          judge_version)

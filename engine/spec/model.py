@@ -66,6 +66,9 @@ class ProtocolSpec(StrictModel):
     stop: Optional[list[str]] = None
     seed: Optional[int] = None
     prompt: Optional[str] = None  # prompt template name (registry/prompts.yaml)
+    # Rounds of repair at inference: a failing answer gets feedback from the PUBLIC tests and
+    # another try, up to this many answers in all (absent: one answer, no repair).
+    rounds: Optional[int] = Field(default=None, ge=1, le=10)
 
 
 class JudgeSpec(StrictModel):

@@ -26,7 +26,7 @@ datasets:
   toy_train: {{source: toy, split: train, role: train}}
   toy_valid: {{source: toy, split: valid, role: valid}}
 protocols:
-  greedy: {{preset: greedy, max_tokens: {tokens}}}
+  greedy: {{preset: greedy, max_tokens: {tokens}{extra}}}
 phases:
   base: {{kind: eval}}
 seeds: [1]
@@ -35,10 +35,10 @@ evaluate:
 """
 
 
-def write_spec(root: Path, model: Path, tokens: int = 24) -> Path:
+def write_spec(root: Path, model: Path, tokens: int = 24, extra: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "spec.yaml"
-    spec.write_text(SPEC.format(model=model, tokens=tokens))
+    spec.write_text(SPEC.format(model=model, tokens=tokens, extra=extra))
     return spec
 
 
@@ -108,3 +108,21 @@ def test_rejudging_never_regenerates(tiny_model, tmp_path):
     assert main(["evaluate", "--run-dir", str(run_dir), "--model", str(tiny_model), "--rejudge"]) == 0
     assert generations.read_bytes() == before
     assert len(list(read(run_dir / "outputs" / "samples" / "toy_valid.jsonl", SampleRecord))) == 42
+
+
+def test_a_repair_evaluation_records_each_round_and_its_metrics(tiny_model, tmp_path):
+    spec = write_spec(tmp_path, tiny_model, tokens=16, extra=", rounds: 2")
+    outcome = run_spec(spec, runs_dir=tmp_path / "runs")
+    [run] = outcome.plan.runs
+    assert outcome.result.states[run.id] is RunState.succeeded
+    run_dir = tmp_path / "runs" / "tiny-eval" / run.id
+    records = list(read(run_dir / "outputs" / "samples" / "toy_valid.jsonl", SampleRecord))
+    first = {r.uid: r for r in records if r.round == 1}
+    second = [r for r in records if r.round == 2]
+    assert len(first) == 42 and len(second) == sum(not r.accepted for r in first.values())
+    assert all(r.parent in first and not first[r.parent].accepted for r in second)
+    assert all(r.conversation[-1]["role"] == "user" and "public tests" in r.conversation[-1]["content"]
+               for r in second)
+    metrics = json.loads((run_dir / "outputs" / "metrics.json").read_text())["datasets"][0]["metrics"]
+    assert metrics["repair/rounds_mean"] > 1 and "repair/round2/recovery" in metrics
+    assert metrics["samples"] == 42  # single-shot metrics count the first answers only
