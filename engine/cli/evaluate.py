@@ -26,13 +26,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (openai backend)")
     p.add_argument("--batch-size", type=int, default=16, help="prompts per generate call (hf)")
     p.add_argument("--rejudge", action="store_true", help="judge every generation again (e.g. after a judge fix)")
+    p.add_argument("--generate-only", action="store_true",
+                   help="a best_of_n run: n samples per problem, one chosen by the public tests into outputs/samples")
+    p.add_argument("--samples", type=Path, help="score these chosen samples (a best_of_n run's outputs/samples)")
     p.set_defaults(func=command)
 
 
 def command(args: argparse.Namespace) -> int:
     settings = Settings(backend=args.backend, base_url=args.base_url, batch_size=args.batch_size,
-                        rejudge=args.rejudge)
+                        rejudge=args.rejudge, generate_only=args.generate_only, samples=args.samples)
     with StageProgress(console) as progress:
         output = evaluate_run(args.run_dir, args.model, settings, on_progress=progress.update)
-    console.print(eval_table(output))
+    if output.datasets:
+        console.print(eval_table(output))
     return 0

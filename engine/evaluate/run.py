@@ -18,8 +18,9 @@ from pydantic import BaseModel
 from engine.evaluate import runner
 from engine.evaluate.backends import default_backend, make_backend
 from engine.evaluate.backends.base import Decoding
+from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, summarize
-from engine.evaluate.records import Keys
+from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
@@ -33,6 +34,7 @@ from engine.prompts.templates import PromptChoice
 from engine.spec.model import JudgeSpec
 
 METRICS_FILE = "metrics.json"
+BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected and generated
 
 
 class DatasetMetrics(BaseModel):
@@ -58,6 +60,8 @@ class Settings:
     base_url: Optional[str] = None  # openai backend
     batch_size: int = 16
     rejudge: bool = False
+    generate_only: bool = False  # a best_of_n run: sample n per problem, choose one by the public tests
+    samples: Optional[Path] = None  # score these chosen samples (a best_of_n parent's) instead of generating
 
 
 def checkpoint_hash(model: str) -> str:
@@ -83,14 +87,15 @@ def decoding_of(protocol: dict[str, Any]) -> Decoding:
                     stop=tuple(protocol.get("stop") or ()), seed=protocol.get("seed") or 0)
 
 
-def tasks(run_dir: Path, model: str, frozen: FrozenRun) -> list[Task]:
+def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate") -> list[Task]:
+    """One task per dataset the run uses for `use` (evaluate, or generate for best_of_n)."""
     registry = run_registry(run_dir)
-    protocol = frozen.protocols["evaluate"]
+    protocol = frozen.protocols[use]
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
     model_hash = checkpoint_hash(model)
     out = []
     for name, entry in frozen.datasets.items():
-        if "evaluate" not in entry.uses:
+        if use not in entry.uses:
             continue
         loaded = load_frozen_dataset(name, entry, registry)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
@@ -108,7 +113,11 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
                  on_progress: ProgressHandler = runner._quiet) -> EvalOutput:
     run_dir = Path(run_dir).resolve()
     frozen = read_frozen_run(run_dir)
+    if settings.generate_only:
+        return sample_best_of_n(run_dir, model, frozen, settings, on_progress)
     todo = tasks(run_dir, model, frozen)
+    chosen = {t.dataset: import_chosen(settings.samples / f"{t.dataset}.jsonl", t.generations, t.keys)
+              for t in todo} if settings.samples else {}
     judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
     protocol = frozen.protocols["evaluate"]
     rounds = protocol.get("rounds") or 1
@@ -123,7 +132,7 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
                 if rounds > 1:
                     runner.repair(task, backend, judge, judge_config.version, rounds, on_progress)
                 results.append(_dataset_metrics(task, frozen, judge_config.version, gen_s[task.dataset], judge_s,
-                                                rounds))
+                                                rounds, chosen.get(task.dataset)))
     finally:
         backend.close()
     output = EvalOutput(run_id=frozen.run_id, datasets=results)
@@ -132,17 +141,44 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
 
 
 def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: float, judge_s: float,
-                     rounds: int) -> DatasetMetrics:
+                     rounds: int, chosen: Optional[list[ChosenRecord]] = None) -> DatasetMetrics:
     records = runner.samples(task)
     first = [r for r in records if r.round == 1]
     metrics = summarize(first, ks=_ks(task.decoding.n), wall_generate_s=gen_s, wall_judge_s=judge_s)
     if rounds > 1:
         metrics.update({f"repair/{k}": v for k, v in repair_summary(records).items()})
+    if chosen:
+        metrics.update({"best_of_n/candidates": float(chosen[0].candidates),
+                        "best_of_n/cost_tokens_mean": sum(c.cost_tokens for c in chosen) / len(chosen),
+                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen))})
     protocol = frozen.protocols["evaluate"]
     return DatasetMetrics(dataset=task.dataset, protocol=protocol.get("name", "evaluate"),
                           protocol_sha256=task.keys.protocol, idlist_sha256=task.keys.idlist,
                           judge_version=judge_version, seed=frozen.seed, expected_samples=task.expected,
                           model=task.keys.model, metrics=metrics)
+
+
+def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Settings,
+                     on_progress: ProgressHandler) -> EvalOutput:
+    """A best_of_n run: n samples per problem (resumable), then one chosen per problem by the public
+    tests, written to outputs/samples/<dataset>.jsonl for the evaluations attached to this run."""
+    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    backend = _LazyBackend(settings, model)
+    try:
+        todo = tasks(run_dir, model, frozen, use="generate")
+        for task in todo:
+            runner.generate(task, backend, on_progress)
+    finally:
+        backend.close()
+    counts = {}
+    with Judge(judge_config) as judge:
+        for task in todo:
+            generations = list(read(task.generations, GenerationRecord, task.keys))
+            write_chosen(task.samples, choose(task.problems, generations, judge))
+            counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
+                                    "generated": len(generations)}
+    (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")
+    return EvalOutput(run_id=frozen.run_id, datasets=[])
 
 
 class _LazyBackend:
@@ -164,7 +200,7 @@ class _LazyBackend:
 
 
 def _missing_generations(task: Task) -> bool:
-    return sum(1 for _ in runner.read(task.generations, runner.GenerationRecord, task.keys)) < task.expected
+    return sum(1 for _ in read(task.generations, GenerationRecord, task.keys)) < task.expected
 
 
 def _ks(n: int) -> list[int]:

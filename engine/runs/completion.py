@@ -19,7 +19,8 @@ from engine.spec.model import PhaseKind, TRAINED_KINDS
 CHECKPOINT_DIR = "checkpoints"  # verl's layout: checkpoints/global_step_<N>/
 MODEL_CONFIG = "model/config.json"  # the exported HF model children and evaluations load
 EVAL_METRICS = "outputs/metrics.json"  # evaluation summary
-SAMPLES_DIR = "outputs/samples"  # best-of-n generations, judged by the attached evaluations
+SAMPLES_DIR = "outputs/samples"  # judged samples (eval); the chosen samples (best_of_n)
+BEST_OF_N = "outputs/best_of_n.json"
 
 Check = Callable[[Path], Optional[str]]  # run_dir -> None when complete, else the reason
 _CHECKS: dict[str, Check] = {}
@@ -98,7 +99,17 @@ def _judged(run_dir: Path, summary: dict) -> int:
 
 @register_check(PhaseKind.best_of_n.value)
 def _sampled(run_dir: Path) -> Optional[str]:
-    samples = run_dir / SAMPLES_DIR
-    if not samples.is_dir() or not any(samples.iterdir()):
-        return f"exited 0 but left no samples in {SAMPLES_DIR}/"
-    return None
+    """Every problem has its n samples, and one chosen sample in outputs/samples."""
+    path = run_dir / BEST_OF_N
+    if not path.is_file():
+        return f"exited 0 but wrote no {BEST_OF_N}"
+    problems = []
+    for dataset, counts in json.loads(path.read_text()).items():
+        chosen = run_dir / SAMPLES_DIR / f"{dataset}.jsonl"
+        lines = len(chosen.read_text().splitlines()) if chosen.is_file() else 0
+        if counts["generated"] < counts["expected_samples"]:
+            problems.append(f"{dataset}: {counts['expected_samples'] - counts['generated']} of "
+                            f"{counts['expected_samples']} samples missing")
+        elif lines < counts["problems"]:
+            problems.append(f"{dataset}: {counts['problems'] - lines} of {counts['problems']} problems have no choice")
+    return "; ".join(problems) or None

@@ -126,3 +126,41 @@ def test_a_repair_evaluation_records_each_round_and_its_metrics(tiny_model, tmp_
     metrics = json.loads((run_dir / "outputs" / "metrics.json").read_text())["datasets"][0]["metrics"]
     assert metrics["repair/rounds_mean"] > 1 and "repair/round2/recovery" in metrics
     assert metrics["samples"] == 42  # single-shot metrics count the first answers only
+
+
+BEST_OF_N = """\
+name: tiny-bon
+base_model: {{path: {model}}}
+datasets:
+  toy_train: {{source: toy, split: train, role: train}}
+  toy_valid: {{source: toy, split: valid, role: valid}}
+protocols:
+  greedy: {{preset: greedy, max_tokens: 16}}
+  sample3: {{temperature: 1.0, n: 3, max_tokens: 16, seed: 5}}
+phases:
+  bon: {{kind: best_of_n, from: base, protocol: sample3, n: 3}}
+seeds: [1]
+evaluate:
+  every_phase: {{datasets: [toy_valid], protocol: greedy}}
+"""
+
+
+def test_best_of_n_chooses_by_public_tests_and_its_evaluation_scores_the_choice(tiny_model, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BEST_OF_N.format(model=tiny_model))
+    outcome = run_spec(spec, runs_dir=tmp_path / "runs")
+    assert set(outcome.result.states.values()) == {RunState.succeeded}
+    bon = next(r for r in outcome.plan.runs if r.kind.value == "best_of_n")
+    evaluation = next(r for r in outcome.plan.runs if r.kind.value == "eval")
+    root = tmp_path / "runs" / "tiny-bon"
+    chosen = [json.loads(line) for line in (root / bon.id / "outputs" / "samples" / "toy_valid.jsonl").open()]
+    generated = list(read(root / bon.id / "outputs" / "generations" / "toy_valid.jsonl", GenerationRecord))
+    assert len(chosen) == 42 and len(generated) == 42 * 3
+    assert all(c["candidates"] == 3 and c["public_pass_ratio"] is not None for c in chosen)
+    cost = {c["problem_id"]: c["cost_tokens"] for c in chosen}
+    for problem_id, tokens in cost.items():
+        assert tokens == sum(g.prompt_tokens + g.completion_tokens for g in generated if g.problem_id == problem_id)
+    scored = list(read(root / evaluation.id / "outputs" / "samples" / "toy_valid.jsonl", SampleRecord))
+    assert len(scored) == 42 and {s.completion for s in scored} <= {g.completion for g in generated}
+    metrics = json.loads((root / evaluation.id / "outputs" / "metrics.json").read_text())["datasets"][0]["metrics"]
+    assert metrics["best_of_n/candidates"] == 3 and metrics["best_of_n/cost_tokens"] == sum(cost.values())

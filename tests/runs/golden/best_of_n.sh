@@ -10,8 +10,7 @@ export RLVR_RUN_ID=3739610676db
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
-# Inference-only baseline: n samples per problem with the frozen protocol, kept in
-# outputs/samples for the evaluation runs attached to this run (engine.evaluate, a later issue).
-"$RLVR_PYTHON" -m engine.evaluate --run-dir "$RUN_DIR" --config config.yaml \
-    --model /runs/golden/20a5cdf2715a/model --generate-only --n 10 \
-    --samples-out outputs/samples
+# Inference-only baseline: 10 samples per problem with the frozen protocol; the one the PUBLIC
+# tests rank best goes to outputs/samples, which the evaluations attached to this run score.
+"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model /runs/golden/20a5cdf2715a/model \
+    --generate-only --backend "${RLVR_EVAL_BACKEND:-auto}"

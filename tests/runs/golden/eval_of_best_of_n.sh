@@ -12,4 +12,4 @@ RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Scores the samples its best-of-n parent generated; no generation here.
 "$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model /runs/golden/20a5cdf2715a/model \
-    --samples /runs/golden/3739610676db/outputs/samples
+    --samples /runs/golden/3739610676db/outputs/samples --backend "${RLVR_EVAL_BACKEND:-auto}"
