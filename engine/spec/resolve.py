@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -38,7 +39,7 @@ def _sha256(data: bytes) -> str:
 def _model(loaded: LoadedSpec, registry: Registry, out: list[Diagnostic]) -> ModelRef:
     base = loaded.spec.base_model
     if isinstance(base, ModelRef):
-        return base
+        return _local_model(loaded, base, out)
     entry = registry.models.get(base)
     if entry is None:
         out.append(loaded.diagnostic(
@@ -48,6 +49,24 @@ def _model(loaded: LoadedSpec, registry: Registry, out: list[Diagnostic]) -> Mod
             at_value=True))
         return ModelRef(path=base)
     return ModelRef(path=entry.hf_id, family=entry.family, chat=entry.chat)
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _local_model(loaded: LoadedSpec, model: ModelRef, out: list[Diagnostic]) -> ModelRef:
+    """A spelled-out model is a folder that exists (made absolute) or a hub id (`org/name`)."""
+    path = Path(model.path).expanduser()
+    found = path if path.is_absolute() else loaded.path.parent / path
+    if found.is_dir():
+        return model.model_copy(update={"path": str(found.resolve())})
+    if not path.is_absolute() and not model.path.startswith((".", "~")) and HUB_ID.fullmatch(model.path):
+        return model
+    out.append(loaded.diagnostic(
+        ("base_model", "path"), f"model folder {model.path!r} does not exist (looked at {found}) and is not a hub id",
+        "point `path:` at a Hugging Face model folder (relative paths are read from the spec's folder) "
+        "or a hub id such as Qwen/Qwen2.5-Coder-7B-Instruct", at_value=True))
+    return model
 
 
 def _protocol(loaded: LoadedSpec, registry: Registry, name: str, proto: ProtocolSpec,

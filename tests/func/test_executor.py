@@ -121,9 +121,13 @@ def test_eval_run_without_metrics_fails_its_completion_check(runs, lineage):
 
 
 def test_best_of_n_needs_samples_and_unknown_kinds_never_pass(tmp_path):
-    assert "left no samples in outputs/samples/" in check_completion("best_of_n", tmp_path)
+    assert "wrote no outputs/best_of_n.json" in check_completion("best_of_n", tmp_path)
     (tmp_path / "outputs" / "samples").mkdir(parents=True)
+    (tmp_path / "outputs" / "best_of_n.json").write_text(
+        '{"humaneval": {"problems": 2, "expected_samples": 4, "generated": 4}}')
     (tmp_path / "outputs" / "samples" / "humaneval.jsonl").write_text("{}\n")
+    assert check_completion("best_of_n", tmp_path) == "humaneval: 1 of 2 problems have no choice"
+    (tmp_path / "outputs" / "samples" / "humaneval.jsonl").write_text("{}\n{}\n")
     assert check_completion("best_of_n", tmp_path) is None
     assert "no completion check is registered for run kind 'mystery'" in check_completion("mystery", tmp_path)
 
