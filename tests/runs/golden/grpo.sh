@@ -10,7 +10,7 @@ export RLVR_RUN_ID=4dc9d0253edd
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
-# Writes data/*.parquet from the frozen config's datasets (engine.data, the data issue).
+# Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
 "$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl
 # verl's file logger truncates its file on every start: one metrics file per attempt.
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"

@@ -10,11 +10,10 @@ export RLVR_RUN_ID=38f8848d4637
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
-# Writes data/*.parquet from the frozen config's datasets (engine.data, the data issue).
+# Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
 "$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl
 # Multi-round repair = GRPO whose rollouts run the rlvr_repair agent loop: answer, judge,
-# feed the verdict back, up to 2 rounds. verl imports the loop from this module
-# (engine.repair_loop: the repair issue implements it).
+# feed the verdict back, up to 2 rounds. verl imports the loop from this module.
 export VERL_USE_EXTERNAL_MODULES=engine.repair_loop
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
