@@ -1,0 +1,1 @@
+"""Plan → run directories → execution in DAG order → lineage; the `run` verb's pipeline."""

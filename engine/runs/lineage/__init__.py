@@ -1,0 +1,33 @@
+"""`runs/lineage.sqlite`: the record of specs, runs, edges, data, metrics and state changes.
+
+`records` holds the rows, `migrations` the schema, `store` the only writer (`Lineage`),
+`from_plan` turns a plan into rows. The names below are the package's public surface.
+"""
+
+from engine.runs.lineage.records import (
+    FINISHED,
+    TRANSITIONS,
+    ArtifactRecord,
+    DatasetRecord,
+    EdgeRecord,
+    Event,
+    IllegalTransition,
+    Metric,
+    PlanRecords,
+    ProtocolRecord,
+    RunDatasetRecord,
+    RunProtocolRecord,
+    RunRecord,
+    RunState,
+    SpecRecord,
+    WaiverRecord,
+    now_iso,
+    parse_iso,
+)
+from engine.runs.lineage.store import LINEAGE_FILE, Lineage, open_lineage
+
+__all__ = [
+    "FINISHED", "TRANSITIONS", "ArtifactRecord", "DatasetRecord", "EdgeRecord", "Event", "IllegalTransition",
+    "Metric", "PlanRecords", "ProtocolRecord", "RunDatasetRecord", "RunProtocolRecord", "RunRecord", "RunState",
+    "SpecRecord", "WaiverRecord", "now_iso", "parse_iso", "LINEAGE_FILE", "Lineage", "open_lineage",
+]

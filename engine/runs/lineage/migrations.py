@@ -1,0 +1,91 @@
+"""The lineage schema: named forward migrations, applied in order (sqlite-utils `Migrations`).
+
+Append a new migration for every change; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+MIGRATIONS = Migrations("rlvr-run-lineage")
+
+
+@MIGRATIONS(name="m001_runs_and_events")
+def _m001(db: Database) -> None:
+    db["specs"].create(
+        {"name": str, "sha256": str, "path": str, "text": str, "recorded_at": str},
+        pk=("name", "sha256"),
+    )
+    db["runs"].create(
+        {
+            "id": str, "spec_name": str, "phase": str, "variant": str, "seed": int,
+            "kind": str, "trainer": str, "state": str, "config_json": str, "run_dir": str,
+            "created_at": str, "started_at": str, "finished_at": str, "pid": int,
+            "host": str, "heartbeat_at": str, "exit_code": int, "reason": str,
+        },
+        pk="id",
+        not_null={"spec_name", "phase", "kind", "state"},
+    )
+    db["runs"].create_index(["spec_name"])
+    db["edges"].create({"parent": str, "child": str, "flows": str}, pk=("parent", "child"))
+    db["events"].create(
+        {"id": int, "run_id": str, "time": str, "from_state": str, "to_state": str, "reason": str},
+        pk="id",
+    )
+    db["events"].create_index(["run_id"])
+
+
+@MIGRATIONS(name="m002_data_metrics_waivers")
+def _m002(db: Database) -> None:
+    db["datasets"].create(
+        {
+            "spec_name": str, "name": str, "source": str, "split": str, "role": str,
+            "fingerprint": str, "idlist_path": str, "idlist_sha256": str,
+        },
+        pk=("spec_name", "name"),
+    )
+    db["run_datasets"].create(
+        {"run_id": str, "dataset": str, "use": str, "position": int},
+        pk=("run_id", "dataset", "use"),
+    )
+    db["protocols"].create({"sha256": str, "name": str, "json_text": str}, pk="sha256")
+    db["run_protocols"].create(
+        {"run_id": str, "protocol": str, "sha256": str, "use": str},
+        pk=("run_id", "protocol", "use"),
+    )
+    db["artifacts"].create(
+        {"run_id": str, "kind": str, "path": str, "sha256": str, "created_at": str},
+        pk=("run_id", "path"),
+    )
+    db["metrics"].create(
+        {
+            "run_id": str, "dataset": str, "protocol": str, "seed": int,
+            "name": str, "value": float, "step": int,
+        },
+        pk=("run_id", "dataset", "protocol", "name", "step"),
+    )
+    db["waivers"].create(
+        {"spec_name": str, "rule": int, "what": str, "reason": str, "spec_line": int},
+        pk=("spec_name", "rule", "what"),
+    )
+
+
+@MIGRATIONS(name="m003_run_attempts")
+def _m003(db: Database) -> None:
+    # Resume re-runs failed runs: each execution is a numbered attempt with its own log.
+    db["runs"].add_column("attempt", int, not_null_default=0)
+
+
+@MIGRATIONS(name="m004_dataset_content")
+def _m004(db: Database) -> None:
+    # What was actually loaded, not just what pins it: a re-uploaded dataset shows up here.
+    db["datasets"].add_column("content_fingerprint", str)
+    db["datasets"].add_column("problems", int)
+
+
+@MIGRATIONS(name="m005_metric_context")
+def _m005(db: Database) -> None:
+    # What makes two numbers comparable: the report refuses to set unlike ones side by side.
+    for column in ("protocol_sha256", "idlist_sha256", "judge_version"):
+        db["metrics"].add_column(column, str)

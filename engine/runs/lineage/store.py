@@ -1,0 +1,278 @@
+"""`runs/lineage.sqlite`: the record of specs, runs, edges, data, metrics and state changes.
+
+`Lineage` is the only writer of the lineage database. Every write runs in an
+explicit `BEGIN IMMEDIATE` transaction (the runner's main thread and its
+heartbeat thread write concurrently; an immediate lock avoids the WAL
+"busy snapshot" upgrade failure of deferred transactions). The schema evolves
+through named, ordered migrations (sqlite-utils `Migrations`), each applied in
+a transaction together with its record, so an old database opens and upgrades.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+from sqlite_utils import Database
+
+from engine.errors import UserError
+from engine.plan.model import Plan
+from engine.runs.lineage.from_plan import plan_records, spec_record, waiver_records
+from engine.runs.lineage.migrations import MIGRATIONS
+from engine.runs.lineage.records import (
+    ArtifactRecord,
+    EdgeRecord,
+    Event,
+    FINISHED,
+    IllegalTransition,
+    Metric,
+    PlanRecords,
+    RunRecord,
+    RunState,
+    SpecRecord,
+    TRANSITIONS,
+    WaiverRecord,
+    now_iso,
+)
+from engine.spec.validated import ValidatedSpec
+
+LINEAGE_FILE = "lineage.sqlite"
+
+
+def _connect(path: Path, *, readonly: bool) -> Database:
+    # A reader opens read-write but query-only: a mode=ro connection to a WAL database
+    # leaves -wal/-shm files behind, while a read-write one removes them when it closes last.
+    conn = sqlite3.connect(f"file:{path}?mode={'rw' if readonly else 'rwc'}", uri=True, timeout=30, check_same_thread=False)
+    if readonly:
+        conn.execute("PRAGMA query_only = ON")
+    return Database(conn)
+
+
+def _check_known_migrations(db: Database, path: Path) -> None:
+    # Every registered migration is pending on an empty database: that is the known set.
+    known = {m.name for m in MIGRATIONS.pending(Database(memory=True))}
+    unknown = [m.name for m in MIGRATIONS.applied(db) if m.name not in known]
+    if unknown:
+        raise UserError(
+            f"{path} was written by a newer rlvr-run (schema migrations {', '.join(unknown)} "
+            "are unknown here); upgrade rlvr-run or use another runs directory"
+        )
+
+
+def open_lineage(path: Path | str, *, readonly: bool = False) -> "Lineage":
+    """Open (creating and migrating unless `readonly`) the lineage database at `path`."""
+    path = Path(path)
+    if readonly and not path.exists():
+        raise UserError(f"no lineage at {path}: nothing has run yet")
+    if not readonly:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    db = _connect(path, readonly=readonly)
+    _check_known_migrations(db, path)
+    if readonly:
+        pending = [m.name for m in MIGRATIONS.pending(db)]
+        if pending:
+            raise UserError(
+                f"{path} uses an older lineage schema (pending: {', '.join(pending)}); "
+                "run `rlvr-run SPEC` once to upgrade it"
+            )
+    else:
+        db.enable_wal()
+        MIGRATIONS.apply(db)
+    return Lineage(db=db, path=path, readonly=readonly)
+
+
+class Lineage:
+    """A connection to one lineage database. Not thread-safe: open one per thread."""
+
+    def __init__(self, *, db: Database, path: Path, readonly: bool) -> None:
+        self.db = db
+        self.path = path
+        self.readonly = readonly
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Lineage":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        return len(MIGRATIONS.applied(self.db))
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Database]:
+        if self.readonly:
+            raise RuntimeError("lineage opened read-only")
+        self.db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.rollback()
+            raise
+        self.db.conn.execute("COMMIT")
+
+    # ------------------------------------------------------------ specs, plans, waivers
+    def record_spec(self, spec: SpecRecord) -> None:
+        row = spec.model_dump()
+        row["recorded_at"] = spec.recorded_at or now_iso()
+        with self._write() as db:
+            db["specs"].upsert(row, pk=("name", "sha256"))
+
+    def record_plan(
+        self, plan: Plan, validated: ValidatedSpec, run_dirs: Optional[Mapping[str, Path]] = None
+    ) -> list[str]:
+        """Record the spec, its waivers and every run of `plan`; returns the ids of new runs."""
+        self.record_spec(spec_record(validated))
+        self.record_waivers(waiver_records(validated))
+        return self.record_plan_records(plan_records(plan, validated, run_dirs or {}))
+
+    def record_plan_records(self, records: PlanRecords) -> list[str]:
+        """Insert new runs as `planned`; refresh descriptive columns of known ones, never their state.
+
+        Returns the ids of the runs that were new.
+        """
+        new: list[str] = []
+        with self._write() as db:
+            for run in records.runs:
+                if self._row(run.id) is None:
+                    row = run.model_dump(mode="json")
+                    row.update(state=RunState.planned.value, created_at=run.created_at or now_iso())
+                    db["runs"].insert(row)
+                    self._event(run.id, None, RunState.planned, "planned")
+                    new.append(run.id)
+                else:
+                    db["runs"].update(run.id, {"config_json": run.config_json, "run_dir": run.run_dir})
+            db["edges"].upsert_all([e.model_dump() for e in records.edges], pk=("parent", "child"))
+            db["datasets"].upsert_all([d.model_dump() for d in records.datasets], pk=("spec_name", "name"))
+            db["run_datasets"].upsert_all(
+                [d.model_dump() for d in records.run_datasets], pk=("run_id", "dataset", "use")
+            )
+            db["protocols"].upsert_all([p.model_dump() for p in records.protocols], pk="sha256")
+            db["run_protocols"].upsert_all(
+                [p.model_dump() for p in records.run_protocols], pk=("run_id", "protocol", "use")
+            )
+        return new
+
+    def record_waivers(self, waivers: list[WaiverRecord]) -> None:
+        with self._write() as db:
+            db["waivers"].upsert_all([w.model_dump() for w in waivers], pk=("spec_name", "rule", "what"))
+
+    # ------------------------------------------------------------ life cycle
+    def set_state(self, run_id: str, to_state: RunState, reason: str = "", **fields: Any) -> RunRecord:
+        """Move a run to `to_state` (validated) and record the event, in one transaction.
+
+        `fields` updates other run columns in the same transaction (pid, exit_code, ...).
+        """
+        to_state = RunState(to_state)
+        with self._write() as db:
+            row = self._row(run_id)
+            if row is None:
+                raise KeyError(f"unknown run {run_id}")
+            from_state = RunState(row["state"])
+            if to_state not in TRANSITIONS[from_state]:
+                raise IllegalTransition(f"run {run_id}: {from_state.value} -> {to_state.value} is not allowed")
+            update: dict[str, Any] = {"state": to_state.value, "reason": reason or None, **fields}
+            stamp = now_iso()
+            if to_state is RunState.running:
+                update.update(started_at=stamp, finished_at=None, exit_code=None, heartbeat_at=stamp)
+                update.setdefault("host", socket.gethostname())
+            elif to_state in FINISHED:
+                update["finished_at"] = stamp
+            db["runs"].update(run_id, update)
+            self._event(run_id, from_state, to_state, reason, stamp)
+        return self.run(run_id)
+
+    def record_launch(self, run_id: str, pid: int) -> None:
+        """The process-group leader of a run that `set_state(running)` just started."""
+        with self._write() as db:
+            db["runs"].update(run_id, {"pid": pid})
+
+    def heartbeat(self, run_ids: list[str]) -> None:
+        if not run_ids:
+            return
+        marks = ",".join("?" for _ in run_ids)
+        with self._write() as db:
+            db.execute(
+                f"UPDATE runs SET heartbeat_at = ? WHERE state = 'running' AND id IN ({marks})",
+                [now_iso(), *run_ids],
+            )
+
+    def record_metric(self, metric: Metric) -> None:
+        with self._write() as db:
+            db["metrics"].upsert(metric.model_dump(), pk=("run_id", "dataset", "protocol", "name", "step"))
+
+    def record_artifact(self, artifact: ArtifactRecord) -> None:
+        row = artifact.model_dump()
+        row["created_at"] = artifact.created_at or now_iso()
+        with self._write() as db:
+            db["artifacts"].upsert(row, pk=("run_id", "path"))
+
+    def _event(
+        self, run_id: str, from_state: Optional[RunState], to_state: RunState, reason: str, stamp: str = ""
+    ) -> None:
+        self.db["events"].insert(
+            {
+                "run_id": run_id,
+                "time": stamp or now_iso(),
+                "from_state": from_state.value if from_state else None,
+                "to_state": to_state.value,
+                "reason": reason,
+            }
+        )
+
+    # ------------------------------------------------------------ queries
+    def _row(self, run_id: str) -> Optional[dict[str, Any]]:
+        rows = list(self.db["runs"].rows_where("id = ?", [run_id]))
+        return rows[0] if rows else None
+
+    def run(self, run_id: str) -> RunRecord:
+        row = self._row(run_id)
+        if row is None:
+            raise KeyError(f"unknown run {run_id}")
+        return RunRecord.model_validate(row)
+
+    def runs(self, spec_name: Optional[str] = None, state: Optional[RunState] = None) -> list[RunRecord]:
+        where, args = [], []
+        if spec_name is not None:
+            where.append("spec_name = ?")
+            args.append(spec_name)
+        if state is not None:
+            where.append("state = ?")
+            args.append(RunState(state).value)
+        rows = self.db["runs"].rows_where(" AND ".join(where) or None, args, order_by="created_at, rowid")
+        return [RunRecord.model_validate(r) for r in rows]
+
+    def states(self, run_ids: list[str]) -> dict[str, RunState]:
+        return {r.id: r.state for r in self.runs() if r.id in set(run_ids)}
+
+    def events(self, run_id: Optional[str] = None) -> list[Event]:
+        rows = self.db["events"].rows_where("run_id = ?" if run_id else None, [run_id] if run_id else [], order_by="id")
+        return [Event.model_validate(r) for r in rows]
+
+    def metrics(self, run_id: str) -> list[Metric]:
+        return [Metric.model_validate(r) for r in self.db["metrics"].rows_where("run_id = ?", [run_id])]
+
+    def artifacts(self, run_id: str) -> list[ArtifactRecord]:
+        return [ArtifactRecord.model_validate(r) for r in self.db["artifacts"].rows_where("run_id = ?", [run_id])]
+
+    def edges(self) -> list[EdgeRecord]:
+        return [EdgeRecord.model_validate(r) for r in self.db["edges"].rows]
+
+    def waivers(self, spec_name: str) -> list[WaiverRecord]:
+        return [WaiverRecord.model_validate(r) for r in self.db["waivers"].rows_where("spec_name = ?", [spec_name])]
+
+    def spec_names(self) -> list[str]:
+        return sorted({r["spec_name"] for r in self.db.query("SELECT DISTINCT spec_name FROM runs")})
+
+    def evaluated_datasets(self, run_id: str) -> list[str]:
+        rows = self.db["run_datasets"].rows_where(
+            "run_id = ? AND use = 'evaluate'", [run_id], order_by="position"
+        )
+        return [r["dataset"] for r in rows]
