@@ -48,6 +48,7 @@ from engine.plan.model import (
 )
 from engine.spec.model import (
     EvalSchedule,
+    PairsSpec,
     PhaseKind,
     ProtocolSpec,
     Resources,
@@ -213,15 +214,47 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str]) 
     if unit.kind == PhaseKind.best_of_n:
         for name in _schedule_datasets(planner.spec, unit):
             uses.setdefault(name, []).append("generate")
-    protocols = {use: f[key] for key, use in (("rollout", "rollout"), ("protocol", "generate")) if f.get(key)}
+    protocols: dict[str, str | ProtocolSpec] = {
+        use: f[key] for key, use in (("rollout", "rollout"), ("protocol", "generate")) if f.get(key)}
+    if unit.kind in MODEL_KINDS:
+        _add_training_evaluation(planner.spec, unit, uses, protocols)
     trainer = f.get("trainer") or DEFAULT_TRAINER.get(unit.kind)
     extra = {k: f.get(k) for k in ("reward", "n", "rounds", "curriculum")}
     extra["hparams"] = dict(f.get("hparams") or {})
     extra["overrides"] = dict(f.get("overrides") or {})
+    # Later fields enter the config only when set, so the ids of specs that do not use them stay.
+    extra.update({k: _dump(f[k]) for k in TRAINING_EXTRAS if f.get(k) is not None})
+    if unit.kind in MODEL_KINDS and planner.spec.tracking is not None:
+        extra["tracking"] = _dump(planner.spec.tracking)
     flows = ["checkpoint", "pairs"] if unit.kind == PhaseKind.dpo else ["checkpoint"]
     return _make_run(planner, unit, kind=unit.kind, seed=seed, trainer=trainer, schedule=None,
                      parent=parent, flows=flows, evaluates=None, uses=uses, protocols=protocols,
                      extra=extra)
+
+
+TRAINING_EXTRAS = ("pairs", "select_metric", "early_stop", "cycles", "samples_per_prompt", "repair_return",
+                   "round_penalty", "traces")
+
+
+def _add_training_evaluation(spec: Spec, unit: Unit, uses: dict[str, list[str]],
+                             protocols: dict[str, str | ProtocolSpec]) -> None:
+    """What a training run evaluates itself with: its checkpoints on `select_on` / `early_stop_on`
+    (plus the regression sets, watched at every checkpoint) with the every-phase protocol, and,
+    for dpo, the sampling protocol its pairs come from."""
+    every = spec.evaluate.every_phase
+    if unit.fields.get("select_on") or unit.fields.get("early_stop_on"):
+        protocols["select"] = every.protocol if every else DEFAULT_SELECT_PROTOCOL
+        for name in every.datasets if every else ():
+            if spec.datasets[name].role.value == "regression":
+                uses.setdefault(name, []).append("monitor")
+    if unit.kind == PhaseKind.dpo and not unit.fields.get("rollout"):
+        base = _protocol(spec, every.protocol, unit.name) if every else DEFAULT_SELECT_PROTOCOL
+        k = (unit.fields.get("pairs") or PairsSpec()).k
+        protocols["rollout"] = base.model_copy(update={"temperature": 1.0, "n": k, "top_p": base.top_p or 1.0})
+
+
+# Without evaluate.every_phase, checkpoints are selected greedily at this length.
+DEFAULT_SELECT_PROTOCOL = ProtocolSpec(temperature=0.0, top_p=1.0, max_tokens=512, n=1)
 
 
 def _schedules(spec: Spec, unit: Unit) -> list[tuple[str, EvalSchedule]]:
@@ -286,11 +319,13 @@ def _eval_resources(unit: Unit) -> Resources:
 def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[int],
               trainer: Optional[str], schedule: Optional[str], parent: Optional[str],
               flows: list[str], evaluates: Optional[str], uses: dict[str, list[str]],
-              protocols: dict[str, str], extra: dict[str, Any],
+              protocols: dict[str, str | ProtocolSpec], extra: dict[str, Any],
               resources: Optional[Resources] = None) -> Run:
     spec = planner.spec
     datasets = _run_datasets(planner, uses, unit.name)
-    resolved_protocols = {name: _protocol(spec, name, unit.name) for name in protocols.values()}
+    resolved_protocols = {_protocol_name(p, use): p if isinstance(p, ProtocolSpec) else _protocol(spec, p, unit.name)
+                          for use, p in protocols.items()}
+    names = {use: _protocol_name(p, use) for use, p in protocols.items()}
     resources = resources or unit.fields.get("resources") or Resources()
     config = {
         "spec": spec.name, "phase": unit.phase, "variant": unit.variant, "kind": kind.value,
@@ -299,7 +334,7 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
         "init": "parent" if parent else "base_model",
         "datasets": {n: {**_dump(spec.datasets[n]), **d.model_dump(exclude={"role"}), **planner.files.get(n, {})}
                      for n, d in datasets.items()},
-        "protocols": {use: {"name": name, **_dump(resolved_protocols[name])} for use, name in protocols.items()},
+        "protocols": {use: {"name": name, **_dump(resolved_protocols[name])} for use, name in names.items()},
         "judge": _dump(spec.judge),
         "resources": resources.model_dump(),
         **extra,
@@ -312,6 +347,10 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
                datasets=datasets, protocols=resolved_protocols,
                idlist_hashes={n: d.ids_sha256 for n, d in datasets.items() if d.ids_sha256},
                resources=resources, config=config)
+
+
+def _protocol_name(protocol: str | ProtocolSpec, use: str) -> str:
+    return protocol if isinstance(protocol, str) else f"{use}-derived"
 
 
 def _run_datasets(planner: _Planner, uses: dict[str, list[str]], where: str) -> dict[str, RunDataset]:

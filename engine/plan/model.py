@@ -21,7 +21,7 @@ BASE = "base"
 # Which spec field feeds which dataset use in a run.
 DATASET_USES = {"train": "train", "pairs_from": "pairs", "select_on": "select", "early_stop_on": "early_stop"}
 # repair has no default trainer: the spec says which one runs its rollouts.
-DEFAULT_TRAINER = {PhaseKind.sft: "verl", PhaseKind.grpo: "verl", PhaseKind.dpo: "trl"}
+DEFAULT_TRAINER = {PhaseKind.sft: "verl", PhaseKind.grpo: "verl", PhaseKind.dpo: "trl", PhaseKind.raft: "trl"}
 # Kinds whose runs leave a model (model/) for their children.
 MODEL_KINDS = TRAINED_KINDS
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from engine.spec.model import PhaseKind, TRAINED_KINDS
+from engine.spec.model import TRAINED_KINDS, PhaseKind
 
 # Where launch scripts leave their outputs, relative to the run directory
 # (templates/launch/*.sh.j2 follow this layout).

@@ -34,9 +34,9 @@ from typing import Any, Mapping, Optional
 from pydantic import BaseModel
 from ruamel.yaml import YAML
 
-from engine.runs import gitsnap
 from engine.errors import UserError
 from engine.plan.model import Plan, Run, canonical_json
+from engine.runs import gitsnap
 from engine.runs.render import launch_context, render_launch
 from engine.spec.validated import ValidatedSpec
 

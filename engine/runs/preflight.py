@@ -15,6 +15,7 @@ from engine.isolation.validate import check_spec
 from engine.plan.expand import plan
 from engine.plan.model import Plan
 from engine.spec.validated import ValidatedSpec
+from engine.train.trl_config import trl_run_problems
 from engine.train.verl_overrides import plan_run_problems
 
 
@@ -30,7 +31,7 @@ def preflight(path: Path, *, content: bool = True, on_step: Optional[Callable[[s
     if validated is None:
         raise _sorted(diags)
     the_plan = plan(validated)
-    diags += plan_run_problems(the_plan.runs, validated)
+    diags += plan_run_problems(the_plan.runs, validated) + trl_run_problems(the_plan.runs, validated)
     if diags:
         raise _sorted(diags)
     return Checked(validated=validated, plan=the_plan)

@@ -15,11 +15,11 @@ from typing import Any, Optional
 
 import jinja2
 
-from engine.resources import ENGINE_ROOT, TEMPLATES
-from engine.train import verl_overrides
 from engine.errors import UserError
 from engine.plan.model import MODEL_KINDS, Plan, Run
+from engine.resources import ENGINE_ROOT, TEMPLATES
 from engine.spec.model import PhaseKind
+from engine.train import verl_overrides
 
 TEMPLATE_DIR = TEMPLATES / "launch"
 

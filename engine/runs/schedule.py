@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from engine.runs.completion import check_completion
-from engine.runs.ingest import ingest
 from engine.errors import UserError
+from engine.runs.completion import check_completion
 from engine.runs.executors.base import LOG_DIR, Executor, Job, Started
+from engine.runs.ingest import ingest
 from engine.runs.lineage import Lineage, RunRecord, RunState, open_lineage, parse_iso
 
 OnChange = Callable[[str, RunState, str], None]  # run id, new state, reason

@@ -21,7 +21,15 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from engine.errors import UserError
-from engine.runs.lineage import LINEAGE_FILE, Lineage, Metric, RunRecord, RunState, open_lineage, parse_iso
+from engine.runs.lineage import (
+    LINEAGE_FILE,
+    Lineage,
+    Metric,
+    RunRecord,
+    RunState,
+    open_lineage,
+    parse_iso,
+)
 
 HEADLINE_METRICS = ("accepted@1", "pass@1", "pass_ratio_mean")
 

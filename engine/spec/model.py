@@ -32,9 +32,10 @@ class PhaseKind(str, Enum):
     dpo = "dpo"
     grpo = "grpo"
     repair = "repair"
+    raft = "raft"  # rejection-sampling fine-tuning: sample, judge, SFT on the accepted, repeat
 
 
-TRAINED_KINDS = frozenset({PhaseKind.sft, PhaseKind.dpo, PhaseKind.grpo, PhaseKind.repair})
+TRAINED_KINDS = frozenset({PhaseKind.sft, PhaseKind.dpo, PhaseKind.grpo, PhaseKind.repair, PhaseKind.raft})
 
 
 class ModelRef(StrictModel):
@@ -94,6 +95,16 @@ class PairsSpec(StrictModel):
     min_delta: float = Field(default=0.3, gt=0, le=1)  # keep a pair when chosen − rejected pass_ratio ≥ this
 
 
+class EarlyStopSpec(StrictModel):
+    """When training stops before its last step (the metric comes from `early_stop_on`)."""
+
+    patience: int = Field(default=3, ge=1)  # evaluations without improvement before stopping
+    min_delta: float = Field(default=0.0, ge=0)  # smaller gains count as no improvement
+    # Stop when more than this share of one step's rollouts are TIMEOUT verdicts (a policy
+    # learning to hang the judge); absent: never.
+    timeout_rate: Optional[float] = Field(default=None, gt=0, le=1)
+
+
 class PhaseFields(StrictModel):
     """Fields a phase declares and a variant may override."""
 
@@ -114,6 +125,16 @@ class PhaseFields(StrictModel):
     overrides: Optional[dict[str, Any]] = None  # passed verbatim to the trainer
     resources: Optional[Resources] = None
     pairs: Optional[PairsSpec] = None  # dpo: how preference pairs are built from judged samples
+    select_metric: Optional[str] = None  # what `select_on` maximises (default accepted@1)
+    early_stop: Optional[EarlyStopSpec] = None
+    cycles: Optional[int] = Field(default=None, ge=1)  # raft: sample → judge → SFT rounds
+    samples_per_prompt: Optional[int] = Field(default=None, ge=1)  # raft: samples per training problem
+    # repair training return: `last` = pass_ratio of the last round, `sum` = summed over rounds;
+    # both add 0.2 for an accepted last answer and subtract round_penalty per extra round.
+    repair_return: Optional[Literal["last", "sum"]] = None
+    round_penalty: Optional[float] = Field(default=None, ge=0)
+    # Rollouts kept in traces/rollouts.jsonl per training step: a number, or `all`.
+    traces: Optional[Union[int, Literal["all"]]] = None
 
 
 class PhaseSpec(PhaseFields):
@@ -158,6 +179,15 @@ class LeakageSpec(StrictModel):
     num_perm: int = Field(default=128, ge=16, le=1024)  # MinHash permutations (LSH candidate search)
 
 
+class TrackingSpec(StrictModel):
+    """The user's own experiment tracker, passed through to the trainers (each value: its settings,
+    e.g. `wandb: {project: p, mode: offline}`)."""
+
+    wandb: Optional[dict[str, Scalar]] = None
+    mlflow: Optional[dict[str, Scalar]] = None
+    tensorboard: Optional[dict[str, Scalar]] = None
+
+
 class Spec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_model: Union[str, ModelRef]
@@ -170,3 +200,4 @@ class Spec(StrictModel):
     evaluate: EvaluateSpec = Field(default_factory=EvaluateSpec)
     allow: list[Waiver] = Field(default_factory=list)
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)
+    tracking: Optional[TrackingSpec] = None

@@ -29,16 +29,20 @@ REQUIRED: dict[PhaseKind, tuple[str, ...]] = {
     PhaseKind.dpo: ("trainer", "pairs_from"),
     PhaseKind.grpo: ("trainer", "train", "reward", "rollout"),
     PhaseKind.repair: ("trainer", "train", "reward", "rollout", "rounds"),
+    PhaseKind.raft: ("train", "rollout"),
 }
 _TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on", "reward", "rollout",
-                  "curriculum", "hparams", "overrides")
+                  "curriculum", "hparams", "overrides", "select_metric", "early_stop", "traces")
+_RAFT_ONLY = ("cycles", "samples_per_prompt")
+_REPAIR_ONLY = ("repair_return", "round_penalty")
 FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
-    PhaseKind.eval: (*_TRAINING_ONLY, "n", "rounds"),
-    PhaseKind.best_of_n: (*_TRAINING_ONLY, "rounds"),
-    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds"),
-    PhaseKind.dpo: ("train", "reward", "rollout", "n", "rounds"),
-    PhaseKind.grpo: ("pairs_from", "n", "rounds"),
-    PhaseKind.repair: ("pairs_from", "n"),
+    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds"),
+    PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds"),
+    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
+    PhaseKind.dpo: ("train", "reward", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
+    PhaseKind.grpo: ("pairs_from", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
+    PhaseKind.repair: ("pairs_from", "n", *_RAFT_ONLY),
+    PhaseKind.raft: ("pairs_from", "n", "rounds", *_REPAIR_ONLY),
 }
 _EXAMPLE = {"trainer": "verl", "train": "<a train dataset>", "pairs_from": "<a train dataset>",
             "reward": "dense", "rollout": "<a protocol, e.g. rollout>", "protocol": "<a protocol>",
@@ -153,8 +157,9 @@ def _kind_errors(section: str, name: str, kind: PhaseKind, fields: PhaseFields, 
         if getattr(own, bad) is not None:
             yield at((section, name, bad), f"`{bad}` has no meaning for {_article(kind)} phase and would be ignored",
                      f"remove `{bad}` (or change the phase's kind)")
-    if kind == PhaseKind.dpo and fields.trainer == "verl":
-        yield at((section, name, "trainer"), "verl has no offline DPO trainer", "use `trainer: trl` for dpo",
+    if kind in (PhaseKind.dpo, PhaseKind.raft) and fields.trainer == "verl":
+        what = "offline DPO" if kind == PhaseKind.dpo else "RAFT"
+        yield at((section, name, "trainer"), f"verl has no {what} trainer", f"use `trainer: trl` for {kind.value}",
                  at_value=True)
 
 

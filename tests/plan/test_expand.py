@@ -146,16 +146,28 @@ def test_id_list_content_changes_the_runs_that_use_it(tmp_path: Path, spec_text:
     after = plan_of(write_spec(tmp_path, spec_text, idlist="11\n12\n14\n"))
     users = {r.id for r in before.runs if "reg" in r.datasets}
     assert {before.by_id(i).label for i in users} == (
-        {r.label for r in before.runs if r.schedule == "every_phase"} | {"bon@1", "bon@2"})  # bon samples on it
-    descendants = {r.id for r in before.runs if set(r.parents) & users}
+        {r.label for r in before.runs if r.schedule == "every_phase"} | {"bon@1", "bon@2"}  # bon samples on it
+        | {r.label for r in before.runs if any({"select", "early_stop"} & set(d.uses) for d in r.datasets.values())})
+    descendants = {r.id for r in before.runs if set(_ancestors(before, r)) & users}
     assert changed(before, after) == {before.by_id(i).label for i in users | descendants}
 
 
-def test_protocol_change_changes_evaluations_only(tmp_path: Path, spec_text: str) -> None:
+def test_protocol_change_changes_evaluations_and_what_selects_or_samples_with_it(tmp_path: Path,
+                                                                               spec_text: str) -> None:
     before = plan_of(write_spec(tmp_path, spec_text))
     after = plan_of(write_spec(tmp_path, spec_text.replace("greedy: {preset: greedy, max_tokens: 512}",
                                                            "greedy: {preset: greedy, max_tokens: 1024}")))
-    assert changed(before, after) == {r.label for r in before.runs if r.kind == PhaseKind.eval}
+    users = {r.id for r in before.runs if r.kind == PhaseKind.eval or set(r.protocols) & {"greedy", "rollout-derived"}}
+    downstream = {r.id for r in before.runs if any(a in users for a in _ancestors(before, r))}
+    assert changed(before, after) == {before.by_id(i).label for i in users | downstream}
+
+
+def _ancestors(plan, run):
+    out = []
+    while run.parents:
+        run = plan.by_id(run.parents[0])
+        out.append(run.id)
+    return out
 
 
 def test_sampling_base_evaluation_is_per_seed(tmp_path: Path, spec_text: str) -> None:

@@ -10,7 +10,6 @@ import pytest
 from sqlite_utils import Database
 
 from engine.errors import UserError
-from engine.runs.lineage.migrations import MIGRATIONS
 from engine.runs.lineage import (
     ArtifactRecord,
     EdgeRecord,
@@ -22,6 +21,7 @@ from engine.runs.lineage import (
     WaiverRecord,
     open_lineage,
 )
+from engine.runs.lineage.migrations import MIGRATIONS
 
 S = RunState
 

@@ -200,5 +200,5 @@ def test_a_config_without_recorded_files_is_refused(project: Project, tmp_path: 
     shutil.copytree(project.runs["grpo"], old, ignore=shutil.ignore_patterns("data"))
     config = (old / "config.yaml").read_text()
     (old / "config.yaml").write_text(re.sub(r"\n +ids_file: .*", "", config))
-    with pytest.raises(UserError, match="config.yaml has `ids: ../lists/valid.txt` but not where the planner found it"):
+    with pytest.raises(UserError, match="config.yaml has `ids: [^`]*` but not where the planner found it"):
         export_run(old, "verl-rl")

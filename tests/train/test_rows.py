@@ -98,7 +98,9 @@ def test_trl_forms(mixed, registry, tokenizer, tmp_path):
     chat = PromptChoice(registry=registry)
     sft = export_dataset(mixed, "trl-sft", tmp_path / "sft.jsonl", chat)
     row = json.loads(sft.path.read_text().splitlines()[0])
-    assert is_conversational(row) and "<|im_start|>assistant" in apply_chat_template(row, tokenizer)["text"]
+    templated = apply_chat_template(row, tokenizer)
+    assert is_conversational(row) and set(row) == {"prompt", "completion"}  # the loss covers the answer only
+    assert templated["prompt"].endswith("<|im_start|>assistant\n") and "<|im_start|>" not in templated["completion"]
 
     base = PromptChoice(registry=registry, model=ModelRef(path="m", chat=False))
     rows = [json.loads(x) for x in export_dataset(mixed, "trl-sft", tmp_path / "b.jsonl", base).path.read_text().splitlines()]

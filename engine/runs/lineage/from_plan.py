@@ -20,6 +20,7 @@ from engine.runs.lineage.records import (
 )
 from engine.spec.validated import ValidatedSpec
 
+
 def spec_record(validated: ValidatedSpec) -> SpecRecord:
     loaded = validated.loaded
     return SpecRecord(name=validated.spec.name, path=str(loaded.path), sha256=loaded.sha256, text=loaded.text)

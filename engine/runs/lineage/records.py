@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from engine.plan.model import RunKey
 
+
 class RunState(str, Enum):
     planned = "planned"
     queued = "queued"

@@ -11,7 +11,6 @@ a transaction together with its record, so an old database opens and upgrades.
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import sqlite3
 from pathlib import Path
@@ -24,17 +23,17 @@ from engine.plan.model import Plan
 from engine.runs.lineage.from_plan import plan_records, spec_record, waiver_records
 from engine.runs.lineage.migrations import MIGRATIONS
 from engine.runs.lineage.records import (
+    FINISHED,
+    TRANSITIONS,
     ArtifactRecord,
     EdgeRecord,
     Event,
-    FINISHED,
     IllegalTransition,
     Metric,
     PlanRecords,
     RunRecord,
     RunState,
     SpecRecord,
-    TRANSITIONS,
     WaiverRecord,
     now_iso,
 )
