@@ -87,21 +87,24 @@ def decoding_of(protocol: dict[str, Any]) -> Decoding:
                     stop=tuple(protocol.get("stop") or ()), seed=protocol.get("seed") or 0)
 
 
-def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate") -> list[Task]:
-    """One task per dataset the run uses for `use` (evaluate, or generate for best_of_n)."""
+def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *,
+          datasets: Optional[list[str]] = None, out_dir: Optional[Path] = None) -> list[Task]:
+    """One task per dataset the run uses for `use` (evaluate, or generate for best_of_n), with the
+    protocol frozen for `use`; `datasets` picks others (a training run scoring its checkpoints)."""
     registry = run_registry(run_dir)
     protocol = frozen.protocols[use]
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
     model_hash = checkpoint_hash(model)
+    names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []
     for name, entry in frozen.datasets.items():
-        if use not in entry.uses:
+        if name not in names:
             continue
         loaded = load_frozen_dataset(name, entry, registry)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
                     idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint)
         out.append(Task(dataset=name, problems=loaded.problems, prompts=[_plain(choice.prompt(p)) for p in loaded.problems],
-                        keys=keys, decoding=decoding_of(protocol), out_dir=run_dir / "outputs"))
+                        keys=keys, decoding=decoding_of(protocol), out_dir=out_dir or run_dir / "outputs"))
     return out
 
 

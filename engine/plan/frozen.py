@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from ruamel.yaml import YAML
@@ -18,7 +18,7 @@ from engine.data.dataset import DataContext, LoadedDataset
 from engine.data.idlist import apply_idlist
 from engine.data.loaders import load_dataset_problems
 from engine.errors import UserError
-from engine.spec.model import DatasetSpec, ModelRef
+from engine.spec.model import DatasetSpec, EarlyStopSpec, ModelRef, PairsSpec, TrackingSpec
 from engine.spec.registry import Registry, find_registry, load_registry
 
 
@@ -61,6 +61,25 @@ class FrozenRun(BaseModel):
     protocols: dict[str, dict[str, Any]] = {}
     judge: dict[str, Any] = {}
     seed: Optional[int] = None
+    # Training runs (engine.train reads them; the planner wrote them from the phase).
+    trainer: Optional[str] = None
+    hparams: dict[str, Any] = {}
+    overrides: dict[str, Any] = {}
+    rounds: Optional[int] = None
+    curriculum: Optional[str] = None
+    select_metric: Optional[str] = None
+    early_stop: Optional[EarlyStopSpec] = None
+    traces: Optional[Union[int, Literal["all"]]] = None
+    tracking: Optional[TrackingSpec] = None
+    cycles: Optional[int] = None
+    samples_per_prompt: Optional[int] = None
+    repair_return: Optional[Literal["last", "sum"]] = None
+    round_penalty: Optional[float] = None
+    pairs: Optional[PairsSpec] = None
+
+    def uses(self, *wanted: str) -> list[str]:
+        """Names of the datasets used for any of `wanted` (train, select, early_stop, monitor, ...)."""
+        return [name for name, d in self.datasets.items() if set(wanted) & set(d.uses)]
 
     def prompt_template(self) -> Optional[str]:
         return self.protocols.get("rollout", {}).get("prompt")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from engine.spec.model import TRAINED_KINDS, PhaseKind
+from engine.train.outcome import TRAINING_FILE, TrainingOutcome, last_step, read_outcome
 
 # Where launch scripts leave their outputs, relative to the run directory
 # (templates/launch/*.sh.j2 follow this layout).
@@ -54,6 +55,9 @@ def last_checkpoint_step(run_dir: Path) -> int:
 
 @register_check(*(k.value for k in TRAINED_KINDS))
 def _trained(run_dir: Path) -> Optional[str]:
+    outcome = read_outcome(run_dir)
+    if outcome is not None:
+        return _trained_steps(run_dir, outcome) or _model_loads(run_dir)
     step = last_checkpoint_step(run_dir)
     zero_steps = f"no {CHECKPOINT_DIR}/global_step_N with N > 0 (trained zero steps? see verl #7401)"
     if (run_dir / CHECKPOINT_DIR).is_dir() and step == 0:
@@ -61,6 +65,38 @@ def _trained(run_dir: Path) -> Optional[str]:
     if not (run_dir / MODEL_CONFIG).is_file():
         also = f", and {zero_steps}" if step == 0 else ""
         return f"exited 0 but left no {MODEL_CONFIG} (the model its children load){also}"
+    return _model_loads(run_dir)
+
+
+def _trained_steps(run_dir: Path, outcome: TrainingOutcome) -> Optional[str]:
+    """The metric log shows every expected step (fewer only when early stopping says why)."""
+    done, expected = last_step(run_dir), outcome.expected_steps
+    if done == 0:
+        return "exited 0 but its metric log (logs/metrics.*.jsonl) shows zero trained steps"
+    if expected and done < expected and not outcome.stopped_early:
+        return f"exited 0 after {done} of {expected} steps (its metric log), with no early-stop reason"
+    if outcome.chosen is None:
+        return f"exited 0 but {TRAINING_FILE} names no chosen checkpoint"
+    return None
+
+
+def _model_loads(run_dir: Path) -> Optional[str]:
+    """model/ has a config and weights whose header reads (a cut-off copy does not)."""
+    model = run_dir / "model"
+    if not (run_dir / MODEL_CONFIG).is_file():
+        return f"exited 0 but left no {MODEL_CONFIG} (the model its children load)"
+    weights = sorted(model.glob("*.safetensors"))
+    if not weights:
+        return "model/ has no *.safetensors weights"
+    from safetensors import safe_open
+
+    for path in weights:
+        try:
+            with safe_open(str(path), framework="np") as handle:
+                if not list(handle.keys()):
+                    return f"model/{path.name} holds no tensors"
+        except Exception as exc:  # safetensors raises its own error types for a bad header
+            return f"model/{path.name} does not load: {exc}"
     return None
 
 

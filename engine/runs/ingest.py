@@ -9,14 +9,39 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.evaluate.run import METRICS_FILE, EvalOutput
+from engine.spec.model import TRAINED_KINDS
+from engine.train.curves import curves
+from engine.train.outcome import MODEL_DIR, PAIRS_FILE, read_outcome
+from engine.train.rollout_reward import TRACES_FILE
 from engine.runs.lineage import ArtifactRecord, Lineage, Metric
 
 SAMPLES = "outputs/samples"
+TRAIN_SERIES = "train"  # the dataset name of a training run's curves in lineage
 
 
 def ingest(lineage: Lineage, run_id: str, kind: str, run_dir: Path) -> None:
     if kind == "eval":
         ingest_eval(lineage, run_id, Path(run_dir))
+    elif kind in {k.value for k in TRAINED_KINDS}:
+        ingest_training(lineage, run_id, Path(run_dir))
+
+
+def ingest_training(lineage: Lineage, run_id: str, run_dir: Path) -> None:
+    """Curves (dataset `train`, one metric per series and step), checkpoint scores (`select/<metric>`
+    at the checkpoint's step), and the artifacts: model/, the rollout traces, dpo pairs."""
+    for point in curves(run_dir):
+        lineage.record_metric(Metric(run_id=run_id, dataset=TRAIN_SERIES, name=point.series, value=point.value,
+                                     step=point.step))
+    outcome = read_outcome(run_dir)
+    for checkpoint in outcome.checkpoints if outcome else []:
+        for dataset, metrics in checkpoint.metrics.items():
+            for name, value in metrics.items():
+                lineage.record_metric(Metric(run_id=run_id, dataset=dataset, name=f"select/{name}", value=value,
+                                             step=checkpoint.step))
+    lineage.record_artifact(ArtifactRecord(run_id=run_id, kind="model", path=str(run_dir / MODEL_DIR)))
+    for kind, path in (("traces", run_dir / TRACES_FILE), ("pairs", run_dir / PAIRS_FILE)):
+        if path.is_file():
+            lineage.record_artifact(ArtifactRecord(run_id=run_id, kind=kind, path=str(path)))
 
 
 def ingest_eval(lineage: Lineage, run_id: str, run_dir: Path) -> None:

@@ -58,13 +58,18 @@ def _environment(template_dir: Path) -> jinja2.Environment:
 
 def render_launch(run: Run, context: RenderContext, *, template_dir: Path = TEMPLATE_DIR) -> str:
     """The launch.sh text for one run."""
-    name = f"{run.kind.value}.sh.j2"
+    name = template_name(run)
     try:
         template = _environment(template_dir).get_template(name)
     except jinja2.TemplateNotFound:
-        raise UserError(f"no launch template for run kind {run.kind.value!r}: "
+        raise UserError(f"no launch template for {run.kind.value!r} runs on {run.trainer or 'no trainer'}: "
                         f"expected {template_dir / name}") from None
     return template.render(run=run, ctx=context, template=name, **_kind_vars(run, context))
+
+
+def template_name(run: Run) -> str:
+    """`<trainer>_<kind>.sh.j2` for trained kinds (each trainer launches differently), else `<kind>.sh.j2`."""
+    return f"{run.trainer}_{run.kind.value}.sh.j2" if run.trainer else f"{run.kind.value}.sh.j2"
 
 
 def _kind_vars(run: Run, context: RenderContext) -> dict[str, Any]:
@@ -79,6 +84,8 @@ def _kind_vars(run: Run, context: RenderContext) -> dict[str, Any]:
     if run.kind == PhaseKind.repair:
         out["rounds"] = run.config.get("rounds") or 2
         out["repair_module"] = verl_overrides.REPAIR_LOOP_MODULE
+    if run.kind in (PhaseKind.grpo, PhaseKind.repair):
+        out["reward"] = run.config.get("reward") or "dense"
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -66,7 +67,8 @@ def plan_records(plan: Plan, validated: ValidatedSpec, run_dirs: Mapping[str, Pa
                 RunDatasetRecord(run_id=run.id, dataset=dataset, use=use, position=position) for use in rd.uses
             ]
         for use, proto in run.config.get("protocols", {}).items():
-            sha = validated.protocol_hash(proto["name"])
+            sha = (validated.protocol_hash(proto["name"]) if proto["name"] in validated.spec.protocols
+                   else hashlib.sha256(config_json({k: v for k, v in proto.items() if k != "name"}).encode()).hexdigest())
             protocols[sha] = ProtocolRecord(sha256=sha, name=proto["name"], json_text=config_json(proto))
             records.run_protocols.append(RunProtocolRecord(run_id=run.id, protocol=proto["name"], sha256=sha, use=use))
     records.protocols = list(protocols.values())

@@ -1,0 +1,52 @@
+"""A model scored inside another run: a training run's checkpoints on its selection sets, the
+samples a dpo run builds pairs from, a raft cycle's samples, a curriculum's pass rates.
+
+The same stages as an evaluation (generate → judge, resumable records keyed by content),
+written under a folder of the calling run instead of its outputs/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from engine.evaluate import runner
+from engine.evaluate.backends.base import Backend
+from engine.evaluate.metrics import summarize
+from engine.evaluate.records import SampleRecord
+from engine.evaluate.run import Settings, _LazyBackend, tasks
+from engine.judge.api import Judge
+from engine.judge.config import JudgeConfig
+from engine.plan.frozen import FrozenRun
+from engine.spec.model import JudgeSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scored:
+    dataset: str
+    metrics: dict[str, float]
+    records: list[SampleRecord]  # first-round samples, one per (problem, sample)
+
+
+def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, datasets: list[str],
+                out_dir: Path, backend: Optional[Backend] = None, settings: Settings = Settings(),
+                on_progress: runner.ProgressHandler = runner._quiet) -> list[Scored]:
+    """Generate with the run's `protocol` on `datasets`, judge, summarize (resumes from `out_dir`)."""
+    todo = tasks(run_dir, model, frozen, protocol, datasets=datasets, out_dir=out_dir)
+    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    owned = backend is None
+    backend = backend or _LazyBackend(settings, model)
+    try:
+        for task in todo:
+            runner.generate(task, backend, on_progress)
+    finally:
+        if owned:
+            backend.close()  # type: ignore[union-attr]
+    out = []
+    with Judge(judge_config) as judge:
+        for task in todo:
+            runner.judge(task, judge, judge_config.version, on_progress)
+            records = [r for r in runner.samples(task) if r.round == 1]
+            out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
+    return out

@@ -1,0 +1,94 @@
+"""`python -m engine.train.dpo --run-dir DIR --model M`: offline DPO with trl's DPOTrainer.
+
+First the pairs: K samples per `pairs_from` problem from the starting model (the run's
+rollout protocol, n = K), judged, then one pair per problem by `engine.train.pairs`
+(chosen: highest pass ratio; rejected: lowest, preferring SYNTAX/TIMEOUT; Δ ≥ min_delta;
+all-zero problems dropped). The pairs and their quality report go to data/; a re-run
+reuses the judged samples (resumable records under pairs/).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from engine.errors import UserError
+from engine.evaluate.records import SampleRecord
+from engine.evaluate.score import score_model
+from engine.judge.verdict import SampleResult, Verdict
+from engine.train.outcome import PAIRS_FILE
+from engine.train.pairs import PairsResult, build_pairs, report_path, write_pairs
+from engine.train.selection import CheckpointScorer, choose
+from engine.train.session import TrainRun, load_model, run_main
+
+
+def sample_pairs(run: TrainRun) -> PairsResult:
+    """Sample, judge and pair (written to data/pairs.jsonl with its report)."""
+    names = run.frozen.uses("pairs")
+    scored = score_model(run.run_dir, run.model, run.frozen, protocol="rollout", datasets=names,
+                         out_dir=run.run_dir / "pairs")
+    judged: dict[str, list[tuple[str, SampleResult]]] = {}
+    for s in scored:
+        for r in s.records:
+            judged.setdefault(r.problem_id, []).append((r.completion, _result(r)))
+    problems = [p for loaded in run.datasets("pairs") for p in loaded.problems]
+    choice = run.choice("rollout")
+    pairs = run.frozen.pairs
+    result = build_pairs(problems, judged, min_delta=pairs.min_delta if pairs else 0.3,
+                         prompt_for=lambda p: _plain(choice.prompt(p)))
+    write_pairs(result, run.run_dir / PAIRS_FILE)
+    return result
+
+
+def _result(record: SampleRecord) -> SampleResult:
+    verdict = Verdict.INTERNAL_ERROR if record.verdict not in Verdict.__members__ else Verdict(record.verdict)
+    return SampleResult(problem_id=record.problem_id, verdict=verdict, accepted=record.accepted,
+                        passed=record.passed, total=record.total, pass_ratio=record.pass_ratio, wall_s=record.judge_s)
+
+
+def _plain(prompt: Any) -> Any:
+    return prompt if isinstance(prompt, str) else [m.model_dump() for m in prompt]
+
+
+def dpo_dataset(result: PairsResult) -> Any:
+    from datasets import Dataset
+
+    def turn(text: str) -> Any:
+        return [{"role": "assistant", "content": text}]
+
+    rows = [{"prompt": _plain(p.prompt), "chosen": turn(p.chosen), "rejected": turn(p.rejected)}
+            if not isinstance(p.prompt, str) else {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}
+            for p in result.pairs]
+    return Dataset.from_list(rows)
+
+
+def train_dpo(run: TrainRun, result: PairsResult) -> Any:
+    from trl import DPOConfig, DPOTrainer
+
+    model, tokenizer = load_model(run.model)
+    args = run.args(DPOConfig, learning_rate=5e-7, beta=0.1, max_length=1024)
+    extra = [CheckpointScorer(run)] if run.frozen.uses("select", "early_stop") else []
+    trainer = DPOTrainer(model=model, args=args, train_dataset=dpo_dataset(result), processing_class=tokenizer,
+                         callbacks=run.callbacks(*extra))
+    run.train(trainer)
+    return trainer
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    def body(run: TrainRun) -> None:
+        result = sample_pairs(run)
+        report = result.report
+        print(f"pairs: {report.pairs} of {report.problems} problems ({report.samples} samples judged; "
+              f"dropped {report.dropped}); report: {report_path(run.run_dir / PAIRS_FILE).name}", flush=True)
+        if not result.pairs:
+            raise UserError(f"no preference pairs from {report.samples} judged samples ({report.dropped})\n"
+                            "  fix: start from a model that solves some problems (an SFT parent), raise pairs.k, "
+                            "or lower pairs.min_delta")
+        train_dpo(run, result)
+        run.hand_off(choose(run))
+
+    return run_main("python -m engine.train.dpo", argv, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The RL reward of a trl run: the project's judge through `engine.judge.reward.compute_score`
+(the function verl calls), per completion, with what a reviewer needs kept beside it.
+
+Per step it logs judge time, timeout rate and acceptance into the metric log (trl's
+`log_metric`), and appends the step's rollouts (all, or the first N, as the phase's
+`traces:` says) to `traces/rollouts.jsonl`: problem, completion, reward, verdict, tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from engine.judge.reward import compute_score
+
+TRACES_FILE = "traces/rollouts.jsonl"
+DEFAULT_TRACES = 16  # rollouts kept per step when the spec does not say
+ACCEPT_BONUS = 0.2  # repair return: added when the last answer is accepted
+
+
+def repair_return(pass_ratios: Sequence[float], accepted_last: bool, *, kind: str, penalty: float) -> float:
+    """A: pass_ratio_last + 0.2·1[accepted_last] − λ·(rounds−1); B: Σ_t pass_ratio_t + the same terms."""
+    base = pass_ratios[-1] if kind == "last" else sum(pass_ratios)
+    return base + ACCEPT_BONUS * accepted_last - penalty * (len(pass_ratios) - 1)
+
+
+class JudgeReward:
+    """A trl reward function (called with the batch's completions and dataset columns as kwargs)."""
+
+    def __init__(self, run_dir: Path, *, mode: str, keep: Union[int, str, None], attempt: str,
+                 shape: Optional[Callable[[list[dict], dict], list[float]]] = None, workers: int = 4) -> None:
+        self.__name__ = f"judge_{mode}"  # trl names the reward's metrics after it
+        self.mode, self.attempt, self.shape, self.workers = mode, attempt, shape, workers
+        self.keep = DEFAULT_TRACES if keep is None else keep
+        self.traces = Path(run_dir) / TRACES_FILE
+        self.traces.parent.mkdir(parents=True, exist_ok=True)
+        self.last: dict[str, float] = {}
+
+    def __call__(self, prompts: list, completions: list, ground_truth: list[str], problem_id: list[str],
+                 trainer_state: Any = None, log_metric: Optional[Callable[[str, float], None]] = None,
+                 **extra: Any) -> list[float]:
+        texts = extra.get("final_text") or [_text(c) for c in completions]
+        began = time.perf_counter()
+        with ThreadPoolExecutor(self.workers) as pool:
+            results = list(pool.map(lambda a: compute_score("rlvr", a[0], a[1], mode=self.mode),
+                                    zip(texts, ground_truth)))
+        judge_s = time.perf_counter() - began
+        rewards = self.shape(results, extra) if self.shape else [r["score"] for r in results]
+        n = max(1, len(results))
+        self.last = {"judge_s": judge_s, "timeout_rate": sum(r["verdict"] == "TIMEOUT" for r in results) / n,
+                     "accepted_rate": sum(r["acc"] for r in results) / n}
+        for name, value in self.last.items():
+            if log_metric is not None:
+                log_metric(f"judge/{name}", value)
+        step = (trainer_state.global_step + 1) if trainer_state is not None else 0
+        self._trace(step, problem_id, texts, rewards, results, extra)
+        return rewards
+
+    def _trace(self, step: int, ids: Sequence[str], texts: Sequence[str], rewards: Sequence[float],
+               results: Sequence[dict], extra: dict) -> None:
+        count = len(texts) if self.keep == "all" else min(int(self.keep), len(texts))
+        rounds = extra.get("rounds") or [1] * len(texts)
+        ids_of = extra.get("completion_ids") or [None] * len(texts)
+        with self.traces.open("a", encoding="utf-8") as fh:
+            for i in range(count):
+                fh.write(json.dumps({"step": step, "attempt": self.attempt, "problem_id": ids[i],
+                                     "completion": texts[i], "reward": rewards[i], "verdict": results[i]["verdict"],
+                                     "pass_ratio": results[i]["pass_ratio"], "tokens": len(ids_of[i]) if ids_of[i] is not None else None,
+                                     "rounds": rounds[i]}) + "\n")
+
+
+def _text(completion: Any) -> str:
+    return completion[-1]["content"] if isinstance(completion, list) else str(completion)
