@@ -18,7 +18,13 @@ from engine.data.dataset import DataContext, LoadedDataset
 from engine.data.idlist import apply_idlist
 from engine.data.loaders import load_dataset_problems
 from engine.errors import UserError
-from engine.spec.model import DatasetSpec, EarlyStopSpec, ModelRef, PairsSpec, TrackingSpec
+from engine.spec.model import (
+    DatasetSpec,
+    EarlyStopSpec,
+    ModelRef,
+    PairsSpec,
+    TrackingSpec,
+)
 from engine.spec.registry import Registry, find_registry, load_registry
 
 

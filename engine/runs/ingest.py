@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.evaluate.run import METRICS_FILE, EvalOutput
+from engine.runs.lineage import ArtifactRecord, Lineage, Metric
 from engine.spec.model import TRAINED_KINDS
 from engine.train.curves import curves
 from engine.train.outcome import MODEL_DIR, PAIRS_FILE, read_outcome
 from engine.train.rollout_reward import TRACES_FILE
-from engine.runs.lineage import ArtifactRecord, Lineage, Metric
 
 SAMPLES = "outputs/samples"
 TRAIN_SERIES = "train"  # the dataset name of a training run's curves in lineage
@@ -38,6 +38,10 @@ def ingest_training(lineage: Lineage, run_id: str, run_dir: Path) -> None:
             for name, value in metrics.items():
                 lineage.record_metric(Metric(run_id=run_id, dataset=dataset, name=f"select/{name}", value=value,
                                              step=checkpoint.step))
+    for cycle in outcome.cycles if outcome else []:
+        for name in ("acceptance", "rows"):
+            lineage.record_metric(Metric(run_id=run_id, dataset=TRAIN_SERIES, name=f"raft/{name}", value=cycle[name],
+                                         step=int(cycle["cycle"])))
     lineage.record_artifact(ArtifactRecord(run_id=run_id, kind="model", path=str(run_dir / MODEL_DIR)))
     for kind, path in (("traces", run_dir / TRACES_FILE), ("pairs", run_dir / PAIRS_FILE)):
         if path.is_file():

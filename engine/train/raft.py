@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from engine.errors import UserError
 from engine.evaluate.score import score_model
+from engine.train.curriculum import ordered
 from engine.train.outcome import write_outcome
 from engine.train.selection import choose
 from engine.train.session import TrainRun, run_main
@@ -41,8 +42,10 @@ def accepted_rows(run: TrainRun, model: str, cycle: int) -> tuple[list[dict[str,
                 if (r.problem_id, r.completion) not in seen:
                     seen.add((r.problem_id, r.completion))
                     prompt = choice.prompt(problems[r.problem_id])
-                    rows.append({"prompt": [m.model_dump() for m in prompt],
+                    rows.append({"_id": r.problem_id, "prompt": [m.model_dump() for m in prompt],
                                  "completion": [{"role": "assistant", "content": r.completion}]})
+    rank = {p.id: i for loaded in ordered(run, run.datasets("train")) for i, p in enumerate(loaded.problems)}
+    rows.sort(key=lambda row: rank.get(row.pop("_id"), len(rank)))  # stable: curriculum order, else as sampled
     return rows, accepted / max(1, total)
 
 

@@ -78,7 +78,7 @@ def chain_rollout(run: TrainRun, judge: Judge, problems: dict[str, Problem], rou
         found = [problems[p[-1]["content"]] for p in prompts]
         first_out = turns([list(p) for p in prompts])
         results = judge.judge_many([(pr, text) for pr, (_, text) in zip(found, first_out)])
-        first = [Answer(key=str(i), problem=pr, conversation=list(p), completion=text, result=res, generation=out)
+        first = [Answer(key=str(i), problem=pr, conversation=list(p), completion=out[1], result=res, generation=out)
                  for i, (pr, p, out, res) in enumerate(zip(found, prompts, first_out, results))]
         chains = repair_loop(first, judge=judge, rounds=rounds, text=lambda g: g[1], generate=turns)
         per_root = _by_root(chains.rounds)

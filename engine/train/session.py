@@ -24,7 +24,12 @@ from transformers import TrainerCallback
 
 from engine.data.dataset import LoadedDataset
 from engine.errors import UserError
-from engine.plan.frozen import FrozenRun, load_frozen_dataset, read_frozen_run, run_registry
+from engine.plan.frozen import (
+    FrozenRun,
+    load_frozen_dataset,
+    read_frozen_run,
+    run_registry,
+)
 from engine.prompts.templates import PromptChoice
 from engine.spec.model import PhaseKind
 from engine.spec.registry import Registry

@@ -59,9 +59,24 @@ CASES = {
 }
 
 
+TRL_CASES = {"trl_sft": PhaseKind.sft, "trl_grpo": PhaseKind.grpo, "trl_repair": PhaseKind.repair,
+             "trl_raft": PhaseKind.raft}
+
+
+@pytest.mark.parametrize("name", sorted(TRL_CASES))
+def test_golden_trl_launch_scripts(name: str) -> None:
+    v = validate_spec(GOLDEN / "trl_spec.yaml", content=False)
+    p = plan(v)
+    _check_golden(name, _render(p, v, _first(p, TRL_CASES[name])))
+    assert "-m engine.train." in (GOLDEN / f"{name}.sh").read_text()
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_launch_scripts(name: str, golden_plan: Plan, validated: ValidatedSpec) -> None:
-    text = _render(golden_plan, validated, _first(golden_plan, *CASES[name]))
+    _check_golden(name, _render(golden_plan, validated, _first(golden_plan, *CASES[name])))
+
+
+def _check_golden(name: str, text: str) -> None:
     golden = GOLDEN / f"{name}.sh"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -83,7 +98,7 @@ def test_strict_undefined_fails_loudly(tmp_path: Path, golden_plan: Plan) -> Non
 
 def test_missing_template_is_a_clear_error(tmp_path: Path, golden_plan: Plan) -> None:
     run = _first(golden_plan, PhaseKind.dpo)
-    with pytest.raises(UserError, match=r"no launch template for run kind 'dpo'.*dpo\.sh\.j2"):
+    with pytest.raises(UserError, match=r"no launch template for 'dpo' runs on trl.*trl_dpo\.sh\.j2"):
         render_launch(run, RenderContext(run_dir=tmp_path, model_path="m"), template_dir=tmp_path)
 
 

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# rlvr-run best_of_n run 3739610676db (bon@1) of spec golden.
+# rlvr-run best_of_n run 22d1d0737c45 (bon@1) of spec golden.
 # Rendered from templates/launch/best_of_n.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
-RUN_DIR=/runs/golden/3739610676db
+RUN_DIR=/runs/golden/22d1d0737c45
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=3739610676db
+export RLVR_RUN_ID=22d1d0737c45
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Inference-only baseline: 10 samples per problem with the frozen protocol; the one the PUBLIC
 # tests rank best goes to outputs/samples, which the evaluations attached to this run score.
-"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model /runs/golden/20a5cdf2715a/model \
+"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model /runs/golden/254a2322bd73/model \
     --generate-only --backend "${RLVR_EVAL_BACKEND:-auto}"

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# rlvr-run eval run 905311d98afb (bon:every_phase@1) of spec golden.
+# rlvr-run eval run 808c772c3c8c (bon:every_phase@1) of spec golden.
 # Rendered from templates/launch/eval.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
-RUN_DIR=/runs/golden/905311d98afb
+RUN_DIR=/runs/golden/808c772c3c8c
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=905311d98afb
+export RLVR_RUN_ID=808c772c3c8c
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Scores the samples its best-of-n parent generated; no generation here.
-"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model /runs/golden/20a5cdf2715a/model \
-    --samples /runs/golden/3739610676db/outputs/samples --backend "${RLVR_EVAL_BACKEND:-auto}"
+"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model /runs/golden/254a2322bd73/model \
+    --samples /runs/golden/22d1d0737c45/outputs/samples --backend "${RLVR_EVAL_BACKEND:-auto}"

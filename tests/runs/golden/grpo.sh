@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# rlvr-run grpo run 4dc9d0253edd (grpo@1) of spec golden.
-# Rendered from templates/launch/grpo.sh.j2; edit the template, not this file.
+# rlvr-run grpo run f17c65326fcb (grpo@1) of spec golden.
+# Rendered from templates/launch/verl_grpo.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
-RUN_DIR=/runs/golden/4dc9d0253edd
+RUN_DIR=/runs/golden/f17c65326fcb
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=4dc9d0253edd
+export RLVR_RUN_ID=f17c65326fcb
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -17,11 +17,11 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
-    data.train_files=/runs/golden/4dc9d0253edd/data/train.parquet \
-    data.val_files=/runs/golden/4dc9d0253edd/data/valid.parquet \
+    data.train_files=/runs/golden/f17c65326fcb/data/train.parquet \
+    data.val_files=/runs/golden/f17c65326fcb/data/valid.parquet \
     data.filter_overlong_prompts=true \
     data.truncation=error \
-    actor_rollout_ref.model.path=/runs/golden/20a5cdf2715a/model \
+    actor_rollout_ref.model.path=/runs/golden/254a2322bd73/model \
     actor_rollout_ref.actor.use_kl_loss=true \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-06 \
@@ -51,15 +51,15 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
     +reward.custom_reward_function.reward_kwargs.reward=dense \
-    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/4dc9d0253edd/config.yaml \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/f17c65326fcb/config.yaml \
     trainer.use_v1=false \
     trainer.val_before_train=true \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=4dc9d0253edd \
+    trainer.experiment_name=f17c65326fcb \
     trainer.n_gpus_per_node=2 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/4dc9d0253edd/checkpoints \
+    trainer.default_local_dir=/runs/golden/f17c65326fcb/checkpoints \
     trainer.resume_mode=auto \
     actor_rollout_ref.actor.clip_ratio_high=0.28
 # Children and evaluations load model/ (HF format) from the last saved step.

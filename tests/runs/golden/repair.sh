@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# rlvr-run repair run 38f8848d4637 (repair@1) of spec golden.
-# Rendered from templates/launch/repair.sh.j2; edit the template, not this file.
+# rlvr-run repair run c6984c66d090 (repair@1) of spec golden.
+# Rendered from templates/launch/verl_repair.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
-RUN_DIR=/runs/golden/38f8848d4637
+RUN_DIR=/runs/golden/c6984c66d090
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=38f8848d4637
+export RLVR_RUN_ID=c6984c66d090
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -19,11 +19,11 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
-    data.train_files=/runs/golden/38f8848d4637/data/train.parquet \
-    data.val_files=/runs/golden/38f8848d4637/data/train.parquet \
+    data.train_files=/runs/golden/c6984c66d090/data/train.parquet \
+    data.val_files=/runs/golden/c6984c66d090/data/train.parquet \
     data.filter_overlong_prompts=true \
     data.truncation=error \
-    actor_rollout_ref.model.path=/runs/golden/4dc9d0253edd/model \
+    actor_rollout_ref.model.path=/runs/golden/f17c65326fcb/model \
     actor_rollout_ref.actor.use_kl_loss=true \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-06 \
@@ -53,15 +53,15 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
     +reward.custom_reward_function.reward_kwargs.reward=dense \
-    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/38f8848d4637/config.yaml \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/c6984c66d090/config.yaml \
     trainer.use_v1=false \
     trainer.val_before_train=false \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=38f8848d4637 \
+    trainer.experiment_name=c6984c66d090 \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/38f8848d4637/checkpoints \
+    trainer.default_local_dir=/runs/golden/c6984c66d090/checkpoints \
     trainer.resume_mode=auto \
     actor_rollout_ref.rollout.agent.default_agent_loop=rlvr_repair \
     actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# rlvr-run sft run 20a5cdf2715a (sft@1) of spec golden.
-# Rendered from templates/launch/sft.sh.j2; edit the template, not this file.
+# rlvr-run sft run 254a2322bd73 (sft@1) of spec golden.
+# Rendered from templates/launch/verl_sft.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
-RUN_DIR=/runs/golden/20a5cdf2715a
+RUN_DIR=/runs/golden/254a2322bd73
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=20a5cdf2715a
+export RLVR_RUN_ID=254a2322bd73
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -14,8 +14,8 @@ export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 "$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-sft-messages
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
-    data.train_files=/runs/golden/20a5cdf2715a/data/sft_train.parquet \
-    data.val_files=/runs/golden/20a5cdf2715a/data/sft_valid.parquet \
+    data.train_files=/runs/golden/254a2322bd73/data/sft_train.parquet \
+    data.val_files=/runs/golden/254a2322bd73/data/sft_valid.parquet \
     data.messages_key=messages \
     model.path=Qwen/Qwen2.5-Coder-1.5B-Instruct \
     optim.lr=2e-05 \
@@ -25,10 +25,10 @@ torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer 
     trainer.total_epochs=1 \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=20a5cdf2715a \
+    trainer.experiment_name=254a2322bd73 \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/20a5cdf2715a/checkpoints \
+    trainer.default_local_dir=/runs/golden/254a2322bd73/checkpoints \
     trainer.resume_mode=auto
 # Children and evaluations load model/ (HF format) from the last saved step.
 step="$(cat checkpoints/latest_checkpointed_iteration.txt)"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# rlvr-run sft run 1079dcb0a8da (sft@1) of spec golden-trl.
+# Rendered from templates/launch/trl_sft.sh.j2; edit the template, not this file.
+# Everything it writes stays inside the run directory.
+set -euo pipefail
+RUN_DIR=/runs/golden/1079dcb0a8da
+cd "$RUN_DIR"
+mkdir -p logs outputs
+export RLVR_RUN_ID=1079dcb0a8da
+RLVR_PYTHON="${RLVR_PYTHON:-python3}"
+# The executor sets one attempt id per try; a manual run gets a timestamp.
+export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
+# Supervised fine-tuning with trl's SFTTrainer on the reference solutions of the train datasets
+# (prompt/completion rows: the loss covers the answer only).
+# Resumes from the last complete checkpoint of an earlier attempt; writes logs/metrics.<attempt>.jsonl,
+# outputs/training.json, traces/ (RL kinds) and, at the end, model/ from the chosen checkpoint.
+"$RLVR_PYTHON" -m engine.train.sft --run-dir "$RUN_DIR" --model Qwen/Qwen2.5-Coder-1.5B-Instruct
