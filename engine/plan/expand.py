@@ -336,7 +336,7 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
                      for n, d in datasets.items()},
         "protocols": {use: {"name": name, **_dump(resolved_protocols[name])} for use, name in names.items()},
         "judge": _dump(spec.judge),
-        "resources": resources.model_dump(),
+        "resources": resources.model_dump(exclude_none=True),
         **extra,
     }
     parents = [parent] if parent else []

@@ -16,7 +16,7 @@ from engine.plan.expand import plan
 from engine.plan.model import Plan
 from engine.spec.validated import ValidatedSpec
 from engine.train.trl_config import trl_run_problems
-from engine.train.verl_overrides import plan_run_problems
+from engine.train.verl_checks import plan_run_problems
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,6 +86,9 @@ class JudgeSpec(StrictModel):
 class Resources(StrictModel):
     gpus: int = Field(default=0, ge=0)
     cpus: int = Field(default=1, ge=1)
+    # Wall-clock bound of one attempt: a trainer that hangs silently (verl's TransferQueue
+    # start-up can) fails instead of holding its GPUs forever. verl runs default to 72 h.
+    time_limit_h: Optional[float] = Field(default=None, gt=0)
 
 
 class PairsSpec(StrictModel):

@@ -11,40 +11,45 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Optional
 
 from engine.data.dataset import LoadedDataset
+from engine.errors import UserError
 from engine.evaluate.score import score_model
+from engine.plan.frozen import FrozenRun
 from engine.problem import Problem
-
-if TYPE_CHECKING:
-    from engine.train.session import TrainRun
 
 ORDER_FILE = "data/order.json"
 
 
-def ordered(run: "TrainRun", datasets: list[LoadedDataset]) -> list[LoadedDataset]:
+def ordered(frozen: FrozenRun, run_dir: Path, model: Optional[str],
+            datasets: list[LoadedDataset]) -> list[LoadedDataset]:
     """`datasets` in curriculum order when the run asks for one, else unchanged."""
-    if run.frozen.curriculum != "difficulty":
+    if frozen.curriculum != "difficulty":
         return datasets
-    path = run.run_dir / ORDER_FILE
+    path = run_dir / ORDER_FILE
     if path.is_file():
         order = json.loads(path.read_text())["order"]
     else:
-        order, basis = _order(run, datasets)
+        order, basis = _order(frozen, run_dir, model, datasets)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"basis": basis, "order": order}, indent=1) + "\n")
     rank = {pid: i for i, pid in enumerate(order)}
     return [replace(d, problems=sorted(d.problems, key=lambda p: rank.get(p.id, len(rank)))) for d in datasets]
 
 
-def _order(run: "TrainRun", datasets: list[LoadedDataset]) -> tuple[list[str], str]:
+def _order(frozen: FrozenRun, run_dir: Path, model: Optional[str],
+           datasets: list[LoadedDataset]) -> tuple[list[str], str]:
     problems = [p for d in datasets for p in d.problems]
     if all(_stated(p) is not None for p in problems):
         return [p.id for p in sorted(problems, key=_stated)], "dataset difficulty"
-    protocol = "rollout" if "rollout" in run.frozen.protocols else "select"
-    scored = score_model(run.run_dir, run.model, run.frozen, protocol=protocol, datasets=[d.name for d in datasets],
-                         out_dir=run.run_dir / "curriculum")
+    protocol = next((p for p in ("rollout", "select") if p in frozen.protocols), None)
+    if model is None or protocol is None:
+        raise UserError("curriculum: difficulty needs each problem's difficulty or rating, or a model and a "
+                        "rollout protocol to measure pass rates\n  fix: drop `curriculum:` or give the phase `rollout:`")
+    scored = score_model(run_dir, model, frozen, protocol=protocol, datasets=[d.name for d in datasets],
+                         out_dir=run_dir / "curriculum")
     rate: dict[str, list[float]] = {}
     for s in scored:
         for r in s.records:

@@ -26,6 +26,7 @@ from engine.plan.frozen import (
     run_registry,
 )
 from engine.spec.registry import Registry
+from engine.train.curriculum import ordered
 from engine.train.rows import (
     ExportResult,
     PromptChoice,
@@ -106,7 +107,7 @@ def _result(data_dir: Path, entry: dict[str, Any]) -> ExportResult:
                         skipped=list(entry["skipped"]), sha256=entry["sha256"])
 
 
-def export_run(run_dir: Path, fmt: str) -> list[ExportResult]:
+def export_run(run_dir: Path, fmt: str, model: Optional[str] = None) -> list[ExportResult]:
     """Write the run's training data under `run_dir/data/` from its frozen config.yaml.
 
     The `train` dataset goes to the layout's train file, the datasets verl validates
@@ -126,13 +127,13 @@ def export_run(run_dir: Path, fmt: str) -> list[ExportResult]:
     data_dir = run_dir / "data"
     entries = _up_to_date(data_dir, run, fmt)
     if entries is None:
-        entries = _export_files(run, fmt, layout, registry, data_dir)
+        entries = _export_files(run, fmt, layout, registry, data_dir, model)
         _write_manifest(data_dir, run, fmt, entries)
     return [_result(data_dir, e) for e in entries]
 
 
 def _export_files(run: FrozenRun, fmt: str, layout: RunLayout, registry: Registry,
-                  data_dir: Path) -> list[dict[str, Any]]:
+                  data_dir: Path, model: Optional[str]) -> list[dict[str, Any]]:
     train = [n for n, d in run.datasets.items() if "train" in d.uses]
     valid = [n for n, d in run.datasets.items() if layout.valid_uses & set(d.uses)]
     if not train:
@@ -144,6 +145,8 @@ def _export_files(run: FrozenRun, fmt: str, layout: RunLayout, registry: Registr
     for names, filename in ((train, layout.train), (valid, layout.valid)):
         if names:
             parts = [load_run_dataset(n, run.datasets[n], registry) for n in names]
+            if filename == layout.train:  # verl reads the rows in file order (data.shuffle=False)
+                parts = ordered(run, data_dir.parent, model, parts)
             entries.append(_write_file(parts, data_dir / filename, fmt, choice, run.reward or "dense"))
     return entries
 
@@ -166,9 +169,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                                      description="write a run directory's training data from its config.yaml")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--format", required=True, choices=tuple(RUN_LAYOUTS))
+    parser.add_argument("--model", help="the starting model (measures pass rates for a curriculum without difficulties)")
     args = parser.parse_args(argv)
     try:
-        results = export_run(args.run_dir, args.format)
+        results = export_run(args.run_dir, args.format, args.model)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

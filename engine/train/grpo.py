@@ -32,7 +32,7 @@ def grpo_dataset(run: TrainRun) -> Any:
     from datasets import Dataset
 
     choice = run.choice("rollout")
-    return Dataset.from_list([r for loaded in ordered(run, run.datasets("train"))
+    return Dataset.from_list([r for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train"))
                               for r in grpo_rows(loaded, choice, run.frozen.reward or "dense")])
 
 

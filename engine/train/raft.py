@@ -44,7 +44,7 @@ def accepted_rows(run: TrainRun, model: str, cycle: int) -> tuple[list[dict[str,
                     prompt = choice.prompt(problems[r.problem_id])
                     rows.append({"_id": r.problem_id, "prompt": [m.model_dump() for m in prompt],
                                  "completion": [{"role": "assistant", "content": r.completion}]})
-    rank = {p.id: i for loaded in ordered(run, run.datasets("train")) for i, p in enumerate(loaded.problems)}
+    rank = {p.id: i for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train")) for i, p in enumerate(loaded.problems)}
     rows.sort(key=lambda row: rank.get(row.pop("_id"), len(rank)))  # stable: curriculum order, else as sampled
     return rows, accepted / max(1, total)
 

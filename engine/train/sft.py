@@ -19,7 +19,7 @@ def sft_dataset(run: TrainRun, rows: Optional[list[dict[str, Any]]] = None) -> A
     if rows is None:
         skipped: list[str] = []
         choice = run.choice("select")
-        rows = [r for loaded in ordered(run, run.datasets("train"))
+        rows = [r for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train"))
                 for r in sft_rows(loaded, choice, skipped, split_prompt=True)]
     return Dataset.from_list(rows)
 

@@ -17,10 +17,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Optional
 
-from engine.errors import Diagnostic, UserError
+from engine.errors import UserError
 from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
-from engine.spec.validated import ValidatedSpec
 
 # verl reads these without declaring them, so they need a `+`: Hydra's struct mode refuses any other new key.
 KNOWN_UNDECLARED = (
@@ -30,7 +29,13 @@ KNOWN_UNDECLARED = (
     "reward.timeout",
     "actor_rollout_ref.rollout.engine_kwargs.vllm.",
     "ray_kwargs.ray_init.",
+    "actor_rollout_ref.model.override_config.",
+    "model.override_config.",
 )
+# What a GPU run needs and a CPU check cannot see: the gpu extra installs no flash-attn (verl's
+# default attention), and without hf_model a checkpoint has no weights a child can load.
+SDPA = "sdpa"
+SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
 # Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
 LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
 
@@ -81,7 +86,7 @@ CONFIG_NAMES = {PhaseKind.grpo: "ppo_trainer", PhaseKind.repair: "ppo_trainer",
 # Multi-round repair is GRPO whose rollouts go through our agent loop (registered by the
 # module verl imports from VERL_USE_EXTERNAL_MODULES).
 REPAIR_AGENT_LOOP = "rlvr_repair"
-REPAIR_LOOP_MODULE = "engine.repair_loop"
+REPAIR_LOOP_MODULE = "engine.train.verl_repair_loop"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,10 +192,12 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
         "reward.custom_reward_function.path": str(paths.reward_path),
         "reward.custom_reward_function.name": "compute_score",
         "reward.reward_manager.name": "naive",
-        "+reward.custom_reward_function.reward_kwargs.reward": run.config.get("reward") or "dense",
+        "+reward.custom_reward_function.reward_kwargs.mode": run.config.get("reward") or "dense",
         "+reward.custom_reward_function.reward_kwargs.run_config": str(paths.run_dir / "config.yaml"),
-        # v1 needs TransferQueue, which no extra we install ships; use_v1=False is verl's legacy trainer.
-        "trainer.use_v1": False, "trainer.val_before_train": has_valid,
+        "trainer.val_before_train": has_valid,
+        "+actor_rollout_ref.model.override_config.attn_implementation": SDPA,
+        "actor_rollout_ref.actor.checkpoint.save_contents": SAVE_CONTENTS,
+        **_curriculum(run, "data.shuffle"),
         **_trainer_common(run, paths), "trainer.resume_mode": "auto",
     }
     if not has_valid:
@@ -214,9 +221,31 @@ def _rollout_sampling(run: Run) -> dict[str, Any]:
     return out
 
 
+def _curriculum(run: Run, key: str) -> dict[str, Any]:
+    """A curriculum's order lives in the exported rows: verl must not shuffle them."""
+    return {key: False} if run.config.get("curriculum") == "difficulty" else {}
+
+
+TRACKERS = ("wandb", "mlflow", "tensorboard")
+DEFAULT_TIME_LIMIT_H = 72.0
+
+
+def tracking_env(run: Run) -> list[tuple[str, str]]:
+    """The spec's tracker settings as the tools' own variables (`wandb: {mode: offline}` → WANDB_MODE)."""
+    tracking = run.config.get("tracking") or {}
+    return [(f"{tool.upper()}_{key.upper()}", str(value)) for tool in TRACKERS
+            for key, value in sorted((tracking.get(tool) or {}).items())]
+
+
+def loggers(run: Run) -> list[str]:
+    """verl's `trainer.logger`: its console and our file logger, plus the spec's own trackers."""
+    tracking = run.config.get("tracking") or {}
+    return ["console", "file", *(t for t in TRACKERS if tracking.get(t) is not None)]
+
+
 def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:
     return {
-        "trainer.logger": ["console", "file"],
+        "trainer.logger": loggers(run),
         "trainer.project_name": run.spec_name,
         "trainer.experiment_name": run.id,
         "trainer.n_gpus_per_node": max(1, run.resources.gpus),
@@ -234,7 +263,10 @@ def sft_overrides(run: Run, paths: VerlPaths) -> list[str]:
         "data.val_files": str(data / ("sft_valid.parquet" if has_valid else "sft_train.parquet")),
         "data.messages_key": "messages",
         "model.path": paths.model_path,
+        "+model.override_config.attn_implementation": SDPA,
+        "checkpoint.save_contents": SAVE_CONTENTS,
         **_hparam_values(run, SFT_HPARAMS, SFT_DEFAULTS, {}),
+        **_curriculum(run, "data.shuffle"),
         **_trainer_common(run, paths), "trainer.resume_mode": "auto",
     }
     values.update(flatten(run.config.get("overrides", {})))
@@ -298,67 +330,19 @@ def _is_group(key: str) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _compose(config_name: str, overrides: tuple[str, ...]) -> Optional[str]:
-    from hydra import compose, initialize_config_dir
-
     try:
-        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-            compose(config_name=config_name, overrides=list(overrides))
+        composed(config_name, overrides)
     except Exception as exc:  # ConfigCompositionException, MissingConfigException, ...
         return str(exc).strip()
     return None
 
 
+def composed(config_name: str, overrides: tuple[str, ...]) -> Any:
+    """verl's Hydra config with `overrides` applied (raises what Hydra raises)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
 PLACEHOLDER_PATHS = VerlPaths(run_dir=Path("/RUN_DIR"), reward_path=Path("/ENGINE/reward.py"), model_path="MODEL")
-
-
-def plan_run_problems(runs: list[Run], validated: ValidatedSpec) -> list[Diagnostic]:
-    """Every verl run's problems (hyperparameters, overrides), located in the spec."""
-    seen: set[tuple[str, str]] = set()
-    diagnostics: list[Diagnostic] = []
-    for run in runs:
-        if run.trainer != "verl" or run.kind not in CONFIG_NAMES:
-            continue
-        for keys, message, fix in _run_problems(run):
-            where = _locate_unit_key(validated, run, keys)
-            if (str(where), message) not in seen:
-                seen.add((str(where), message))
-                diagnostics.append(validated.loaded.diagnostic(where, message, fix))
-    return diagnostics
-
-
-def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
-    """(key path inside the unit, message, fix) for every problem of one run."""
-    overrides = run.config.get("overrides", {})
-    problems = [(("overrides",), msg, "") for msg in user_override_errors(overrides)]
-    unknown = unknown_hparams(run)
-    if unknown:
-        problems.append((("hparams",), unknown, ""))
-        # Compose the rest anyway: a misspelled hyperparameter must not hide a misspelled override.
-        known = {k: v for k, v in run.config.get("hparams", {}).items() if k in HPARAM_TABLES[run.kind]}
-        run = run.model_copy(update={"config": {**run.config, "hparams": known}})
-    lines = verl_overrides(run, PLACEHOLDER_PATHS)
-    for error in check_overrides(lines, CONFIG_NAMES[run.kind]):
-        first = error.splitlines()[0]
-        match = re.search(r"override '([^']+)'", first)
-        key = match.group(1) if match else ""
-        user_key = next((k for k in flatten(overrides) if k.lstrip("+") == key), None)
-        path = ("overrides", user_key) if user_key else ("overrides",)
-        problems.append((path, f"verl {CONFIG_NAMES[run.kind]} rejects this override: {first}",
-                         "check the key against verl's config (verl/trainer/config/) or drop it"))
-    return problems
-
-
-def _locate_unit_key(validated: ValidatedSpec, run: Run, keys: tuple[str, ...]) -> tuple[str, ...]:
-    """The spec path a unit-level key came from: the variant when it names it, else the phase."""
-    spec = validated.spec
-    if run.variant:
-        variant = spec.variants[run.variant]
-        own = variant.overrides if keys[0] == "overrides" else variant.hparams
-        if own and (len(keys) == 1 or keys[1] in flatten(own)):
-            return ("variants", run.variant, *keys[:1], *_nested(keys[1:]))
-    return ("phases", run.phase, *keys[:1], *_nested(keys[1:]))
-
-
-def _nested(keys: tuple[str, ...]) -> tuple[str, ...]:
-    # Overrides may be written nested or dotted; locate() stops at the deepest match.
-    return tuple(keys[0].split(".")) if keys else ()

@@ -145,8 +145,43 @@ def test_grpo_command_has_the_minimal_verl_091_set(golden_plan: Plan) -> None:
         assert key in values
     assert not [k for k in values if k.startswith(verl_overrides.LEGACY_PREFIXES)]
     assert [k for k in values if k.startswith("+")] == [
-        "+reward.custom_reward_function.reward_kwargs.reward",
-        "+reward.custom_reward_function.reward_kwargs.run_config"]
+        "+reward.custom_reward_function.reward_kwargs.mode",
+        "+reward.custom_reward_function.reward_kwargs.run_config",
+        "+actor_rollout_ref.model.override_config.attn_implementation"]
+    # What a GPU run needs that a CPU check cannot see: no flash-attn, HF weights in every checkpoint.
+    assert values["+actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+    assert "hf_model" in values["actor_rollout_ref.actor.checkpoint.save_contents"]
+
+
+def test_verl_scripts_carry_a_wall_clock_limit_and_the_users_trackers(tmp_path: Path) -> None:
+    path = _spec_with(tmp_path, "seeds: [1]", "seeds: [1]\ntracking: {wandb: {project: p, mode: offline}}")
+    checked = preflight(path, content=False)
+    run = _first(checked.plan, PhaseKind.grpo)
+    text = _render(checked.plan, checked.validated, run)
+    assert "timeout --kill-after=120 259200 " in text  # 72 h unless resources.time_limit_h says otherwise
+    assert "export WANDB_MODE=offline\nexport WANDB_PROJECT=p\n" in text
+    assert "'trainer.logger=[\"console\",\"file\",\"wandb\"]'" in text
+
+
+def test_every_verl_run_of_the_matrix_composes_and_passes_verls_checks() -> None:
+    from engine.train.verl_checks import config_check
+
+    matrix = Path(__file__).resolve().parents[2] / "specs" / "matrix.yaml"
+    checked = preflight(matrix, content=False)  # raises SpecError on any problem of any run
+    verl_runs = [r for r in checked.plan.runs if r.trainer == "verl"]
+    assert len(verl_runs) == 14
+    for run in verl_runs:
+        lines = verl_overrides.verl_overrides(run, verl_overrides.PLACEHOLDER_PATHS)
+        kind = verl_overrides.CONFIG_NAMES[run.kind]
+        assert verl_overrides.check_overrides(lines, kind) == [] and config_check(run, lines) == [], run.label
+
+
+def test_verl_own_batch_checks_fail_at_validate_time_with_the_spec_line(tmp_path: Path) -> None:
+    path = _spec_with(tmp_path, "hparams: {lr: 1.0e-6}", "hparams: {lr: 1.0e-6, micro_batch_size_per_gpu: 3}")
+    with pytest.raises(SpecError) as caught:
+        preflight(path, content=False)
+    text = str(caught.value)
+    assert "phases.grpo.hparams: verl's own config check fails: each GPU's share of a mini batch" in text
 
 
 def _spec_with(tmp_path: Path, old: str, new: str) -> Path:

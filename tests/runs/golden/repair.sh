@@ -11,12 +11,13 @@ RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
-"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl
+"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/f17c65326fcb/model
 # Multi-round repair = GRPO whose rollouts run the rlvr_repair agent loop: answer, judge,
 # feed the verdict back, up to 2 rounds. verl imports the loop from this module.
-export VERL_USE_EXTERNAL_MODULES=engine.repair_loop
+export VERL_USE_EXTERNAL_MODULES=engine.train.verl_repair_loop
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
-"$RLVR_PYTHON" -m verl.trainer.main_ppo \
+# A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
+timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
     data.train_files=/runs/golden/c6984c66d090/data/train.parquet \
@@ -52,10 +53,11 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
     reward.custom_reward_function.path=/opt/rlvr-run/engine/reward.py \
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
-    +reward.custom_reward_function.reward_kwargs.reward=dense \
+    +reward.custom_reward_function.reward_kwargs.mode=dense \
     +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/c6984c66d090/config.yaml \
-    trainer.use_v1=false \
     trainer.val_before_train=false \
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
+    'actor_rollout_ref.actor.checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
     trainer.experiment_name=c6984c66d090 \
@@ -65,7 +67,7 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
     trainer.resume_mode=auto \
     actor_rollout_ref.rollout.agent.default_agent_loop=rlvr_repair \
     actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2
-# Children and evaluations load model/ (HF format) from the last saved step.
-step="$(cat checkpoints/latest_checkpointed_iteration.txt)"
+# The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
+step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"
 "$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "checkpoints/global_step_${step}/actor" --target_dir model

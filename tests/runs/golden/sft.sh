@@ -11,13 +11,16 @@ RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
-"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-sft-messages
+"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-sft-messages --model Qwen/Qwen2.5-Coder-1.5B-Instruct
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
-torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
+# A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
+timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
     data.train_files=/runs/golden/254a2322bd73/data/sft_train.parquet \
     data.val_files=/runs/golden/254a2322bd73/data/sft_valid.parquet \
     data.messages_key=messages \
     model.path=Qwen/Qwen2.5-Coder-1.5B-Instruct \
+    +model.override_config.attn_implementation=sdpa \
+    'checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     optim.lr=2e-05 \
     data.train_batch_size=64 \
     data.micro_batch_size_per_gpu=2 \
@@ -30,7 +33,7 @@ torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer 
     trainer.nnodes=1 \
     trainer.default_local_dir=/runs/golden/254a2322bd73/checkpoints \
     trainer.resume_mode=auto
-# Children and evaluations load model/ (HF format) from the last saved step.
-step="$(cat checkpoints/latest_checkpointed_iteration.txt)"
+# The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
+step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"
 "$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "checkpoints/global_step_${step}" --target_dir model

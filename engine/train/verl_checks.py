@@ -1,0 +1,128 @@
+"""Plan-time checks of every verl run, located in the spec: hyperparameters, overrides (legacy
+keys, needless `+`), composition against the installed verl's Hydra config, and verl's own
+CPU-side config checks (`verl.utils.config.validate_config`, what `main_ppo` runs before it
+starts Ray: batch sizes that do not divide, missing micro-batch keys, ...), so a run that
+would die on the cluster in its first minute is refused at validate time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import warnings
+from typing import Any
+
+from engine.errors import Diagnostic
+from engine.plan.model import Run
+from engine.spec.model import PhaseKind
+from engine.spec.validated import ValidatedSpec
+from engine.train.verl_overrides import (
+    CONFIG_NAMES,
+    HPARAM_TABLES,
+    PLACEHOLDER_PATHS,
+    check_overrides,
+    composed,
+    flatten,
+    unknown_hparams,
+    user_override_errors,
+    verl_overrides,
+)
+
+
+def plan_run_problems(runs: list[Run], validated: ValidatedSpec) -> list[Diagnostic]:
+    """Every verl run's problems (hyperparameters, overrides), located in the spec."""
+    seen: set[tuple[str, str]] = set()
+    diagnostics: list[Diagnostic] = []
+    for run in runs:
+        if run.trainer != "verl" or run.kind not in CONFIG_NAMES:
+            continue
+        for keys, message, fix in _run_problems(run):
+            where = _locate_unit_key(validated, run, keys)
+            if (str(where), message) not in seen:
+                seen.add((str(where), message))
+                diagnostics.append(validated.loaded.diagnostic(where, message, fix))
+    return diagnostics
+
+
+def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
+    """(key path inside the unit, message, fix) for every problem of one run."""
+    overrides = run.config.get("overrides", {})
+    problems = [(("overrides",), msg, "") for msg in user_override_errors(overrides)]
+    unknown = unknown_hparams(run)
+    if unknown:
+        problems.append((("hparams",), unknown, ""))
+        # Compose the rest anyway: a misspelled hyperparameter must not hide a misspelled override.
+        known = {k: v for k, v in run.config.get("hparams", {}).items() if k in HPARAM_TABLES[run.kind]}
+        run = run.model_copy(update={"config": {**run.config, "hparams": known}})
+    lines = verl_overrides(run, PLACEHOLDER_PATHS)
+    errors = check_overrides(lines, CONFIG_NAMES[run.kind])
+    if not errors and not problems:
+        problems += [(("hparams",), f"verl's own config check fails: {message}",
+                      "make the batch sizes divide (train_batch_size × rollout n by the GPUs, mini by micro batch)")
+                     for message in config_check(run, lines)]
+    for error in errors:
+        first = error.splitlines()[0]
+        match = re.search(r"override '([^']+)'", first)
+        key = match.group(1) if match else ""
+        user_key = next((k for k in flatten(overrides) if k.lstrip("+") == key), None)
+        path = ("overrides", user_key) if user_key else ("overrides",)
+        problems.append((path, f"verl {CONFIG_NAMES[run.kind]} rejects this override: {first}",
+                         "check the key against verl's config (verl/trainer/config/) or drop it"))
+    return problems
+
+
+def _locate_unit_key(validated: ValidatedSpec, run: Run, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The spec path a unit-level key came from: the variant when it names it, else the phase."""
+    spec = validated.spec
+    if run.variant:
+        variant = spec.variants[run.variant]
+        own = variant.overrides if keys[0] == "overrides" else variant.hparams
+        if own and (len(keys) == 1 or keys[1] in flatten(own)):
+            return ("variants", run.variant, *keys[:1], *_nested(keys[1:]))
+    return ("phases", run.phase, *keys[:1], *_nested(keys[1:]))
+
+
+def _nested(keys: tuple[str, ...]) -> tuple[str, ...]:
+    # Overrides may be written nested or dotted; locate() stops at the deepest match.
+    return tuple(keys[0].split(".")) if keys else ()
+
+
+def config_check(run: Run, lines: list[str]) -> list[str]:
+    """verl's validation of the composed config, with the run's real values."""
+    config = composed(CONFIG_NAMES[run.kind], tuple(lines))
+    if run.kind == PhaseKind.sft:
+        return _sft_batches(config)
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except (AssertionError, ValueError, TypeError) as exc:
+        return [str(exc).strip().splitlines()[0]]
+    return _ppo_batches(config)
+
+
+def _ppo_batches(config: Any) -> list[str]:
+    """The worker's own assertion, which verl only reaches on the GPUs: each GPU's share of a mini
+    batch (mini × rollout n / GPUs) splits into whole micro batches."""
+    actor, n = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout.n
+    gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    if actor.use_dynamic_bsz or not actor.ppo_micro_batch_size_per_gpu:
+        return []
+    per_gpu, rest = divmod(actor.ppo_mini_batch_size * n, gpus)
+    if rest or per_gpu % actor.ppo_micro_batch_size_per_gpu:
+        return [f"each GPU's share of a mini batch (ppo_mini_batch_size {actor.ppo_mini_batch_size} × rollout n {n} "
+                f"/ {gpus} GPUs) must split into micro batches of {actor.ppo_micro_batch_size_per_gpu}"]
+    return []
+
+
+def _sft_batches(config: Any) -> list[str]:
+    gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    batch, micro = config.data.train_batch_size, config.data.micro_batch_size_per_gpu
+    if batch % (micro * gpus):
+        return [f"data.train_batch_size ({batch}) must be divisible by micro_batch_size_per_gpu ({micro}) "
+                f"× GPUs ({gpus})"]
+    return []

@@ -1,0 +1,85 @@
+"""`python -m engine.train.verl_finish --run-dir DIR`: after a verl training run, choose the
+checkpoint to hand off and write outputs/training.json; prints the chosen global step.
+
+verl validates every `test_freq` steps on the select_on data (its `val-core/...` metrics in
+the file log) and saves every `save_freq` steps. The choice is the saved step with the best
+validation score (`acc/mean@1` of our reward, i.e. accepted@1; SFT: the lowest `val/loss`),
+else the last saved step. The launch script then merges that step to model/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+from engine.plan.frozen import read_frozen_run
+from engine.train.outcome import (
+    CheckpointScore,
+    Chosen,
+    TrainingOutcome,
+    logged_steps,
+    write_outcome,
+)
+
+_STEP = re.compile(r"^global_step_(\d+)$")
+_ACC = re.compile(r"^val-core/(.+)/acc/mean@1$")
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    return sorted(int(m.group(1)) for p in (run_dir / "checkpoints").glob("global_step_*")
+                  if p.is_dir() and (m := _STEP.match(p.name)))
+
+
+def finish(run_dir: Path) -> TrainingOutcome:
+    run = read_frozen_run(run_dir)
+    saved = saved_steps(run_dir)
+    if not saved:
+        raise SystemExit(f"error: verl saved no checkpoint under {run_dir / 'checkpoints'} (trained zero steps?)")
+    validation = {row["step"]: _val(row["data"]) for row in logged_steps(run_dir)}
+    scores = [CheckpointScore(step=s, path=f"checkpoints/global_step_{s}", metrics={"valid": validation[s]})
+              for s in saved if validation.get(s)]
+    lower = run.kind == "sft"
+    if scores:
+        best = (min if lower else max)(scores, key=lambda c: (_headline(c, lower), c.step))
+        name = "val/loss" if lower else "accepted@1"
+        chosen = Chosen(step=best.step, path=best.path, why=f"best {name} on the validation data "
+                        f"({_headline(best, lower):.3f}) of {len(scores)} checkpoints")
+    else:
+        chosen = Chosen(step=saved[-1], path=f"checkpoints/global_step_{saved[-1]}", why="last checkpoint")
+    total = run.hparams.get("total_steps")
+    outcome = TrainingOutcome(trainer="verl", expected_steps=int(total) if total else None, checkpoints=scores,
+                              chosen=chosen)
+    write_outcome(run_dir, outcome)
+    return outcome
+
+
+def _val(data: dict) -> dict[str, float]:
+    out = {f"accepted@1/{m.group(1)}": v for k, v in data.items() if (m := _ACC.match(k))}
+    if "val/loss" in data:
+        out["val/loss"] = data["val/loss"]
+    return out
+
+
+def _headline(score: CheckpointScore, lower: bool) -> float:
+    metrics = score.metrics["valid"]
+    if lower:
+        return metrics.get("val/loss", float("inf"))
+    accs = [v for k, v in metrics.items() if k.startswith("accepted@1/")]
+    return sum(accs) / len(accs) if accs else 0.0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.train.verl_finish")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    outcome = finish(args.run_dir.resolve())
+    print(outcome.chosen.step)
+    print(f"chosen {outcome.chosen.path}: {outcome.chosen.why}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

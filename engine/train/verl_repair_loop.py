@@ -1,0 +1,87 @@
+"""verl's side of repair training: the `rlvr_repair` agent loop (GPU clusters; verl has no CPU rollout).
+
+verl imports this module from `VERL_USE_EXTERNAL_MODULES` (the repair launch script sets it)
+and the rollout names the loop with `agent.default_agent_loop=rlvr_repair`. Per prompt: the
+policy answers through verl's rollout server, the judge scores the answer on all tests, a
+failing answer gets the PUBLIC-test feedback the evaluation's repair loop gives
+(`engine.repair.public`, `engine.repair.feedback`) and another turn, up to
+`multi_turn.max_assistant_turns` answers. Feedback tokens are masked out of the loss; the
+trajectory's reward is the same return trl's repair trains on
+(`engine.train.rollout_reward.repair_return`), with the run's `repair_return` and
+`round_penalty` read from its config.yaml.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopOutput,
+    register,
+)
+
+from engine.judge.api import Judge
+from engine.judge.config import JudgeConfig
+from engine.judge.ground_truth import RewardTests
+from engine.plan.frozen import FrozenRun, read_frozen_run
+from engine.repair.feedback import feedback
+from engine.repair.public import public_view
+from engine.spec.model import JudgeSpec
+from engine.train.rollout_reward import repair_return
+from engine.train.verl_overrides import REPAIR_AGENT_LOOP
+
+
+@functools.lru_cache(maxsize=4)
+def _run(config_path: str) -> FrozenRun:
+    return read_frozen_run(Path(config_path).parent)
+
+
+@functools.lru_cache(maxsize=4)
+def _judge(config_path: str) -> Judge:
+    return Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(_run(config_path).judge)))
+
+
+@register(REPAIR_AGENT_LOOP)
+class RepairAgentLoop(AgentLoopBase):
+    """Answer, judge, feed the public-test verdict back, answer again."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        config_path = str(self.config.reward.custom_reward_function.reward_kwargs.run_config)
+        run, judge = _run(config_path), _judge(config_path)
+        problem = RewardTests.parse(kwargs["reward_model"]["ground_truth"]).to_problem()
+        rounds = int(self.rollout_config.multi_turn.max_assistant_turns or run.rounds or 2)
+        messages = list(kwargs["raw_prompt"])
+        prompt_ids = await self.ct_build_initial_tokens(messages)
+        tokens, mask, logprobs = list(prompt_ids), [], None
+        ratios: list[float] = []
+        accepted = False
+        for turn in range(1, rounds + 1):
+            out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=tokens,
+                                                     sampling_params=sampling_params)
+            merged, mask, logprobs = await self.ct_merge_assistant_token(
+                tokens, out.token_ids, mask, logprobs, assistant_logprobs=out.log_probs or None)
+            tokens = list(merged.token_ids)
+            answer = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            result = await self.loop.run_in_executor(None, judge.judge, problem, answer)
+            ratios.append(result.pass_ratio)
+            accepted = result.accepted
+            if accepted or turn == rounds:
+                break
+            view = public_view(problem)
+            public = await self.loop.run_in_executor(None, judge.judge, view, answer) if view else None
+            answered = messages + [{"role": "assistant", "content": answer}]
+            asked = answered + [{"role": "user", "content": feedback(public)}]
+            merged, mask, logprobs = await self.ct_merge_context_msg(answered, asked, tokens, mask, logprobs)
+            tokens, messages = list(merged.token_ids), asked
+        limit = self.rollout_config.response_length
+        response = tokens[len(prompt_ids):]
+        return AgentLoopOutput(
+            prompt_ids=list(prompt_ids), response_ids=response[:limit], response_mask=mask[:limit],
+            response_logprobs=logprobs[:limit] if logprobs else None, num_turns=2 * len(ratios),
+            reward_score=repair_return(ratios, accepted, kind=run.repair_return or "last",
+                                       penalty=run.round_penalty or 0.0),
+            metrics={}, extra_fields={"pass_ratios": ratios, "rounds": len(ratios)})
