@@ -40,7 +40,7 @@ phases:
     select_on: toy_valid
     hparams: {{learning_rate: 5.0e-3, max_steps: {sft_steps}, per_device_train_batch_size: 4, save_steps: {save}}}
 {more}seeds: [1]
-evaluate:
+{tracking}evaluate:
   every_phase: {{datasets: [toy_valid], protocol: greedy}}
 allow:
   - {{rule: 3, datasets: [toy_train, toy_valid], reason: "toy families share one statement template"}}
@@ -87,12 +87,13 @@ FROM_SFT = """\
 """
 
 
-def write_spec(root: Path, model: Path, *, sft_steps: int = 80, save: int = 40, more: str = FROM_SFT) -> Path:
+def write_spec(root: Path, model: Path, *, sft_steps: int = 80, save: int = 40, more: str = FROM_SFT,
+               tracking: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "train4.txt").write_text(TRAIN)
     (root / "valid4.txt").write_text(VALID)
     spec = root / "spec.yaml"
-    spec.write_text(SPEC.format(model=model, sft_steps=sft_steps, save=save, more=more))
+    spec.write_text(SPEC.format(model=model, sft_steps=sft_steps, save=save, more=more, tracking=tracking))
     return spec
 
 
@@ -108,7 +109,8 @@ def small_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def study(small_model, tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
-    outcome = run_spec(write_spec(root, small_model), runs_dir=root / "runs")
+    # tensorboard: the user's own tracker, passed through to trl, offline like every tracker here.
+    outcome = run_spec(write_spec(root, small_model, tracking="tracking: {tensorboard: {}}\n"), runs_dir=root / "runs")
     runs = {r.label: r for r in outcome.plan.runs}
     return root / "runs", runs, outcome.result.states
 
@@ -133,6 +135,11 @@ def test_every_trl_phase_trains_hands_off_and_is_recorded(study):
         assert {"reward_mean", "judge_s", "timeout_rate"} <= grpo
         assert "pairs" in {a.kind for a in lineage.artifacts(runs["dpo@1"].id)}
         assert {m.name for m in lineage.metrics(runs["raft@1"].id)} >= {"raft/acceptance", "raft/rows"}
+
+
+def test_the_users_tracker_gets_the_curves_too(study):
+    runs_dir, runs, _ = study
+    assert list((_dir(runs_dir, runs["sft@1"]) / "logs" / "tensorboard").rglob("events.out.tfevents.*"))
 
 
 def test_children_start_from_the_parent_model(study):
