@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Optional
 
 from engine.cli.views import RunProgress, console, describe_plan, err_console
 from engine.errors import UserError
 from engine.plan.model import Run
+from engine.report.generate import write_reports
+from engine.runs.lineage import FINISHED
 from engine.runs.pipeline import (
     Event,
     Executing,
@@ -38,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def command(args: argparse.Namespace) -> int:
     if args.gpus < 0 or (args.cpus is not None and args.cpus < 1):
         raise UserError("--gpus must be >= 0 and --cpus >= 1")
-    view = _View()
+    view = _View(args.runs_dir)
     try:
         outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
                            cpus=args.cpus, skip_unmet=args.skip_unmet, on_event=view.on_event)
@@ -48,6 +51,8 @@ def command(args: argparse.Namespace) -> int:
         result = outcome.result
         counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
+        for report in write_reports(args.runs_dir, outcome.plan.spec_name):
+            console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)
     return outcome.exit_code
 
 
@@ -74,16 +79,18 @@ def unmet_lines(unmet: list[Run], gpus: int) -> str:
 class _View:
     """Renders the pipeline's events: a spinner while validating, the plan, then run progress."""
 
-    def __init__(self) -> None:
+    def __init__(self, runs_dir: str) -> None:
         self.status = err_console.status("validating", spinner="dots")
         self.status.start()
         self.progress: Optional[RunProgress] = None
+        self.pages = _Pages(runs_dir)
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, Validating):
             self.status.update(f"validating: {event.step}")
         elif isinstance(event, Planned):
             self.status.stop()
+            self.pages.spec = event.plan.spec_name
             if event.dry_run:
                 console.print(describe_plan(event.plan, event.states))
             if event.unmet:
@@ -93,8 +100,26 @@ class _View:
             self.progress = RunProgress(console, event.plan, total=event.todo)
         elif isinstance(event, RunChanged) and self.progress is not None:
             self.progress.change(event.run_id, event.state, event.reason)
+            if event.state in FINISHED:
+                self.pages.refresh()
 
     def close(self) -> None:
         self.status.stop()
         if self.progress is not None:
             self.progress.stop()
+
+
+class _Pages:
+    """The result pages, refreshed as runs finish: at most every REFRESH_S (without the failure
+    cases, which judge again), so a long study's pages stay current without slowing it."""
+
+    REFRESH_S = 30.0
+
+    def __init__(self, runs_dir: str) -> None:
+        self.runs_dir, self.spec, self.last = runs_dir, None, 0.0
+
+    def refresh(self) -> None:
+        if self.spec is None or time.monotonic() - self.last < self.REFRESH_S:
+            return
+        self.last = time.monotonic()
+        write_reports(self.runs_dir, self.spec, failures=False)

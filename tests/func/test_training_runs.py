@@ -142,6 +142,19 @@ def test_the_users_tracker_gets_the_curves_too(study):
     assert list((_dir(runs_dir, runs["sft@1"]) / "logs" / "tensorboard").rglob("events.out.tfevents.*"))
 
 
+def test_the_result_pages_of_a_real_study(study):
+    from engine.report.generate import write_reports
+
+    runs_dir, _, _ = study
+    [report] = write_reports(runs_dir)
+    results = (report.dir / "results.md").read_text()
+    for unit in ("| sft ", "| dpo ", "| grpo ", "| repair ", "| raft "):
+        assert unit in results
+    curves = (report.dir / "curves.md").read_text()
+    assert "img/curve-reward_mean.png" in curves and "img/curve-loss.png" in curves
+    assert all("could not be built" not in p.read_text() for p in report.pages)
+
+
 def test_children_start_from_the_parent_model(study):
     runs_dir, runs, _ = study
     launch = (_dir(runs_dir, runs["grpo@1"]) / "launch.sh").read_text()

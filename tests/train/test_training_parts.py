@@ -9,7 +9,12 @@ import pytest
 
 from engine.spec.model import EarlyStopSpec
 from engine.train.curves import curves
-from engine.train.outcome import CheckpointScore, TrainingOutcome, logged_steps, read_outcome
+from engine.train.outcome import (
+    CheckpointScore,
+    TrainingOutcome,
+    logged_steps,
+    read_outcome,
+)
 from engine.train.rollout_reward import repair_return
 from engine.train.selection import early_stop_reason
 from engine.train.verl_finish import finish

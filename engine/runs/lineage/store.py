@@ -26,6 +26,7 @@ from engine.runs.lineage.records import (
     FINISHED,
     TRANSITIONS,
     ArtifactRecord,
+    DatasetRecord,
     EdgeRecord,
     Event,
     IllegalTransition,
@@ -266,6 +267,21 @@ class Lineage:
 
     def waivers(self, spec_name: str) -> list[WaiverRecord]:
         return [WaiverRecord.model_validate(r) for r in self.db["waivers"].rows_where("spec_name = ?", [spec_name])]
+
+    def spec(self, name: str) -> Optional[SpecRecord]:
+        """The spec as last recorded under `name` (its text, path and hash)."""
+        rows = list(self.db["specs"].rows_where("name = ?", [name], order_by="recorded_at desc", limit=1))
+        return SpecRecord.model_validate(rows[0]) if rows else None
+
+    def datasets(self, spec_name: str) -> list[DatasetRecord]:
+        return [DatasetRecord.model_validate(r) for r in self.db["datasets"].rows_where("spec_name = ?", [spec_name])]
+
+    def all_metrics(self, run_ids: list[str]) -> list[Metric]:
+        """The metrics of many runs in one query (the report reads a whole study)."""
+        if not run_ids:
+            return []
+        marks = ",".join("?" * len(run_ids))
+        return [Metric.model_validate(r) for r in self.db["metrics"].rows_where(f"run_id IN ({marks})", run_ids)]
 
     def spec_names(self) -> list[str]:
         return sorted({r["spec_name"] for r in self.db.query("SELECT DISTINCT spec_name FROM runs")})

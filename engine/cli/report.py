@@ -1,0 +1,31 @@
+"""`rlvr-run report [SPEC]`: regenerate the result pages under runs/<spec>/report/."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.cli.views import console
+from engine.errors import UserError
+from engine.report.generate import write_reports
+from engine.runs.status import spec_name_of
+
+NAME = "report"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(NAME, help="write the result pages (Markdown + PNG) from lineage")
+    p.add_argument("spec", nargs="?", help="a spec file or name (default: every spec that ran)")
+    p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
+    p.set_defaults(func=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    name = spec_name_of(args.spec) if args.spec else None
+    reports = write_reports(args.runs_dir, name)
+    if not reports:
+        raise UserError(f"nothing to report: no runs{f' of {name!r}' if name else ''} in {args.runs_dir}/lineage.sqlite\n"
+                        "  fix: run the spec first (`rlvr-run SPEC`), or pass --runs-dir")
+    for report in reports:
+        console.print(f"{report.spec}: {len(report.pages)} pages, {len(report.images)} figures in "
+                      f"{report.seconds:.1f} s → {report.dir / 'index.md'}", highlight=False)
+    return 0

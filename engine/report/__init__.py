@@ -1,0 +1,1 @@
+"""Result pages: lineage and run outputs → Markdown and PNG under runs/<spec>/report/."""

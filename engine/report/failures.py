@@ -1,0 +1,113 @@
+"""Failure cases: per phase, failed problems with the completion, the verdict and the failing
+PUBLIC test (never a private test's content); and answers repaired from wrong to accepted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from engine.data.dataset import LoadedDataset
+from engine.evaluate.records import SampleRecord
+from engine.judge.api import Judge
+from engine.judge.config import JudgeConfig
+from engine.plan.frozen import load_frozen_dataset, read_frozen_run, run_registry
+from engine.problem import Problem
+from engine.repair.public import public_view
+from engine.report.main_table import Column
+from engine.report.study import Study
+
+PER_PHASE = 3
+REPAIRED = 5
+MAX_LINES = 30
+
+
+@dataclass
+class Case:
+    unit: str
+    problem_id: str
+    verdict: str
+    completion: str
+    public: str  # the first failing public test, or why there is none to show
+    repaired_from: Optional[str] = None  # the failing first answer, for a repaired case
+
+
+def _clip(text: str) -> str:
+    lines = text.strip().splitlines()
+    return "\n".join(lines[:MAX_LINES] + ([f"… ({len(lines) - MAX_LINES} more lines)"] if len(lines) > MAX_LINES else []))
+
+
+def _problems(col: Column, unit: str) -> dict[str, Problem]:
+    run_dir = Path(col.cells[unit][0].run.run_dir or ".")
+    try:
+        frozen = read_frozen_run(run_dir)
+        loaded: LoadedDataset = load_frozen_dataset(col.dataset, frozen.datasets[col.dataset], run_registry(run_dir))
+    except Exception:  # the data moved since the run: show the cases without their public tests
+        return {}
+    return {p.id: p for p in loaded.problems}
+
+
+class _LazyJudge:
+    """The judge's workers start only if a public test is actually run."""
+
+    def __init__(self) -> None:
+        self.judge: Optional[Judge] = None
+
+    def __enter__(self) -> "_LazyJudge":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.judge is not None:
+            self.judge.close()
+
+    def run(self, problem: Problem, completion: str):  # type: ignore[no-untyped-def]
+        if self.judge is None:
+            self.judge = Judge(JudgeConfig())
+        return self.judge.judge(problem, completion)
+
+
+def _public(judge: "_LazyJudge", problem: Optional[Problem], completion: str) -> str:
+    view = public_view(problem) if problem else None
+    if view is None:
+        return "no public test to show"
+    result = judge.run(view, completion)
+    failing = next((t for t in result.failures), None)
+    if failing is None:
+        return f"passes the public tests ({result.passed}/{result.total}); fails hidden ones"
+    parts = [f"public test {failing.index + 1}: {failing.verdict.value}"]
+    if failing.input is not None:
+        parts.append(f"input {failing.input.strip()[:200]!r}")
+    if failing.expected is not None:
+        parts.append(f"expected {failing.expected.strip()[:200]!r}")
+    if failing.got is not None:
+        parts.append(f"got {failing.got.strip()[:200]!r}")
+    return "; ".join(parts)
+
+
+def cases(study: Study, col: Column) -> tuple[list[Case], list[Case]]:
+    """(failures per phase, repaired cases) on one dataset column."""
+    failed: list[Case] = []
+    repaired: list[Case] = []
+    with _LazyJudge() as judge:
+        for unit in study.units():
+            if unit not in col.cells:
+                continue
+            problems = _problems(col, unit)
+            records = col.cells[unit][0].samples()
+            firsts = [r for r in records if r.round == 1 and not r.accepted]
+            for r in sorted(firsts, key=lambda r: r.problem_id)[:PER_PHASE]:
+                failed.append(Case(unit, r.problem_id, r.verdict, _clip(r.completion),
+                                   _public(judge, problems.get(r.problem_id), r.completion)))
+            repaired += _repaired(unit, records)[: REPAIRED - len(repaired)]
+    return failed, repaired
+
+
+def _repaired(unit: str, records: list[SampleRecord]) -> list[Case]:
+    by_uid = {r.uid: r for r in records}
+    out = []
+    for r in records:
+        first = by_uid.get(r.parent or "")
+        if r.round > 1 and r.accepted and first is not None:
+            out.append(Case(unit, r.problem_id, f"{first.verdict} → ACCEPTED", _clip(r.completion), "",
+                            repaired_from=_clip(first.completion)))
+    return out

@@ -1,0 +1,161 @@
+"""The main table: units (phases and variants) × datasets, mean ± std over seeds with a 95 %
+stratified-bootstrap interval, the best per column in bold, and why an empty cell is empty.
+
+Numbers are put in one column only when their protocol, id list and judge version match the
+column's (the context most of its cells share); any other cell says which one differs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from engine.report.stats import Estimate, estimate
+from engine.report.study import Cell, Context, Study
+from engine.report.tables import Table, best_indices, cell_text
+
+HEADLINE = "accepted@1"
+DETAIL = ("accepted@1", "pass_ratio_mean", "pass_ratio_p50", "pass_ratio_p90", "exec_success")
+
+
+@dataclass
+class Column:
+    dataset: str
+    cells: dict[str, list[Cell]]  # unit → one cell per seed, all in the column's context
+    why: dict[str, str]  # unit → why it has no number here
+    context: Optional[Context]
+    reference: Optional[Cell]  # a cell of the column's context (for the footer)
+
+    @property
+    def seeds(self) -> int:
+        return max((len(c) for c in self.cells.values()), default=0)
+
+    def header(self) -> str:
+        seeds = self.seeds
+        ref = self.reference
+        problems = int(ref.metrics.get("problems", 0)) if ref else 0
+        n = int(ref.metrics.get("samples", 0) / problems) if ref and problems else 1
+        return f"{self.dataset} (seeds = {seeds}, N = {problems}, n = {n})"
+
+
+def datasets(study: Study) -> list[str]:
+    """Final-evaluation datasets first (the paper's columns), then the every-phase ones."""
+    evaluate = study.spec_data.get("evaluate") or {}
+    names: list[str] = []
+    for schedule in ("final", "every_phase"):
+        names += [d for d in (evaluate.get(schedule) or {}).get("datasets", []) if d not in names]
+    for run in study.evaluations():
+        names += [c.dataset for c in study.cells(run) if c.dataset not in names]
+    return names
+
+
+def column(study: Study, dataset: str) -> Column:
+    found: dict[str, list[Cell]] = {}
+    why: dict[str, str] = {}
+    for run in study.evaluations():
+        if dataset not in study.configs[run.id].get("datasets", {}):
+            continue
+        unit = study.unit(run)
+        cell = next((c for c in study.cells(run) if c.dataset == dataset), None)
+        if cell is not None and run.state.value == "succeeded":
+            found.setdefault(unit, []).append(cell)
+        else:
+            why[unit] = f"seed {run.seed} " * (run.seed is not None) + {
+                "failed": "failed", "blocked": "blocked", "cancelled": "cancelled",
+                "running": "running"}.get(run.state.value, "pending")
+    contexts = Counter(c.context for cells in found.values() for c in cells)
+    context = contexts.most_common(1)[0][0] if contexts else None
+    kept: dict[str, list[Cell]] = {}
+    for unit, cells in found.items():
+        same = [c for c in cells if c.context == context]
+        if same:
+            kept[unit] = same
+        if len(same) < len(cells):
+            why[unit] = _mismatch(next(c.context for c in cells if c.context != context), context)
+    reference = next((c for cells in kept.values() for c in cells), None)
+    return Column(dataset=dataset, cells=kept, why=why, context=context, reference=reference)
+
+
+def _mismatch(have: Context, want: Optional[Context]) -> str:
+    if want is None:
+        return "not run"
+    if have.protocol_sha256 != want.protocol_sha256:
+        return "protocol differs"
+    if have.idlist_sha256 != want.idlist_sha256:
+        return "id list differs"
+    return "judge version differs"
+
+
+def per_problem(cells: list[Cell]) -> Optional[np.ndarray]:
+    """seeds × problems of first-round accepted rates, problems aligned across seeds."""
+    rows: list[dict[str, float]] = []
+    for cell in sorted(cells, key=lambda c: c.run.seed or 0):
+        counts: dict[str, list[bool]] = {}
+        for r in cell.samples():
+            if r.round == 1:
+                counts.setdefault(r.problem_id, []).append(r.accepted)
+        rows.append({p: sum(v) / len(v) for p, v in counts.items()})
+    common = sorted(set.intersection(*(set(r) for r in rows))) if rows and all(rows) else []
+    if not common:
+        return None
+    return np.array([[row[p] for p in common] for row in rows], dtype=float)
+
+
+def cell_estimate(cells: list[Cell], metric: str) -> Optional[Estimate]:
+    values = [c.metrics[metric] for c in cells if metric in c.metrics]
+    if not values:
+        return None
+    return estimate(values, per_problem(cells) if metric == HEADLINE else None)
+
+
+def headline_table(study: Study, columns: list[Column]) -> Table:
+    units = study.units()
+    estimates = {(u, col.dataset): cell_estimate(col.cells[u], HEADLINE) if u in col.cells else None
+                 for u in units for col in columns}
+    best = {col.dataset: best_indices([e.mean if (e := estimates[(u, col.dataset)]) else None for u in units])
+            for col in columns}
+    rows = []
+    for i, unit in enumerate(units):
+        row = [unit]
+        for col in columns:
+            e = estimates[(unit, col.dataset)]
+            text = cell_text(e, i in best[col.dataset]) if e else f"— ({col.why.get(unit, 'not run')})"
+            if e and e.seeds < col.seeds:  # a seed's evaluation is missing: say so in the cell
+                text += f" (seeds = {e.seeds}; {col.why.get(unit, 'one missing')})"
+            row.append(text)
+        rows.append(row)
+    table = Table(headers=["phase", *(c.header() for c in columns)], rows=[r for r in rows if _has_any(r)])
+    table.footer = [protocol_sentence(study, c) for c in columns if c.reference]
+    return table
+
+
+def _has_any(row: list[str]) -> bool:
+    return any(not cell.startswith("— (not run)") for cell in row[1:])
+
+
+def detail_table(study: Study, col: Column) -> Table:
+    metrics = list(DETAIL) + sorted({m for cells in col.cells.values() for c in cells for m in c.metrics
+                                     if m.startswith("pass@") and m != "pass@1"})
+    rows = []
+    for unit in study.units():
+        if unit not in col.cells:
+            continue
+        rows.append([unit, *((cell_text(e) if (e := cell_estimate(col.cells[unit], m)) else "—") for m in metrics)])
+    return Table(headers=["phase", *metrics], rows=rows, footer=[protocol_sentence(study, col)] if col.reference else [])
+
+
+def protocol_sentence(study: Study, col: Column) -> str:
+    """The sentence a paper would print under the table."""
+    ref = col.reference
+    assert ref is not None and col.context is not None
+    p = study.protocol(ref.run)
+    temp = p.get("temperature") or 0
+    decoding = ("greedy decoding" if not temp else f"sampling at temperature {temp}, top_p {p.get('top_p', 1.0)}")
+    problems = int(ref.metrics.get("problems", 0))
+    return (f"_{col.dataset}: {decoding}, n = {p.get('n') or 1} per problem, at most {p.get('max_tokens')} new tokens, "
+            f"prompt template `{p.get('prompt') or 'registry default'}` (protocol `{ref.protocol}`, sha256 "
+            f"{col.context.protocol_sha256[:12]}); {problems} problems, id list sha256 {col.context.idlist_sha256[:12]}; "
+            f"judge `{col.context.judge_version}`._")

@@ -1,0 +1,104 @@
+"""The panels beside the main table: errors, cost, matched cost, repair. Each unit's numbers are
+the mean over its seeds, per dataset column (the column's context only)."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime
+from typing import Optional
+
+from engine.report.main_table import Column
+from engine.report.study import Study
+from engine.report.tables import Table, fmt
+
+VERDICTS = ("WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "NO_CODE", "GEN_ERROR")
+COST = (("prompt_tokens_mean", "prompt tok"), ("output_tokens_mean", "output tok"), ("judge_s_mean", "judge s mean"),
+        ("judge_s_p50", "judge s p50"), ("judge_s_p95", "judge s p95"), ("problems_per_s", "problems/s"),
+        ("tests_per_s", "tests/s"), ("tokens_per_solved", "tokens/solved"), ("timeout_rate", "timeout rate"),
+        ("cache_hit_rate", "cache hits"))
+REPAIR = (("accepted@1", "accepted@1"), ("repair/accepted@multi", "accepted@multi"),
+          ("repair/round2/recovery", "recovery r2"), ("repair/round3/recovery", "recovery r3"),
+          ("repair/delta_pass_ratio_mean", "Δpass_ratio"), ("repair/rounds_mean", "rounds"),
+          ("repair/tokens_per_solved/single", "tokens/solved single"),
+          ("repair/tokens_per_solved/multi", "tokens/solved multi"))
+
+
+def _mean(col: Column, unit: str, metric: str) -> Optional[float]:
+    values = [c.metrics[metric] for c in col.cells.get(unit, []) if metric in c.metrics]
+    return statistics.fmean(values) if values else None
+
+
+def error_table(study: Study, col: Column) -> Table:
+    """Share of samples per verdict (and truncation), per unit: where the failures moved."""
+    rows = []
+    for unit in study.units():
+        if unit not in col.cells:
+            continue
+        samples = _mean(col, unit, "samples") or 0
+        shares = [(_mean(col, unit, f"errors/{v}") or 0.0) / samples if samples else 0.0 for v in VERDICTS]
+        rows.append([unit, *(fmt(s) for s in shares), fmt(_mean(col, unit, "truncated_rate"))])
+    return Table(headers=["phase", *VERDICTS, "truncated"], rows=rows)
+
+
+def error_shares(study: Study, col: Column) -> dict[str, list[float]]:
+    out = {}
+    for unit in study.units():
+        samples = _mean(col, unit, "samples")
+        if unit in col.cells and samples:
+            out[unit] = [(_mean(col, unit, f"errors/{v}") or 0.0) / samples for v in VERDICTS]
+    return out
+
+
+def cost_table(study: Study, col: Column) -> Table:
+    rows = [[unit, *(fmt(_mean(col, unit, key), 3) for key, _ in COST)] for unit in study.units() if unit in col.cells]
+    return Table(headers=["phase", *(label for _, label in COST)], rows=rows)
+
+
+def training_cost_table(study: Study) -> Table:
+    """Wall time and the share of a step spent judging, per training run."""
+    rows = []
+    for run in study.trained():
+        series = study.series(run.id)
+        steps, judge = series.get("step_time_s", {}), series.get("judge_s", {})
+        share = [judge[s] / steps[s] for s in judge if steps.get(s)]
+        rows.append([study.unit(run), str(run.seed), run.state.value, _wall(run.started_at, run.finished_at),
+                     str(max(steps, default=0)), fmt(statistics.median(steps.values()) if steps else None),
+                     f"{statistics.median(share):.0%}" if share else "—"])
+    return Table(headers=["phase", "seed", "state", "wall", "steps", "s/step", "judge share"], rows=rows)
+
+
+def _wall(start: Optional[str], end: Optional[str]) -> str:
+    if not start or not end:
+        return "—"
+    seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def matched_cost(study: Study, col: Column) -> tuple[Table, list[tuple[str, float, float]]]:
+    """accepted vs tokens spent per problem (EVAL@budget): single-shot, best-of-n, multi-round repair."""
+    points = []
+    for unit in study.units():
+        if unit not in col.cells:
+            continue
+        problems = _mean(col, unit, "problems") or 0
+        candidates = _mean(col, unit, "best_of_n/candidates")
+        multi = _mean(col, unit, "repair/accepted@multi")
+        if multi is not None:
+            tokens = (_mean(col, unit, "repair/total/tokens") or 0) / problems if problems else 0.0
+            points.append((f"{unit} (repair)", tokens, multi))
+        if candidates is not None:
+            tokens = (_mean(col, unit, "best_of_n/cost_tokens_mean") or 0.0)
+        else:
+            tokens = (_mean(col, unit, "total_tokens") or 0) / problems if problems else 0.0
+        accepted = _mean(col, unit, "accepted@1")
+        if accepted is not None:
+            points.append((unit + (" (best-of-n)" if candidates is not None else ""), tokens, accepted))
+    table = Table(headers=["phase", "tokens per problem", "accepted"],
+                  rows=[[label, f"{tokens:.0f}", fmt(acc)] for label, tokens, acc in points])
+    return table, points
+
+
+def repair_table(study: Study, col: Column) -> Table:
+    rows = [[unit, *(fmt(_mean(col, unit, key)) for key, _ in REPAIR)] for unit in study.units()
+            if unit in col.cells and _mean(col, unit, "repair/accepted@multi") is not None]
+    return Table(headers=["phase", *(label for _, label in REPAIR)], rows=rows)

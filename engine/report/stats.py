@@ -1,0 +1,68 @@
+"""Seed-honest statistics: mean ± std over seeds, and stratified bootstrap intervals.
+
+A cell's data is a seeds × problems matrix (each entry: the problem's first-round accepted
+rate in that seed's evaluation). The bootstrap resamples seeds, and problems within them,
+with one fixed RNG; compared runs share the problem draw (paired), so a Δ interval reflects
+seed and problem variation, not the luck of a split.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+REPS = 2000
+RNG_SEED = 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    mean: float
+    std: Optional[float]  # over seeds (None with one seed)
+    low: Optional[float]  # 95 % bootstrap interval
+    high: Optional[float]
+    seeds: int
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, Optional[float]]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def _draws(seeds: int, problems: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(RNG_SEED)
+    return rng.integers(0, seeds, size=(REPS, seeds)), rng.integers(0, problems, size=(REPS, problems))
+
+
+def _boot(matrix: np.ndarray, seed_draw: np.ndarray, problem_draw: np.ndarray) -> np.ndarray:
+    """REPS bootstrap means of a seeds × problems matrix."""
+    picked = matrix[seed_draw]  # REPS × seeds × problems
+    return np.take_along_axis(picked, problem_draw[:, None, :].repeat(matrix.shape[0], axis=1), axis=2).mean(axis=(1, 2))
+
+
+def estimate(per_seed: Sequence[float], matrix: Optional[np.ndarray]) -> Estimate:
+    """The cell: seed mean ± std; the interval when per-problem data exists."""
+    mean, std = mean_std(per_seed)
+    if matrix is None or matrix.size == 0:
+        return Estimate(mean, std, None, None, len(per_seed))
+    means = _boot(matrix, *_draws(*matrix.shape))
+    return Estimate(mean, std, float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)), len(per_seed))
+
+
+@dataclass(frozen=True)
+class Delta:
+    delta: float
+    low: float
+    high: float
+    p_improve: float  # share of bootstrap draws where the variant is ahead
+    seeds: int
+
+
+def paired_delta(variant: np.ndarray, control: np.ndarray) -> Delta:
+    """variant − control over seeds × problems matrices paired by seed and problem."""
+    seed_draw, problem_draw = _draws(*variant.shape)
+    diff = _boot(variant - control, seed_draw, problem_draw)
+    return Delta(float((variant - control).mean()), float(np.quantile(diff, 0.025)), float(np.quantile(diff, 0.975)),
+                 float((diff > 0).mean()), variant.shape[0])

@@ -1,0 +1,147 @@
+"""A study as the result pages see it, read from lineage and run outputs alone.
+
+Evaluation runs carry the numbers: each belongs to a *unit* (a phase, or a variant of one)
+and a seed, and evaluates datasets under a protocol, an id list and a judge version — the
+context that decides whether two numbers may stand side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ruamel.yaml import YAML
+
+from engine.evaluate.records import SampleRecord, read
+from engine.runs.lineage import (
+    ArtifactRecord,
+    DatasetRecord,
+    Event,
+    Lineage,
+    Metric,
+    RunRecord,
+    SpecRecord,
+    WaiverRecord,
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What must match for two numbers to be compared (isolation rules 4 and 5)."""
+
+    protocol_sha256: str
+    idlist_sha256: str
+    judge_version: str
+
+
+@dataclass
+class Cell:
+    """One evaluation run's numbers on one dataset."""
+
+    run: RunRecord
+    dataset: str
+    context: Context
+    metrics: dict[str, float]
+    protocol: str
+    _samples: Optional[list[SampleRecord]] = field(default=None, repr=False)
+
+    def samples(self) -> list[SampleRecord]:
+        """Its judged samples (all rounds), read from the run's records once."""
+        if self._samples is None:
+            path = Path(self.run.run_dir or "/nonexistent") / "outputs" / "samples" / f"{self.dataset}.jsonl"
+            self._samples = [r for r in read(path, SampleRecord)  # type: ignore[misc]
+                             if r.keys.protocol == self.context.protocol_sha256
+                             and r.keys.idlist == self.context.idlist_sha256]
+        return self._samples
+
+
+@dataclass
+class Study:
+    name: str
+    spec: Optional[SpecRecord]
+    runs: list[RunRecord]
+    configs: dict[str, dict[str, Any]]
+    metrics: dict[str, list[Metric]]
+    events: list[Event]
+    waivers: list[WaiverRecord]
+    datasets: list[DatasetRecord]
+    artifacts: dict[str, list[ArtifactRecord]]
+
+    def protocol(self, run: RunRecord) -> dict[str, Any]:
+        """An evaluation run's frozen protocol (what its numbers were generated with)."""
+        return self.configs[run.id].get("protocols", {}).get("evaluate", {})
+
+    @property
+    def spec_data(self) -> dict[str, Any]:
+        if self.spec is None:
+            return {}
+        try:
+            data = YAML(typ="safe").load(self.spec.text)
+        except Exception:  # a recorded spec always parsed once; never let the report die on it
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def unit(self, run: RunRecord) -> str:
+        return run.phase + (f"/{run.variant}" if run.variant else "")
+
+    def units(self) -> list[str]:
+        """Units in plan order (the base model first)."""
+        out: list[str] = []
+        for run in self.runs:
+            if self.unit(run) not in out:
+                out.append(self.unit(run))
+        return out
+
+    def evaluations(self, schedule: Optional[str] = None) -> list[RunRecord]:
+        return [r for r in self.runs if r.kind == "eval" and (schedule is None or self.configs[r.id].get("schedule") == schedule)]
+
+    def trained(self) -> list[RunRecord]:
+        return [r for r in self.runs if r.kind in ("sft", "dpo", "grpo", "repair", "raft")]
+
+    def cells(self, run: RunRecord) -> list[Cell]:
+        by_dataset: dict[str, list[Metric]] = {}
+        for m in self.metrics.get(run.id, []):
+            if m.step == -1:
+                by_dataset.setdefault(m.dataset, []).append(m)
+        out = []
+        for dataset, metrics in by_dataset.items():
+            first = metrics[0]
+            context = Context(first.protocol_sha256 or "", first.idlist_sha256 or "", first.judge_version or "")
+            out.append(Cell(run=run, dataset=dataset, context=context, metrics={m.name: m.value for m in metrics},
+                            protocol=first.protocol))
+        return out
+
+    def series(self, run_id: str) -> dict[str, dict[int, float]]:
+        out: dict[str, dict[int, float]] = {}
+        for m in self.metrics.get(run_id, []):
+            if m.step >= 0:
+                key = m.name if m.dataset == "train" else f"{m.dataset}/{m.name}"
+                out.setdefault(key, {})[m.step] = m.value
+        return out
+
+
+def current(runs: list[RunRecord], configs: dict[str, dict[str, Any]]) -> list[RunRecord]:
+    """One run per (unit, seed, kind, schedule): the newest. An edited spec plans new runs under
+    the same name; the ones it replaced stay in lineage but are not this study's numbers."""
+    newest: dict[tuple, RunRecord] = {}
+    for run in runs:
+        key = (run.phase, run.variant, run.seed, run.kind, configs[run.id].get("schedule"))
+        if key not in newest or (run.created_at or "") >= (newest[key].created_at or ""):
+            newest[key] = run
+    kept = {r.id for r in newest.values()}
+    return [r for r in runs if r.id in kept]
+
+
+def load_study(lineage: Lineage, name: str) -> Study:
+    every = lineage.runs(spec_name=name)
+    configs = {r.id: json.loads(r.config_json or "{}") for r in every}
+    runs = current(every, configs)
+    ids = [r.id for r in runs]
+    metrics: dict[str, list[Metric]] = {}
+    for m in lineage.all_metrics(ids):
+        metrics.setdefault(m.run_id, []).append(m)
+    return Study(name=name, spec=lineage.spec(name), runs=runs, configs=configs, metrics=metrics,
+                 events=[e for e in lineage.events() if e.run_id in set(ids)], waivers=lineage.waivers(name),
+                 datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids})

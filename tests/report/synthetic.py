@@ -1,0 +1,103 @@
+"""A synthetic study in a real lineage file: many seeds, a variant, a failed run, a run evaluated
+with another protocol, per-problem sample records on disk. For the report's tests and bench."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from engine.evaluate.records import Keys, SampleRecord, append
+from engine.runs.lineage import (
+    Metric,
+    PlanRecords,
+    RunRecord,
+    RunState,
+    SpecRecord,
+    WaiverRecord,
+    open_lineage,
+)
+
+SPEC_TEXT = """\
+name: synth
+evaluate:
+  every_phase: {datasets: [valid], protocol: greedy}
+  final: {datasets: [test], protocol: greedy}
+variants:
+  grpo_sparse: {phase: grpo, reward: sparse}
+"""
+PROTOCOL = {"name": "greedy", "temperature": 0.0, "top_p": 1.0, "max_tokens": 512, "n": 1}
+GOOD = Keys(model="m", protocol="p" * 64, idlist="i" * 64)
+OTHER = Keys(model="m", protocol="q" * 64, idlist="i" * 64)
+VERDICTS = ("ACCEPTED", "WRONG_ANSWER", "SYNTAX_ERROR", "TIMEOUT")
+
+
+def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, ...] = ("sft", "grpo", "dpo")) -> Path:
+    """`root/lineage.sqlite` and run directories; returns the lineage path."""
+    rng = random.Random(0)
+    runs, metrics = [], []
+    units = [("base", None, None)] + [(p, None, s) for p in phases for s in range(1, seeds + 1)]
+    units += [("grpo", "grpo_sparse", s) for s in range(1, seeds + 1)]
+    skill = {"base": 0.05, "sft": 0.4, "grpo": 0.5, "dpo": 0.45}
+    for phase, variant, seed in units:
+        trained = f"{phase}-{variant or ''}-{seed}"
+        if phase != "base":
+            config = {"phase": phase, "variant": variant, "seed": seed, "kind": phase,
+                      "reward": "sparse" if variant else "dense", "hparams": {"lr": 1e-6}, "parents": []}
+            runs.append(_run(root, trained, phase, variant, seed, phase, config))
+            for step in range(1, 11):
+                for name, value in (("reward_mean", 0.1 * step + 0.01 * seed), ("kl", 0.01 * step), ("step_time_s", 2.0),
+                                    ("judge_s", 0.2)):
+                    metrics.append(Metric(run_id=trained, dataset="train", name=name, value=value, step=step))
+        for schedule, dataset in (("every_phase", "valid"), ("final", "test")):
+            rid = f"eval-{trained}-{schedule}"
+            keys = OTHER if (phase == "dpo" and dataset == "test") else GOOD
+            config = {"phase": phase, "variant": variant, "seed": seed, "kind": "eval", "schedule": schedule,
+                      "datasets": {dataset: {"role": "valid"}}, "protocols": {"evaluate": PROTOCOL}}
+            run = _run(root, rid, phase, variant, seed, "eval", config)
+            runs.append(run)
+            if phase == "dpo" and seed == 1 and dataset == "valid":
+                continue  # left failed below
+            p = skill[phase] + (0.05 if variant else 0.0)
+            records = [_sample(rng, dataset, i, keys, p) for i in range(problems)]
+            append(Path(run.run_dir) / "outputs" / "samples" / f"{dataset}.jsonl", records)
+            accepted = sum(r.accepted for r in records) / problems
+            values = {"accepted@1": accepted, "pass_ratio_mean": accepted, "pass_ratio_p50": accepted,
+                      "pass_ratio_p90": 1.0, "exec_success": 0.9, "problems": float(problems), "samples": float(problems),
+                      "prompt_tokens_mean": 100.0, "output_tokens_mean": 50.0, "total_tokens": 150.0 * problems,
+                      "judge_s_mean": 0.01, "timeout_rate": 0.05, **{f"errors/{v}": float(sum(r.verdict == v for r in records))
+                                                                    for v in VERDICTS[1:]}}
+            for name, value in values.items():
+                metrics.append(Metric(run_id=rid, dataset=dataset, protocol="greedy", seed=seed, name=name, value=value,
+                                      protocol_sha256=keys.protocol, idlist_sha256=keys.idlist, judge_version="judge-v1"))
+    path = root / "lineage.sqlite"
+    with open_lineage(path) as lineage:
+        lineage.record_spec(SpecRecord(name="synth", path=str(root / "synth.yaml"), sha256="s" * 64, text=SPEC_TEXT))
+        lineage.record_plan_records(PlanRecords(runs=runs))
+        lineage.record_waivers([WaiverRecord(spec_name="synth", rule=3, what="2 problems of valid in train",
+                                             reason="templated toy families", spec_line=7)])
+        for run in runs:
+            lineage.set_state(run.id, RunState.queued)
+            lineage.set_state(run.id, RunState.running)
+            failed = run.id == "eval-dpo--1-every_phase"
+            lineage.set_state(run.id, RunState.failed if failed else RunState.succeeded,
+                              "launch.sh exited with 1" if failed else "exit 0, outputs complete")
+        for metric in metrics:
+            lineage.record_metric(metric)
+    return path
+
+
+def _run(root: Path, rid: str, phase: str, variant, seed, kind: str, config: dict) -> RunRecord:
+    run_dir = root / "synth" / rid
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return RunRecord(id=rid, spec_name="synth", phase=phase, variant=variant, seed=seed, kind=kind,
+                     config_json=json.dumps(config), run_dir=str(run_dir))
+
+
+def _sample(rng: random.Random, dataset: str, i: int, keys: Keys, p: float) -> SampleRecord:
+    ok = rng.random() < p
+    verdict = "ACCEPTED" if ok else rng.choice(VERDICTS[1:])
+    return SampleRecord(dataset=dataset, problem_id=f"p{i}", sample=0, keys=keys, prompt_tokens=100,
+                        completion_tokens=50, finish_reason="stop", latency_s=0.1, seed=0, completion="print(1)",
+                        verdict=verdict, accepted=ok, pass_ratio=1.0 if ok else 0.0, passed=int(ok), total=1,
+                        format_ok=True, judge_s=0.01, judge_version="judge-v1")
