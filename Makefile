@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all install clean
+.PHONY: demo plan test test-all install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job: the smoke study end to end on this CPU (base → SFT → DPO → GRPO dense/sparse →
+# repair → RAFT → best-of-n → final evals → result pages), then its headline table.
 demo: $(STAMP)
+	$(BIN)/rlvr-run specs/smoke.yaml
+
+# The seed study's plan (GPU cluster scale), validated and printed without running anything.
+plan: $(STAMP)
 	$(BIN)/rlvr-run specs/matrix.yaml --dry-run
 
 test: $(STAMP)

@@ -52,6 +52,7 @@ def command(args: argparse.Namespace) -> int:
         counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
         for report in write_reports(args.runs_dir, outcome.plan.spec_name):
+            console.print(report.headline, highlight=False, markup=False)
             console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)
     return outcome.exit_code
 

@@ -60,6 +60,7 @@ class Report:
     pages: list[Path] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    headline: str = ""  # the main table (Markdown), for the console at the end of a study
 
 
 @functools.lru_cache(maxsize=2)
@@ -84,9 +85,10 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     report = Report(spec=study.name, dir=out)
     columns = [column(study, d) for d in datasets(study)]
     columns = [c for c in columns if c.cells or c.why]
+    report.headline = headline_table(study, columns).markdown()
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "index": lambda: _index(study),
-        "results": lambda: {"headline": headline_table(study, columns).markdown(),
+        "results": lambda: {"headline": report.headline,
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
         "ablations": lambda: {"ablations": [(t, table.markdown(), w) for t, table, w in ablation_tables(study, columns)]},
         "matched-cost": lambda: _matched(study, columns, out, report),

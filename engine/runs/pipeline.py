@@ -9,6 +9,7 @@ happens is told through `on_event`, and what stops a run is a typed error carryi
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -22,6 +23,8 @@ from engine.runs.materialize import RunDir, materialize
 from engine.runs.preflight import preflight
 from engine.runs.runlock import RunLock
 from engine.runs.schedule import ExecutionResult, execute
+from engine.spec.validated import ValidatedSpec
+from engine.tinymodel import build_tiny_model
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ def run_spec(
         raise UnmetResources(unmet, gpus)
     if validated.unverified:
         raise UnverifiedData(validated.unverified)
+    build_base_model(validated)
     executor = LocalExecutor(gpus=gpus, cpus=cpus or os.cpu_count() or 1)
     with RunLock(runs_dir), open_lineage(runs_dir / LINEAGE_FILE) as lineage:
         states = {r.id: r.state.value for r in lineage.runs(the_plan.spec_name)}
@@ -120,6 +124,23 @@ def run_spec(
         result = execute(jobs, lineage, executor, heartbeat_s=heartbeat_s, grace_s=grace_s,
                          on_change=lambda run_id, state, reason: on_event(RunChanged(run_id, state, reason)))
     return RunOutcome(plan=the_plan, result=result)
+
+
+def build_base_model(validated: ValidatedSpec) -> Optional[Path]:
+    """A registry model with `build:` is built on first use (seconds: a tokenizer trained here)."""
+    name = validated.loaded.spec.base_model
+    entry = validated.registry.models.get(name) if isinstance(name, str) else None
+    if entry is None or entry.build is None:
+        return None
+    folder = Path(os.path.expanduser(entry.build.folder(name)))
+    if not (folder / "config.json").is_file():
+        b = entry.build
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        build_tiny_model(partial, hidden=b.hidden, layers=b.layers, heads=b.heads, kv_heads=b.kv_heads,
+                         vocab_size=b.vocab_size, seed=b.seed)
+        os.replace(partial, folder)
+    return folder
 
 
 def read_states(runs_dir: Path, the_plan: Plan) -> dict[str, str]:

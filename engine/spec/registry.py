@@ -6,11 +6,14 @@ A spec names registry entries (`source: humaneval`, `base_model: qwen2.5-coder-7
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from engine.errors import UserError
 from engine.resources import shipped
@@ -47,13 +50,39 @@ class DatasetSource(StrictModel):
     roles: list[Role] = Field(default_factory=list)  # roles of local sources (which have no splits)
 
 
+class TinyBuild(StrictModel):
+    """A model built locally on first use (random init, a tokenizer trained here): no hub needed."""
+
+    hidden: int = Field(gt=0)
+    layers: int = Field(gt=0)
+    heads: int = Field(default=4, gt=0)
+    kv_heads: int = Field(default=2, gt=0)
+    vocab_size: int = Field(default=1024, gt=256)
+    seed: int = 0
+
+    def folder(self, name: str) -> str:
+        """Where it is built: under the rlvr-run cache, named by its settings (a changed build is a new model).
+
+        Written with `~` when the cache is the default one, so run ids do not depend on the home folder."""
+        digest = hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+        root = os.environ.get("RLVR_RUN_CACHE_DIR") or "~/.cache/rlvr-run"
+        return f"{root}/models/{name}-{digest}"
+
+
 class ModelEntry(StrictModel):
-    hf_id: str
+    hf_id: Optional[str] = None
+    build: Optional[TinyBuild] = None  # instead of hf_id: built locally (engine.tinymodel)
     family: str
     chat: bool
     params_b: float = Field(gt=0)
     license: str
     context_len: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelEntry":
+        if (self.hf_id is None) == (self.build is None):
+            raise ValueError("a model has either `hf_id` (the hub) or `build` (built locally), not both or neither")
+        return self
 
 
 class PromptEntry(StrictModel):

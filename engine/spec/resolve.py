@@ -48,7 +48,8 @@ def _model(loaded: LoadedSpec, registry: Registry, out: list[Diagnostic]) -> Mod
             "or spell it out: `base_model: {path: <HF id or local dir>, family: qwen2, chat: true}`",
             at_value=True))
         return ModelRef(path=base)
-    return ModelRef(path=entry.hf_id, family=entry.family, chat=entry.chat)
+    path = entry.build.folder(base) if entry.build else entry.hf_id
+    return ModelRef(path=path or base, family=entry.family, chat=entry.chat)
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -99,7 +100,10 @@ class VerlPaths:
 
 
 def model_path(base_model: Any) -> str:
-    return base_model.path if isinstance(base_model, ModelRef) else str(base_model)
+    """The folder or hub id a launch script passes (a registry-built model's `~` expanded here,
+    when the script is rendered: the frozen config keeps it unexpanded)."""
+    path = base_model.path if isinstance(base_model, ModelRef) else str(base_model)
+    return os.path.expanduser(path) if path.startswith("~") else path
 
 
 def hydra_value(value: Any) -> str:
