@@ -98,6 +98,9 @@ class _View:
                 console.print(f"[yellow]warning:[/] {unmet_lines(event.unmet, event.gpus)}", highlight=False)
                 console.print(f"fix: {fix_for(UnmetResources(event.unmet, event.gpus))}", highlight=False)
         elif isinstance(event, Executing):
+            if event.todo == 0:
+                console.print(f"nothing to do: every run of {event.plan.spec_name} has already succeeded "
+                              "(`rlvr-run status` lists them; change the spec to plan new runs)", highlight=False)
             self.progress = RunProgress(console, event.plan, total=event.todo)
         elif isinstance(event, RunChanged) and self.progress is not None:
             self.progress.change(event.run_id, event.state, event.reason)

@@ -153,7 +153,7 @@ def plan(validated: ValidatedSpec) -> Plan:
     for unit in unit_order(resolve_units(spec)):
         _plan_unit(planner, unit)
     loaded = validated.loaded
-    return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path),
+    return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path.resolve()),
                 runs=planner.runs, waivers=list(validated.waivers), warnings=list(validated.warnings))
 
 

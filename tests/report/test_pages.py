@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from markdown_it import MarkdownIt
 
 from engine.cli import main
 from engine.report.generate import PAGES, write_reports
 
 sys.path.insert(0, str(Path(__file__).parent))
+from pagecheck import check_page  # noqa: E402  (tests/report/pagecheck.py)
 from synthetic import build  # noqa: E402  (tests/report/synthetic.py)
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -26,31 +26,6 @@ def report(tmp_path_factory):
     build(root)
     [report] = write_reports(root)
     return report
-
-
-def check_page(path: Path) -> None:
-    """Every table row has its header's cell count; every link and image exists."""
-    tokens = MarkdownIt("commonmark").enable("table").parse(path.read_text())
-    header, cells, in_head = 0, 0, False
-    for token in tokens:
-        if token.type == "thead_open":
-            in_head, header = True, 0
-        elif token.type == "thead_close":
-            in_head = False
-        elif token.type == "tr_open":
-            cells = 0
-        elif token.type in ("th_open", "td_open"):
-            cells += 1
-        elif token.type == "tr_close":
-            if in_head:
-                header = cells
-            else:
-                assert cells == header, f"{path.name}: a row has {cells} cells, its header {header}"
-        elif token.type == "inline":
-            for child in token.children or []:
-                target = child.attrs.get("href") or child.attrs.get("src")
-                if target and not re.match(r"^[a-z]+://", str(target)):
-                    assert (path.parent / str(target)).exists(), f"{path.name}: {target} does not exist"
 
 
 def test_every_page_parses_and_links_resolve(report):
