@@ -20,6 +20,9 @@ from engine.runs.lineage import PlanRecords, RunRecord, RunState, open_lineage
 from engine.runs.runlock import RunLock, RunnerBusy
 from engine.runs.schedule import execute
 
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import FAKE_MODEL_SH  # noqa: E402  (tests/func/fakes.py)
+
 DRIVER = Path(__file__).with_name("executor_driver.py")
 S = RunState
 
@@ -93,7 +96,7 @@ def test_failure_blocks_all_descendants_while_independent_branches_run(runs, lin
     assert executions(b) == [] and executions(c) == []
 
 
-MODEL = "mkdir -p model && echo {} > model/config.json"
+MODEL = FAKE_MODEL_SH
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ from engine.runs.materialize import materialize
 from engine.runs.pipeline import Planned, UnmetResources, job_of, run_spec
 from engine.runs.runlock import RunLock
 from engine.runs.schedule import execute
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import FAKE_MODEL_SH  # noqa: E402  (tests/func/fakes.py)
 
 S = RunState
 PROBLEMS = [
@@ -48,7 +52,7 @@ allow:
 # (the real evaluator and trainers have tests of their own).
 FAKE_LAUNCH = {
     "eval": "mkdir -p outputs && echo '{\"run_id\": \"x\", \"datasets\": []}' > outputs/metrics.json\n",
-    "dpo": "mkdir -p model && echo '{}' > model/config.json\n",
+    "dpo": FAKE_MODEL_SH + "\n",
 }
 
 
@@ -100,8 +104,11 @@ def test_plan_runs_execute_and_land_in_lineage(executed):
         assert humaneval["content_fingerprint"] == validated.content_fingerprints["humaneval"]
         evals = [r for r in the_plan.runs if r.kind.value == "eval"]
         assert all(lin.evaluated_datasets(r.id) == ["humaneval"] for r in evals)
-        used = {row["sha256"] for row in lin.db["run_protocols"].rows}
-        assert used == {validated.protocol_hash("greedy")}
+        used = {(row["run_id"], row["use"], row["sha256"]) for row in lin.db["run_protocols"].rows}
+        greedy = validated.protocol_hash("greedy")
+        assert {(r.id, "evaluate", greedy) for r in evals} <= used
+        # a DPO run without a rollout protocol samples its pairs under one derived from the spec's pairs.k
+        assert {(u, name) for u, name, _ in used if u == dpo.id} == {(dpo.id, "rollout")} and len(used) == 3
 
 
 def test_dry_run_shows_lineage_states_and_writes_nothing(executed):
