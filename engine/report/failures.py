@@ -37,14 +37,22 @@ def _clip(text: str) -> str:
     return "\n".join(lines[:MAX_LINES] + ([f"… ({len(lines) - MAX_LINES} more lines)"] if len(lines) > MAX_LINES else []))
 
 
+# A frozen dataset entry pins its content (fingerprint, id-list hash): runs sharing one share
+# its problems, so a study's pages load each dataset (and parse the registry) once, not per run.
+_LOADED: dict[tuple[str, str], dict[str, Problem]] = {}
+
+
 def _problems(col: Column, unit: str) -> dict[str, Problem]:
     run_dir = Path(col.cells[unit][0].run.run_dir or ".")
     try:
-        frozen = read_frozen_run(run_dir)
-        loaded: LoadedDataset = load_frozen_dataset(col.dataset, frozen.datasets[col.dataset], run_registry(run_dir))
+        entry = read_frozen_run(run_dir).datasets[col.dataset]
+        key = (col.dataset, entry.model_dump_json())
+        if key not in _LOADED:
+            loaded: LoadedDataset = load_frozen_dataset(col.dataset, entry, run_registry(run_dir))
+            _LOADED[key] = {p.id: p for p in loaded.problems}
     except Exception:  # the data moved since the run: show the cases without their public tests
         return {}
-    return {p.id: p for p in loaded.problems}
+    return _LOADED[key]
 
 
 class _LazyJudge:

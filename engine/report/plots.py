@@ -28,9 +28,9 @@ def _fresh(path: Path, *data: Any) -> bool:
     return False
 
 
-def _save(fig: "plt.Figure", path: Path, top: float = 0.9) -> Path:
+def _save(fig: "plt.Figure", path: Path, top: float = 0.9, left: float = 0.16) -> Path:
     # Fixed margins: tight/constrained layout draws every figure twice.
-    fig.subplots_adjust(left=0.16, right=0.97, top=top, bottom=0.16)
+    fig.subplots_adjust(left=left, right=0.97, top=top, bottom=0.16)
     fig.savefig(path, dpi=DPI, metadata={"Software": None})  # no version stamp: stable bytes
     plt.close(fig)
     return path
@@ -70,11 +70,15 @@ def stacked_errors(path: Path, labels: Sequence[str], verdicts: Sequence[str], s
         values = np.array([row[j] for row in shares])
         ax.barh(list(labels), values, left=left, label=verdict, color=f"C{j % 10}")
         left += values
+    # What no failure verdict covers was accepted: drawn, so every bar reaches 1.
+    ax.barh(list(labels), np.clip(1 - left, 0, 1), left=left, label="accepted", color="0.85")
     ax.set_xlabel("share of samples")
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
     ax.legend(fontsize=6, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    return _save(fig, path, top=1 - 0.55 / fig.get_figheight())
+    # Room for the longest phase label (about 0.09 in per character at the default font size).
+    margin = min(0.45, 0.05 + 0.09 * max((len(str(x)) for x in labels), default=4) / fig.get_figwidth())
+    return _save(fig, path, top=1 - 0.55 / fig.get_figheight(), left=margin)
 
 
 def cost_scatter(path: Path, points: Sequence[tuple[str, float, float]], title: str) -> Path:

@@ -44,10 +44,18 @@ class Turns:
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
         finally:
             tok.padding_side = side
-        with torch.no_grad():
-            out = self.model.generate(**enc, max_new_tokens=self.decoding.max_tokens, do_sample=True,
-                                      temperature=self.decoding.temperature or 1.0, top_p=self.decoding.top_p,
-                                      pad_token_id=tok.pad_token_id)
+        # Generate in eval mode with the KV cache: trl's GRPO trains with gradient checkpointing, which
+        # turns the cache off in train mode, and left-padded prompts then decode to garbage (seen: every
+        # chain of a trained policy answered "```...").
+        training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                out = self.model.generate(**enc, max_new_tokens=self.decoding.max_tokens, do_sample=True,
+                                          temperature=self.decoding.temperature or 1.0, top_p=self.decoding.top_p,
+                                          pad_token_id=tok.pad_token_id, use_cache=True)
+        finally:
+            self.model.train(training)
         answers = []
         for row in out[:, enc["input_ids"].shape[1]:].tolist():
             ids = row[:row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row

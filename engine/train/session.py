@@ -108,7 +108,11 @@ class TrainRun:
                  "use_cpu": cpu, "dataloader_num_workers": 0}
         if cpu:
             owned.update(bf16=False, fp16=False)
-        values = {"save_steps": DEFAULT_SAVE_STEPS, **defaults, **trl_args(self.frozen.model_dump(), self.kind), **owned}
+        # trl turns gradient checkpointing on by default: it saves GPU memory at the price of a second
+        # forward pass, a cost a CPU run pays for nothing.
+        cpu_defaults = {"gradient_checkpointing": False} if cpu else {}
+        values = {"save_steps": DEFAULT_SAVE_STEPS, **cpu_defaults, **defaults,
+                  **trl_args(self.frozen.model_dump(), self.kind), **owned}
         if self.frozen.curriculum == "difficulty":  # the rows are in curriculum order: keep it
             values["train_sampling_strategy"] = "sequential"
             if "shuffle_dataset" in {f for f in getattr(config_cls, "__dataclass_fields__", {})}:

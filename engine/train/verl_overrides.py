@@ -157,11 +157,22 @@ def unknown_hparams(run: Run) -> Optional[str]:
 
 def _hparam_values(run: Run, table: dict[str, tuple[str, ...]], defaults: dict[str, Any],
                    extra: dict[str, Any]) -> dict[str, Any]:
-    hparams = {**defaults, **extra, **run.config.get("hparams", {})}
+    hparams = {**defaults, **extra, **_epochs_for_steps(run), **run.config.get("hparams", {})}
     unknown = unknown_hparams(run)
     if unknown:
         raise UserError(unknown)
     return {key: value for name, value in hparams.items() for key in table[name]}
+
+
+def _epochs_for_steps(run: Run) -> dict[str, Any]:
+    """With `total_steps` and no `epochs`, the steps alone end training: verl's trainers stop at
+    whichever comes first, the steps or the epochs, so the default one epoch would cut a run of
+    more steps than one epoch holds short (no last-step validation, no last save). Every epoch
+    holds at least one step, so `total_steps` epochs never stop it first."""
+    hparams = run.config.get("hparams", {})
+    if hparams.get("total_steps") and "epochs" not in hparams:
+        return {"epochs": int(hparams["total_steps"])}
+    return {}
 
 
 def _protocol_hparams(run: Run) -> dict[str, Any]:
@@ -272,6 +283,9 @@ def sft_overrides(run: Run, paths: VerlPaths) -> list[str]:
         **_hparam_values(run, SFT_HPARAMS, SFT_DEFAULTS, {}),
         **_curriculum(run, "data.shuffle"),
         **_trainer_common(run, paths), "trainer.resume_mode": "auto",
+        # Hydra's run folder (its .hydra/ config and the trainer's log) defaults to
+        # outputs/<date>/<time>/ under the working directory, the run directory: keep outputs/ for results.
+        "hydra.run.dir": "logs/hydra",
     }
     values.update(flatten(run.config.get("overrides", {})))
     return [f"{key}={hydra_value(value)}" for key, value in values.items()]

@@ -32,7 +32,8 @@ timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_nod
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
     trainer.default_local_dir=/runs/golden/254a2322bd73/checkpoints \
-    trainer.resume_mode=auto
+    trainer.resume_mode=auto \
+    hydra.run.dir=logs/hydra
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
 step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"
 "$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
