@@ -11,7 +11,7 @@ from engine.report.stats import paired_delta
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
 
-IDENTITY = {"variant", "phase"}  # keys that name the unit, not what it does
+IDENTITY = {"variant", "phase", "run_id"}  # keys that name the run, not what it does
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -71,3 +71,42 @@ def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Tabl
                               f"{', '.join(differ) or 'nothing'}._"])
         out.append((f"{variant} vs {phase}", table, warnings))
     return out
+
+
+def _verdict(low: float, high: float) -> str:
+    if low > 0:
+        return "better"
+    if high < 0:
+        return "worse"
+    return "no clear difference"
+
+
+def versus_parent(study: Study, columns: list[Column]) -> Table:
+    """Each phase against the phase it starts from (`from:`), paired by seed and problem; an
+    unseeded parent (the base evaluation) stands paired with every seed. This is where a phase
+    that does not beat its parent (GRPO at toy scale) is said so."""
+    phases = study.spec_data.get("phases") or {}
+    rows = []
+    for col in columns:
+        for unit, ours in col.cells.items():
+            parent = (phases.get(unit.split("/")[0]) or {}).get("from")
+            theirs = col.cells.get(parent) if parent else None
+            if not theirs:
+                continue
+            seeds = sorted({c.run.seed for c in ours})
+            a = per_problem(ours)
+            b = per_problem(theirs if any(c.run.seed is not None for c in theirs)
+                            else theirs[:1])
+            if a is None or b is None:
+                continue
+            if b.shape[0] == 1 and a.shape[0] > 1:
+                b = b.repeat(a.shape[0], axis=0)
+            if a.shape != b.shape:
+                rows.append([unit, parent, col.dataset, "—", "—", "— (per-problem records differ)", "—", "—"])
+                continue
+            d = paired_delta(a, b)
+            rows.append([unit, parent, col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
+                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {len(seeds)})",
+                         _verdict(d.low, d.high)])
+    return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {HEADLINE} [95 %]", "P(improvement)",
+                          "verdict"], rows=rows)

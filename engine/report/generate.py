@@ -19,7 +19,7 @@ import jinja2
 
 from engine.evaluate.metrics import mean_pass_at_k
 from engine.report import plots
-from engine.report.ablation import ablation_tables
+from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
 from engine.report.main_table import (
     Column,
@@ -89,6 +89,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "index": lambda: _index(study),
         "results": lambda: {"headline": report.headline,
+                            "versus_parent": versus_parent(study, columns).markdown(),
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
         "ablations": lambda: {"ablations": [(t, table.markdown(), w) for t, table, w in ablation_tables(study, columns)]},
         "matched-cost": lambda: _matched(study, columns, out, report),

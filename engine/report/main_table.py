@@ -123,7 +123,9 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
         for col in columns:
             e = estimates[(unit, col.dataset)]
             text = cell_text(e, i in best[col.dataset]) if e else f"— ({col.why.get(unit, 'not run')})"
-            if e and e.seeds < col.seeds:  # a seed's evaluation is missing: say so in the cell
+            if e and all(c.run.seed is None for c in col.cells[unit]):  # an unseeded phase (base eval)
+                text += " (one run: the phase has no seed)"
+            elif e and e.seeds < col.seeds:  # a seed's evaluation is missing: say so in the cell
                 text += f" (seeds = {e.seeds}; {col.why.get(unit, 'one missing')})"
             row.append(text)
         rows.append(row)
