@@ -191,6 +191,21 @@ class TrackingSpec(StrictModel):
     tensorboard: Optional[dict[str, Scalar]] = None
 
 
+class ExecutorKind(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+class ExecutorSpec(StrictModel):
+    """Where the runs execute. `ray`: each launch.sh becomes a Ray job at `address` (the
+    dashboard's HTTP address); the run directories reach it through `shared_dir`, storage
+    every node mounts at the same path, which must hold the runs directory."""
+
+    kind: ExecutorKind = ExecutorKind.local
+    address: Optional[str] = None
+    shared_dir: Optional[str] = None
+
+
 class Spec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_model: Union[str, ModelRef]
@@ -204,3 +219,4 @@ class Spec(StrictModel):
     allow: list[Waiver] = Field(default_factory=list)
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)
     tracking: Optional[TrackingSpec] = None
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)

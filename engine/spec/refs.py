@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from engine.errors import Diagnostic
-from engine.spec.model import PhaseFields, PhaseKind, Spec
+from engine.spec.model import ExecutorKind, PhaseFields, PhaseKind, Spec
 from engine.spec.schema_errors import did_you_mean
 
 Key = str | int
@@ -194,7 +194,24 @@ def _all_kind_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
             yield from _kind_errors("variants", name, phase.kind, overlay(phase, variant), variant, at)
 
 
+def _executor_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
+    executor = spec.executor
+    if executor.kind is ExecutorKind.local:
+        for key in ("address", "shared_dir"):
+            if getattr(executor, key) is not None:
+                yield at(("executor", key), f"`{key}` is a Ray setting but the executor is local",
+                         "add `kind: ray` to use a Ray cluster, or remove the key")
+        return
+    address = executor.address or ""
+    if address.startswith("ray://") or (address and "://" in address and not address.startswith(("http://", "https://"))):
+        yield at(("executor", "address"), f"{address!r} is not the Ray dashboard's HTTP address",
+                 "use the Jobs API address, e.g. http://head-node:8265 (not the ray:// client port)", at_value=True)
+    if executor.shared_dir is not None and not executor.shared_dir.startswith("/"):
+        yield at(("executor", "shared_dir"), f"shared_dir {executor.shared_dir!r} is not an absolute path",
+                 "give the path every node mounts the shared storage at, e.g. /shared/rlvr", at_value=True)
+
+
 def check_references(spec: Spec, names: Names, at: At) -> list[Diagnostic]:
-    """Every reference, cycle, seed and phase-kind problem in `spec`."""
+    """Every reference, cycle, seed, phase-kind and executor problem in `spec`."""
     return [*_reference_errors(spec, names, at), *_cycle_errors(spec, at),
-            *_seed_errors(spec, at), *_all_kind_errors(spec, at)]
+            *_seed_errors(spec, at), *_all_kind_errors(spec, at), *_executor_errors(spec, at)]
