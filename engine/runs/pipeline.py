@@ -16,7 +16,6 @@ from typing import Callable, Optional, Union
 
 from engine.errors import UserError
 from engine.plan.model import Plan, Run
-from engine.spec.model import ExecutorSpec
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.local import LocalExecutor
 from engine.runs.executors.ray import RayExecutor, auth_token_from_env
@@ -25,6 +24,7 @@ from engine.runs.materialize import RunDir, materialize
 from engine.runs.preflight import preflight
 from engine.runs.runlock import RunLock
 from engine.runs.schedule import ExecutionResult, execute
+from engine.spec.model import ExecutorSpec, Transfer
 from engine.spec.validated import ValidatedSpec
 from engine.tinymodel import build_tiny_model
 
@@ -156,20 +156,24 @@ class ExecutorChoice:
 
     kind: str
     address: Optional[str]
-    shared_dir: Path
+    transfer: Transfer
+    shared_dir: Optional[Path]  # None with `transfer: working_dir`
 
     @classmethod
     def of(cls, spec: ExecutorSpec, *, kind: Optional[str], address: Optional[str], runs_dir: Path) -> "ExecutorChoice":
         chosen = kind or spec.kind.value
         if chosen not in ("local", "ray"):
             raise UserError(f"unknown executor {chosen!r}: use local or ray")
+        transfer = spec.transfer or Transfer.shared
+        if chosen == "local" or transfer is Transfer.working_dir:
+            return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=None)
         # Without a shared_dir, the runs directory itself is taken to be mounted on every node.
         shared = Path(spec.shared_dir or runs_dir).resolve()
-        if chosen == "ray" and not runs_dir.resolve().is_relative_to(shared):
+        if not runs_dir.resolve().is_relative_to(shared):
             raise UserError(f"the runs directory {runs_dir.resolve()} is not under the executor's shared_dir "
                             f"{shared}: Ray jobs on other nodes would not see the run directories; "
-                            "pass --runs-dir inside the shared storage")
-        return cls(kind=chosen, address=address or spec.address, shared_dir=shared)
+                            "pass --runs-dir inside the shared storage, or set `transfer: working_dir`")
+        return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=shared)
 
     def open(self, *, gpus: int, cpus: Optional[int]) -> Executor:
         if self.kind == "local":

@@ -3,9 +3,16 @@
 Each attempt is one job, submitted with the run's CPUs and GPUs as entrypoint
 resources so Ray places it, and named `rlvr-<run id>-a<attempt>`: the name is
 fixed before submission, so a runner that dies at any point finds its attempt
-again by name and never submits it twice. The run directories live on storage
-every node mounts at the same path (`shared_dir`); the runner reads outputs,
-runs completion checks and writes lineage there, as with the local executor.
+again by name and never submits it twice.
+
+The run directories reach the jobs one of two ways. On storage every node mounts
+at the same path (`shared_dir`), the runner reads outputs, runs completion checks
+and writes lineage there, as with the local executor. Without it (`shared_dir`
+None), each attempt uploads its run directory as the job's working_dir, and the
+job's entrypoint prints the directory back as a base64 tarball between two marker
+lines at the end of its log, which the runner unpacks when the job ends: the logs
+API is the one channel from the cluster back to the runner that every Ray cluster
+has, and it survives the runner (a restarted runner still gets the outputs).
 
 The REST API (httpx) rather than `ray.job_submission`: the runner then needs no
 Ray driver state, and the auth header is explicit. Ray 2.60 turns token auth on
@@ -14,12 +21,17 @@ whenever a token file exists, so the token is always sent when one is configured
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import os
 import shlex
 import signal
 import socket
 import sys
+import tarfile
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -34,10 +46,23 @@ TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 # Passed from the runner's environment to every job (Ray gives jobs the raylet's environment).
 FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 FORWARDED_PREFIX = "RLVR_"
+OUTPUTS_BEGIN, OUTPUTS_END = "# rlvr-run: outputs-begin", "# rlvr-run: outputs-end"
+# The markers are printed from two words each, so Ray's echo of the entrypoint never contains them.
+WORKING_DIR_ENTRYPOINT = (
+    "printf '%s %s:%s\\n' '# rlvr-run: working_dir' \"$(hostname)\" \"$PWD\"; "
+    'RLVR_RUN_DIR="$PWD" bash launch.sh; rc=$?; '
+    "printf '\\n%s %s\\n' '# rlvr-run:' outputs-begin; "
+    "tar -czf - --exclude='./logs/attempt-*.log' --exclude=./.rlvr-attempt . | base64; "
+    "printf '%s %s\\n' '# rlvr-run:' outputs-end; exit $rc"
+)
 
 
 class RayUnreachable(ConnectionError):
     """The cluster did not answer; an OSError, so the scheduler fails the run it was starting."""
+
+
+class RayRefused(OSError):
+    """The cluster answered no to a submission or an upload (the run it was starting fails)."""
 
 
 def auth_token_from_env(env: Optional[dict[str, str]] = None) -> Optional[str]:
@@ -68,7 +93,7 @@ class _Tracked:
 @dataclass(kw_only=True)
 class RayExecutor:
     address: str  # the dashboard's HTTP address, e.g. http://head:8265
-    shared_dir: Path  # where run directories live, at the same path on every node
+    shared_dir: Optional[Path]  # where run directories live on every node; None: sent as working_dir
     auth_token: Optional[str] = None
     python: str = field(default_factory=lambda: sys.executable)  # the interpreter jobs run (a shared venv)
     status_every_s: float = 0.5
@@ -82,7 +107,7 @@ class RayExecutor:
         self.address = self.address.rstrip("/")
         if "://" not in self.address:
             self.address = f"http://{self.address}"
-        self.shared_dir = Path(self.shared_dir).resolve()
+        self.shared_dir = Path(self.shared_dir).resolve() if self.shared_dir is not None else None
         headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
         self._client = httpx.Client(base_url=self.address, headers=headers, timeout=self.timeout_s)
 
@@ -115,7 +140,7 @@ class RayExecutor:
     def refusal(self, job: Job) -> Optional[str]:
         if not job.launch_script.is_file():
             return f"no launch script at {job.launch_script}"
-        if not job.run_dir.resolve().is_relative_to(self.shared_dir):
+        if self.shared_dir is not None and not job.run_dir.resolve().is_relative_to(self.shared_dir):
             return f"its run directory {job.run_dir} is not under the shared directory {self.shared_dir}"
         if job.gpus > self.cluster_gpus():
             return f"needs {job.gpus} GPU(s) but the Ray cluster at {self.address} has {self.cluster_gpus()}"
@@ -130,21 +155,38 @@ class RayExecutor:
         with open(log_path, "x") as log:  # "x": an earlier attempt's log is never truncated
             log.write(f"# rlvr-run: {job.id} attempt {attempt} submitted from {socket.gethostname()} at "
                       f"{now_iso()} as Ray job {submission_id} to {self.address}; cpus={job.cpus} gpus={job.gpus}\n")
+        runtime_env: dict[str, Any] = {"env_vars": self._env(job, attempt)}
+        entrypoint = f"bash {shlex.quote(str(job.launch_script))}"
+        if self.shared_dir is None:
+            runtime_env["working_dir"] = self._upload(job.run_dir, submission_id)
+            entrypoint = WORKING_DIR_ENTRYPOINT
         body = {
-            "entrypoint": f"bash {shlex.quote(str(job.launch_script))}",
+            "entrypoint": entrypoint,
             "submission_id": submission_id,
             "entrypoint_num_cpus": max(job.cpus, 1),  # without it Ray sets OMP_NUM_THREADS=1
             "entrypoint_num_gpus": job.gpus,
-            "runtime_env": {"env_vars": self._env(job, attempt)},
+            "runtime_env": runtime_env,
             "metadata": {"rlvr_run_id": job.id, "rlvr_attempt": str(attempt)},
         }
+        self._send("post", "/api/jobs/", f"Ray refused job {submission_id}", json=body)
+        return self._started(job, attempt, log_path, submission_id)
+
+    def _upload(self, run_dir: Path, submission_id: str) -> str:
+        """The run directory as a package in the cluster's GCS; its URI, for the job's working_dir."""
+        data = _zip_run_dir(run_dir, submission_id)
+        name = f"_ray_pkg_{hashlib.sha256(data).hexdigest()[:32]}.zip"
+        self._send("put", f"/api/packages/gcs/{name}", f"Ray refused the upload of {run_dir} ({len(data)} bytes)",
+                   content=data)
+        return f"gcs://{name}"
+
+    def _send(self, method: str, path: str, refused: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self._client.post("/api/jobs/", json=body)
+            response = self._client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise RayUnreachable(f"the Ray cluster at {self.address} is unreachable: {exc}") from exc
         if response.status_code >= 400:
-            raise RayUnreachable(f"Ray refused job {submission_id}: {response.status_code} {response.text.strip()[:300]}")
-        return self._started(job, attempt, log_path, submission_id)
+            raise RayRefused(f"{refused}: {response.status_code} {response.text.strip()[-300:]}")
+        return response
 
     def poll(self, started: Started) -> Optional[int]:
         tracked: _Tracked = started.handle
@@ -153,20 +195,35 @@ class RayExecutor:
             return None
         tracked.next_status_at = now + self.status_every_s
         try:
-            info = self._job(tracked.submission_id)
-        except httpx.TransportError as exc:
+            info, text = self._look(started, tracked, now)
+        except httpx.HTTPError as exc:  # unreachable, or a head answering 5xx while it restarts
             return self._unreachable(started, tracked, exc)
         tracked.unreachable_since = None
         if info is None:
             started.detail = f"Ray job {tracked.submission_id} vanished from the cluster (head restarted?)"
             return 1
-        status = info["status"]
-        if status in TERMINAL or now >= tracked.next_log_at:
-            tracked.next_log_at = now + self.log_every_s
-            self._copy_logs(started, tracked)
-        if status not in TERMINAL:
+        if info["status"] not in TERMINAL:
             return None
-        return _exit_code(started, info)
+        code = _exit_code(started, info)
+        if self.shared_dir is None:
+            problem = _unpack_outputs(text, started.job.run_dir)
+            # A job that failed or was stopped often never got to print its outputs: no news there.
+            if problem and code == 0:
+                started.detail = f"no outputs came back from Ray job {tracked.submission_id}: {problem}"
+        return code
+
+    def _look(self, started: Started, tracked: _Tracked, now: float) -> tuple[Optional[dict[str, Any]], str]:
+        """The job's status (None: unknown to the cluster) and, once it ended, its whole log; the
+        attempt log is brought up to date every `log_every_s` while it runs."""
+        info = self._job(tracked.submission_id)
+        if info is None:
+            return None, ""
+        if info["status"] in TERMINAL:
+            return info, self._copy_logs(started, tracked, final=True)
+        if now >= tracked.next_log_at:
+            tracked.next_log_at = now + self.log_every_s
+            self._copy_logs(started, tracked, final=False)
+        return info, ""
 
     def stop(self, running: list[Started], *, grace_s: float) -> None:
         for started in running:
@@ -185,7 +242,7 @@ class RayExecutor:
                     break
                 time.sleep(0.2)
             try:
-                self._copy_logs(started, started.handle)
+                self._copy_logs(started, started.handle, final=True)
             except httpx.TransportError:
                 pass
 
@@ -230,13 +287,15 @@ class RayExecutor:
         response.raise_for_status()
         return response.json()
 
-    def _copy_logs(self, started: Started, tracked: _Tracked) -> None:
-        """Append what the job printed since the last copy to the attempt log."""
+    def _copy_logs(self, started: Started, tracked: _Tracked, *, final: bool) -> str:
+        """Append what the job printed since the last copy to the attempt log; the whole job log."""
         text = self._get(f"/api/jobs/{tracked.submission_id}/logs").json().get("logs", "")
-        if len(text) > tracked.log_chars:
+        shown = _shown_part(text, final=final)
+        if len(shown) > tracked.log_chars:
             with open(started.log_path, "a") as log:
-                log.write(text[tracked.log_chars:])
-            tracked.log_chars = len(text)
+                log.write(shown[tracked.log_chars:])
+            tracked.log_chars = len(shown)
+        return text
 
     def _unreachable(self, started: Started, tracked: _Tracked, exc: Exception) -> Optional[int]:
         now = time.monotonic()
@@ -246,6 +305,44 @@ class RayExecutor:
         started.detail = (f"the Ray cluster at {self.address} was unreachable for {self.unreachable_after_s:.0f} s "
                           f"({exc}); Ray job {tracked.submission_id}'s fate is unknown")
         return 1
+
+
+def _shown_part(text: str, *, final: bool) -> str:
+    """What of a job log goes into the attempt log: never the outputs tarball, and while the job
+    runs only whole lines (a marker line half-printed must not slip through)."""
+    cut = text.rfind(OUTPUTS_BEGIN)
+    if cut >= 0:
+        return text[:cut].rstrip("\n") + "\n"
+    return text if final else text[: text.rfind("\n") + 1]
+
+
+def _unpack_outputs(log_text: str, run_dir: Path) -> Optional[str]:
+    """Unpack the run directory a job printed at the end of its log over the local one; what went
+    wrong, or None."""
+    begin, end = log_text.rfind(OUTPUTS_BEGIN), log_text.rfind(OUTPUTS_END)
+    if begin < 0 or end < begin:
+        return "its log ends without the outputs tarball"
+    try:
+        data = base64.b64decode(log_text[begin + len(OUTPUTS_BEGIN):end])
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(run_dir, filter="data")
+    except (ValueError, EOFError, tarfile.TarError, OSError) as exc:
+        return f"the outputs tarball in its log is unreadable ({exc})"
+    return None
+
+
+def _zip_run_dir(run_dir: Path, submission_id: str) -> bytes:
+    """The run directory without its attempt logs (the runner writes those), plus a file naming the
+    attempt: Ray unpacks each package URI once per node and jobs write into it, so no two attempts
+    may share one."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(run_dir.rglob("*")):
+            relative = path.relative_to(run_dir)
+            if path.is_file() and not (relative.parts[0] == "logs" and path.name.startswith("attempt-")):
+                archive.write(path, relative)
+        archive.writestr(".rlvr-attempt", submission_id + "\n")
+    return buffer.getvalue()
 
 
 def submission_id_of(run_id: str, attempt: int) -> str:
