@@ -93,21 +93,22 @@ def recover_dead_runs(
     recovered, attached = [], []
     for rec in lineage.runs(state=S.running):
         last = rec.heartbeat_at or "never"
-        if rec.host and rec.host != host:
-            age = _age_s(rec.heartbeat_at)
-            if age < stale_s:
-                raise UserError(
-                    f"run {rec.id} is running on host {rec.host} (heartbeat {age:.0f}s ago); "
-                    "stop that runner first, or wait until it finishes"
-                )
+        elsewhere = bool(rec.host) and rec.host != host
+        if elsewhere and (age := _age_s(rec.heartbeat_at)) < stale_s:
+            raise UserError(
+                f"run {rec.id} is running on host {rec.host} (heartbeat {age:.0f}s ago); "
+                "stop that runner first, or wait until it finishes"
+            )
+        # A cluster's job outlives its runner wherever that ran (a SLURM allocation's head
+        # node changes between allocations), so it is looked for before anything is failed.
+        job = by_id.get(rec.id)
+        started = job and executor.reattach(rec, job, log_path=job.run_dir / LOG_DIR / f"attempt-{rec.attempt}.log")
+        if started:
+            attached.append(started)
+            continue
+        if elsewhere:
             reason = f"runner on {rec.host} died: last heartbeat {last}"
         else:
-            if rec.id in by_id:
-                job = by_id[rec.id]
-                started = executor.reattach(rec, job, log_path=job.run_dir / LOG_DIR / f"attempt-{rec.attempt}.log")
-                if started is not None:
-                    attached.append(started)
-                    continue
             killed = executor.reap(rec, grace_s=grace_s)
             what = f"job {rec.job_id}" if rec.job_id else f"script pid {rec.pid}"
             fate = f"killed {killed} surviving process(es)" if killed else "gone"
