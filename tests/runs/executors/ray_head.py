@@ -77,7 +77,7 @@ class LoopbackHead:
     def _holds_our_files(self, proc: psutil.Process) -> bool:
         return any(f.path.startswith(str(self.root)) for f in proc.open_files())
 
-    def stop(self, grace_s: float = 10.0) -> None:
+    def stop(self, grace_s: float = 3.0) -> None:  # a test head keeps nothing worth a clean shutdown
         procs = self.processes()
         for proc in procs:
             try:
