@@ -48,12 +48,15 @@ FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLIN
 FORWARDED_PREFIX = "RLVR_"
 OUTPUTS_BEGIN, OUTPUTS_END = "# rlvr-run: outputs-begin", "# rlvr-run: outputs-end"
 # The markers are printed from two words each, so Ray's echo of the entrypoint never contains them.
+# The tarball is made first (its messages kept apart) and printed as one line with its sha256,
+# so nothing can land inside it and a damaged copy is told apart from a good one.
 WORKING_DIR_ENTRYPOINT = (
     "printf '%s %s:%s\\n' '# rlvr-run: working_dir' \"$(hostname)\" \"$PWD\"; "
-    'RLVR_RUN_DIR="$PWD" bash launch.sh; rc=$?; '
-    "printf '\\n%s %s\\n' '# rlvr-run:' outputs-begin; "
-    "tar -czf - --exclude='./logs/attempt-*.log' --exclude=./.rlvr-attempt . | base64; "
-    "printf '%s %s\\n' '# rlvr-run:' outputs-end; exit $rc"
+    'RLVR_RUN_DIR="$PWD" bash launch.sh; rc=$?; t=$(mktemp); '
+    "tar -czf \"$t\" --exclude='./logs/attempt-*.log' --exclude=./.rlvr-attempt . 2>\"$t.err\"; "
+    "printf '\\n%s %s %s\\n' '# rlvr-run:' outputs-begin \"$(sha256sum < \"$t\" | cut -c1-64)\"; "
+    "base64 -w 0 \"$t\"; printf '\\n%s %s\\n' '# rlvr-run:' outputs-end; "
+    "cat \"$t.err\"; rm -f \"$t\" \"$t.err\"; exit $rc"
 )
 
 
@@ -322,8 +325,11 @@ def _unpack_outputs(log_text: str, run_dir: Path) -> Optional[str]:
     begin, end = log_text.rfind(OUTPUTS_BEGIN), log_text.rfind(OUTPUTS_END)
     if begin < 0 or end < begin:
         return "its log ends without the outputs tarball"
+    digest, _, encoded = log_text[begin + len(OUTPUTS_BEGIN):end].strip().partition("\n")
     try:
-        data = base64.b64decode(log_text[begin + len(OUTPUTS_BEGIN):end])
+        data = base64.b64decode(encoded)
+        if hashlib.sha256(data).hexdigest() != digest.strip():
+            return f"the outputs tarball in its log is damaged ({len(data)} bytes, sha256 differs)"
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             tar.extractall(run_dir, filter="data")
     except (ValueError, EOFError, tarfile.TarError, OSError) as exc:
