@@ -33,6 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs available to the local executor")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots (default: all cores)")
+    p.add_argument("--executor", choices=("local", "ray"), default=None,
+                   help="where runs execute (default: the spec's executor.kind, else local)")
+    p.add_argument("--address", default=None,
+                   help="the Ray cluster's dashboard address, e.g. http://head:8265 (with --executor ray)")
     p.add_argument("--skip-unmet", action="store_true",
                    help="run what fits; runs needing more GPUs than --gpus fail, their descendants are blocked")
     p.set_defaults(func=command, fix_for=fix_for)
@@ -44,7 +48,8 @@ def command(args: argparse.Namespace) -> int:
     view = _View(args.runs_dir)
     try:
         outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
-                           cpus=args.cpus, skip_unmet=args.skip_unmet, on_event=view.on_event)
+                           cpus=args.cpus, skip_unmet=args.skip_unmet, executor=args.executor,
+                           address=args.address, on_event=view.on_event)
     finally:
         view.close()
     if outcome.result is not None:

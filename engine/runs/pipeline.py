@@ -16,13 +16,15 @@ from typing import Callable, Optional, Union
 
 from engine.errors import UserError
 from engine.plan.model import Plan, Run
-from engine.runs.executors.base import Job
+from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.local import LocalExecutor
+from engine.runs.executors.ray import RayExecutor, auth_token_from_env
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.materialize import RunDir, materialize
 from engine.runs.preflight import preflight
 from engine.runs.runlock import RunLock
 from engine.runs.schedule import ExecutionResult, execute
+from engine.spec.model import ExecutorSpec, Transfer
 from engine.spec.validated import ValidatedSpec
 from engine.tinymodel import build_tiny_model
 
@@ -97,31 +99,36 @@ def run_spec(
     gpus: int = 0,
     cpus: Optional[int] = None,
     skip_unmet: bool = False,
+    executor: Optional[str] = None,
+    address: Optional[str] = None,
     on_event: EventHandler = _ignore,
     heartbeat_s: float = 5.0,
     grace_s: float = 10.0,
 ) -> RunOutcome:
+    """`executor` ("local" | "ray") and `address` override the spec's `executor:` block."""
     runs_dir = Path(runs_dir)
     checked = preflight(Path(path), on_step=lambda step: on_event(Validating(step)))
     validated, the_plan = checked.validated, checked.plan
+    choice = ExecutorChoice.of(validated.spec.executor, kind=executor, address=address, runs_dir=runs_dir)
+    real = None if dry_run else choice.open(gpus=gpus, cpus=cpus)
+    gpus = real.cluster_gpus() if isinstance(real, RayExecutor) else gpus
     states = read_states(runs_dir, the_plan)
     unmet = unmet_runs(the_plan, states, gpus=gpus)
     on_event(Planned(plan=the_plan, states=states, unmet=unmet, gpus=gpus, dry_run=dry_run))
-    if dry_run:
+    if real is None:
         return RunOutcome(plan=the_plan)
     if unmet and not skip_unmet:
         raise UnmetResources(unmet, gpus)
     if validated.unverified:
         raise UnverifiedData(validated.unverified)
     build_base_model(validated)
-    executor = LocalExecutor(gpus=gpus, cpus=cpus or os.cpu_count() or 1)
     with RunLock(runs_dir), open_lineage(runs_dir / LINEAGE_FILE) as lineage:
         states = {r.id: r.state.value for r in lineage.runs(the_plan.spec_name)}
         run_dirs = materialize(the_plan, validated, runs_dir, states=states)
         lineage.record_plan(the_plan, validated, {d.run.id: d.path for d in run_dirs})
         jobs = [job_of(d) for d in run_dirs]
         on_event(Executing(plan=the_plan, todo=sum(1 for j in jobs if states.get(j.id) != RunState.succeeded.value)))
-        result = execute(jobs, lineage, executor, heartbeat_s=heartbeat_s, grace_s=grace_s,
+        result = execute(jobs, lineage, real, heartbeat_s=heartbeat_s, grace_s=grace_s,
                          on_change=lambda run_id, state, reason: on_event(RunChanged(run_id, state, reason)))
     return RunOutcome(plan=the_plan, result=result)
 
@@ -141,6 +148,42 @@ def build_base_model(validated: ValidatedSpec) -> Optional[Path]:
                          vocab_size=b.vocab_size, seed=b.seed)
         os.replace(partial, folder)
     return folder
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutorChoice:
+    """Where runs execute: the spec's `executor:` block, overridden by the command line."""
+
+    kind: str
+    address: Optional[str]
+    transfer: Transfer
+    shared_dir: Optional[Path]  # None with `transfer: working_dir`
+
+    @classmethod
+    def of(cls, spec: ExecutorSpec, *, kind: Optional[str], address: Optional[str], runs_dir: Path) -> "ExecutorChoice":
+        chosen = kind or spec.kind.value
+        if chosen not in ("local", "ray"):
+            raise UserError(f"unknown executor {chosen!r}: use local or ray")
+        transfer = spec.transfer or Transfer.shared
+        if chosen == "local" or transfer is Transfer.working_dir:
+            return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=None)
+        # Without a shared_dir, the runs directory itself is taken to be mounted on every node.
+        shared = Path(spec.shared_dir or runs_dir).resolve()
+        if not runs_dir.resolve().is_relative_to(shared):
+            raise UserError(f"the runs directory {runs_dir.resolve()} is not under the executor's shared_dir "
+                            f"{shared}: Ray jobs on other nodes would not see the run directories; "
+                            "pass --runs-dir inside the shared storage, or set `transfer: working_dir`")
+        return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=shared)
+
+    def open(self, *, gpus: int, cpus: Optional[int]) -> Executor:
+        if self.kind == "local":
+            return LocalExecutor(gpus=gpus, cpus=cpus or os.cpu_count() or 1)
+        if not self.address:
+            raise UserError("the Ray executor needs the cluster's address: pass --address http://HEAD:8265 "
+                            "or set executor.address in the spec")
+        ray = RayExecutor(address=self.address, shared_dir=self.shared_dir, auth_token=auth_token_from_env())
+        ray.connect()
+        return ray
 
 
 def read_states(runs_dir: Path, the_plan: Plan) -> dict[str, str]:

@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 from engine.errors import UserError
 from engine.runs.completion import check_completion
@@ -63,11 +63,11 @@ def execute(
     on_change: Optional[OnChange] = None,
 ) -> ExecutionResult:
     """Run `jobs` (topologically ordered, already recorded in lineage); the caller holds the runs lock."""
-    recover_dead_runs(lineage, executor, stale_s=stale_s, grace_s=grace_s)
+    _, attached = recover_dead_runs(lineage, executor, stale_s=stale_s, grace_s=grace_s, jobs=jobs)
     sched = _Scheduler(jobs=jobs, lineage=lineage, executor=executor, on_change=on_change)
     with _trap_signals() as caught, _Heartbeat(lineage.path, heartbeat_s, sched.live_ids):
         try:
-            sched.prepare()
+            sched.prepare(attached)
             while sched.busy() and not caught:
                 sched.step()
                 time.sleep(poll_s)
@@ -78,30 +78,43 @@ def execute(
     return ExecutionResult(states=sched.final_states(), interrupted_by=caught[0] if caught else None)
 
 
-def recover_dead_runs(lineage: Lineage, executor: Executor, *, stale_s: float, grace_s: float) -> list[RunRecord]:
-    """Mark failed every run left `running` by a runner that died, killing its leftovers on this host.
+def recover_dead_runs(
+    lineage: Lineage, executor: Executor, *, stale_s: float, grace_s: float, jobs: Sequence[Job] = (),
+) -> tuple[list[RunRecord], list[Started]]:
+    """Take over, or mark failed, every run left `running` by a runner that died.
 
+    An attempt the executor can find again (a Ray job, by its id) is re-attached and
+    goes on; the rest are failed with the reason, their leftovers on this host killed.
     Holding the runs lock proves no live runner here owns them; a run recorded on
     another host counts as dead only once its heartbeat is older than `stale_s`.
     """
     host = socket.gethostname()
-    recovered = []
+    by_id = {job.id: job for job in jobs}
+    recovered, attached = [], []
     for rec in lineage.runs(state=S.running):
         last = rec.heartbeat_at or "never"
-        if rec.host and rec.host != host:
-            age = _age_s(rec.heartbeat_at)
-            if age < stale_s:
-                raise UserError(
-                    f"run {rec.id} is running on host {rec.host} (heartbeat {age:.0f}s ago); "
-                    "stop that runner first, or wait until it finishes"
-                )
+        elsewhere = bool(rec.host) and rec.host != host
+        if elsewhere and (age := _age_s(rec.heartbeat_at)) < stale_s:
+            raise UserError(
+                f"run {rec.id} is running on host {rec.host} (heartbeat {age:.0f}s ago); "
+                "stop that runner first, or wait until it finishes"
+            )
+        # A cluster's job outlives its runner wherever that ran (a SLURM allocation's head
+        # node changes between allocations), so it is looked for before anything is failed.
+        job = by_id.get(rec.id)
+        started = job and executor.reattach(rec, job, log_path=job.run_dir / LOG_DIR / f"attempt-{rec.attempt}.log")
+        if started:
+            attached.append(started)
+            continue
+        if elsewhere:
             reason = f"runner on {rec.host} died: last heartbeat {last}"
         else:
             killed = executor.reap(rec, grace_s=grace_s)
+            what = f"job {rec.job_id}" if rec.job_id else f"script pid {rec.pid}"
             fate = f"killed {killed} surviving process(es)" if killed else "gone"
-            reason = f"runner died: script pid {rec.pid} {fate}, last heartbeat {last}"
+            reason = f"runner died: {what} {fate}, last heartbeat {last}"
         recovered.append(lineage.set_state(rec.id, S.failed, reason))
-    return recovered
+    return recovered, attached
 
 
 def _age_s(stamp: Optional[str]) -> float:
@@ -150,10 +163,15 @@ class _Scheduler:
             self.on_change(run_id, to, reason)
         return rec
 
-    def prepare(self) -> None:
+    def prepare(self, attached: Sequence[Started] = ()) -> None:
+        taken_over = {started.job.id: started for started in attached}
         for job in self.jobs:
             rec = self.lineage.run(job.id)
             self.state[job.id] = rec.state
+            if job.id in taken_over:
+                with self._live_lock:
+                    self.running[job.id] = taken_over[job.id]
+                continue
             if rec.state is S.succeeded:
                 continue
             if rec.state in (S.failed, S.cancelled, S.blocked):
@@ -207,7 +225,7 @@ class _Scheduler:
         log_path = job.run_dir / LOG_DIR / f"attempt-{attempt}.log"
         # `running` is recorded before the process exists, so a crash in between
         # leaves a run the next invocation reaps, never a duplicate launch.
-        self._set(job.id, S.running, f"attempt {attempt}", attempt=attempt, pid=None)
+        self._set(job.id, S.running, f"attempt {attempt}", attempt=attempt, pid=None, job_id=None)
         try:
             started = self.executor.start(job, attempt=attempt, log_path=log_path)
         except OSError as exc:
@@ -216,7 +234,7 @@ class _Scheduler:
             return
         with self._live_lock:
             self.running[job.id] = started
-        self.lineage.record_launch(job.id, started.pid)
+        self.lineage.record_launch(job.id, started.pid, started.job_id)
 
     def _finish(self, started: Started, code: int) -> None:
         job = started.job
@@ -234,6 +252,8 @@ class _Scheduler:
             reason = f"launch.sh killed by {signal.Signals(-code).name}; see {log}"
         else:
             reason = f"launch.sh exited with {code}{_last_line(log)}; see {log}"
+        if started.detail:
+            reason = f"{reason} ({started.detail})"
         self._set(job.id, S.failed, reason, exit_code=code)
         self._block_descendants(job.id, "failed")
 

@@ -191,6 +191,29 @@ class TrackingSpec(StrictModel):
     tensorboard: Optional[dict[str, Scalar]] = None
 
 
+class ExecutorKind(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+class Transfer(str, Enum):
+    shared = "shared"  # the runs directory is on storage every node mounts at the same path
+    working_dir = "working_dir"  # each run directory is uploaded as the job's working_dir, outputs sent back
+
+
+class ExecutorSpec(StrictModel):
+    """Where the runs execute. `ray`: each launch.sh becomes a Ray job at `address` (the
+    dashboard's HTTP address). With `transfer: shared` (the default) the run directories reach
+    it through `shared_dir`, storage every node mounts at the same path, which must hold the
+    runs directory; with `transfer: working_dir` each run directory travels as the job's
+    working_dir and its outputs come back in the job's log when it ends."""
+
+    kind: ExecutorKind = ExecutorKind.local
+    address: Optional[str] = None
+    transfer: Optional[Transfer] = None
+    shared_dir: Optional[str] = None
+
+
 class Spec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_model: Union[str, ModelRef]
@@ -204,3 +227,4 @@ class Spec(StrictModel):
     allow: list[Waiver] = Field(default_factory=list)
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)
     tracking: Optional[TrackingSpec] = None
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)

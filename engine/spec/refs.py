@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from engine.errors import Diagnostic
-from engine.spec.model import PhaseFields, PhaseKind, Spec
+from engine.spec.model import ExecutorKind, PhaseFields, PhaseKind, Spec, Transfer
 from engine.spec.schema_errors import did_you_mean
 
 Key = str | int
@@ -194,7 +194,39 @@ def _all_kind_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
             yield from _kind_errors("variants", name, phase.kind, overlay(phase, variant), variant, at)
 
 
+def _executor_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
+    executor = spec.executor
+    if executor.kind is ExecutorKind.local:
+        for key in ("address", "transfer", "shared_dir"):
+            if getattr(executor, key) is not None:
+                yield at(("executor", key), f"`{key}` is a Ray setting but the executor is local",
+                         "add `kind: ray` to use a Ray cluster, or remove the key")
+        return
+    address = executor.address or ""
+    if address.startswith("ray://") or (address and "://" in address and not address.startswith(("http://", "https://"))):
+        yield at(("executor", "address"), f"{address!r} is not the Ray dashboard's HTTP address",
+                 "use the Jobs API address, e.g. http://head-node:8265 (not the ray:// client port)", at_value=True)
+    if executor.shared_dir is not None and not executor.shared_dir.startswith("/"):
+        yield at(("executor", "shared_dir"), f"shared_dir {executor.shared_dir!r} is not an absolute path",
+                 "give the path every node mounts the shared storage at, e.g. /shared/rlvr", at_value=True)
+    if executor.transfer is Transfer.working_dir:
+        yield from _working_dir_errors(spec, at)
+
+
+def _working_dir_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
+    if spec.executor.shared_dir is not None:
+        yield at(("executor", "shared_dir"), "shared_dir names shared storage but `transfer: working_dir` "
+                 "sends each run directory with its job", "remove shared_dir, or use `transfer: shared`")
+    # A job's working_dir is one run directory (at most ~500 MiB through Ray's GCS); a run
+    # reading another run's checkpoint or samples would find nothing on its node.
+    for name, phase in spec.phases.items():
+        if phase.kind is not PhaseKind.eval:
+            yield at(("phases", name, "kind"), f"{phase.kind.value} runs hand their outputs to other runs, which "
+                     "`transfer: working_dir` cannot carry between nodes (it sends one run directory per job)",
+                     "use `transfer: shared` with a shared_dir every node mounts", at_value=True)
+
+
 def check_references(spec: Spec, names: Names, at: At) -> list[Diagnostic]:
-    """Every reference, cycle, seed and phase-kind problem in `spec`."""
+    """Every reference, cycle, seed, phase-kind and executor problem in `spec`."""
     return [*_reference_errors(spec, names, at), *_cycle_errors(spec, at),
-            *_seed_errors(spec, at), *_all_kind_errors(spec, at)]
+            *_seed_errors(spec, at), *_all_kind_errors(spec, at), *_executor_errors(spec, at)]

@@ -78,7 +78,7 @@ def test_run_directories_hold_everything(dirty_repo: Path, tmp_path: Path) -> No
         launch = d.path / "launch.sh"
         assert os.access(launch, os.X_OK)
         assert launch.read_text() == render_launch(run, launch_context(run, the_plan, spec_dir, validated.spec.base_model))
-        assert f"RUN_DIR={d.path}\n" in launch.read_text()
+        assert f"RUN_DIR=${{RLVR_RUN_DIR:-{d.path}}}\n" in launch.read_text()
     patches = dirs[0].path / "patches"
     assert "+lr = 2" in (patches / "staged.diff").read_text()
     assert "+k = 10" in (patches / "unstaged.diff").read_text()

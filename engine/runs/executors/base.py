@@ -2,8 +2,8 @@
 
 The scheduler (`engine.runs.schedule.execute`) owns DAG order, states and
 lineage; an executor only starts, polls and stops launch scripts and knows
-its own resources. `LocalExecutor` runs subprocesses on this machine; a Ray
-executor submits the same launch scripts as Ray jobs.
+its own resources. `LocalExecutor` runs subprocesses on this machine; `RayExecutor`
+submits the same launch scripts as Ray jobs.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ class Started:
 
     job: Job
     attempt: int
-    pid: int  # leader of the script's own process group
+    pid: Optional[int]  # leader of the script's own process group; None where it runs elsewhere
     log_path: Path
+    job_id: Optional[str] = None  # the executor's own id of this attempt (a Ray submission id)
+    detail: Optional[str] = None  # how it ended, in the executor's words, once `poll` returned
     handle: Any = field(default=None, repr=False)  # the executor's own
 
 
@@ -63,5 +65,10 @@ class Executor(Protocol):
     def stop(self, running: list[Started], *, grace_s: float) -> None:
         """Terminate every process of these attempts: SIGTERM, `grace_s`, then SIGKILL."""
 
+    def reattach(self, record: RunRecord, job: Job, *, log_path: Path) -> Optional[Started]:
+        """Take over a run a dead runner left `running` when its attempt still exists (running or
+        finished), so it is neither killed nor run twice; None when it cannot be found again."""
+
     def reap(self, record: RunRecord, *, grace_s: float) -> int:
-        """Kill what survives of a run whose runner died; returns how many processes."""
+        """Kill what survives of a run whose runner died and that `reattach` did not take over;
+        returns how many processes (or jobs)."""

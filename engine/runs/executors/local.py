@@ -124,6 +124,10 @@ class LocalExecutor:
             slots.popen.wait()
             self._release(slots)
 
+    def reattach(self, record: RunRecord, job: Job, *, log_path: Path) -> Optional[Started]:
+        # A dead runner's scripts are not this process's children: they cannot be waited on, only reaped.
+        return None
+
     def reap(self, record: RunRecord, *, grace_s: float) -> int:
         procs = _processes_of_run(record.id)
         groups = {pgid for p in procs if (pgid := _pgid(p.pid)) is not None}

@@ -89,3 +89,10 @@ def _m005(db: Database) -> None:
     # What makes two numbers comparable: the report refuses to set unlike ones side by side.
     for column in ("protocol_sha256", "idlist_sha256", "judge_version"):
         db["metrics"].add_column(column, str)
+
+
+@MIGRATIONS(name="m006_run_job_id")
+def _m006(db: Database) -> None:
+    # A run on a cluster has no local pid: the executor's own job id (a Ray submission id)
+    # is how a restarted runner finds it again.
+    db["runs"].add_column("job_id", str)

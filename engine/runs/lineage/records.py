@@ -63,6 +63,7 @@ class RunRecord(RunKey):
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
     pid: Optional[int] = None
+    job_id: Optional[str] = None  # the executor's id of the current attempt (a Ray submission id)
     host: Optional[str] = None
     heartbeat_at: Optional[str] = None
     exit_code: Optional[int] = None

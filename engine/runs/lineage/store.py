@@ -189,10 +189,10 @@ class Lineage:
             self._event(run_id, from_state, to_state, reason, stamp)
         return self.run(run_id)
 
-    def record_launch(self, run_id: str, pid: int) -> None:
-        """The process-group leader of a run that `set_state(running)` just started."""
+    def record_launch(self, run_id: str, pid: Optional[int], job_id: Optional[str] = None) -> None:
+        """The process-group leader (or the executor's job id) of a run that `set_state(running)` just started."""
         with self._write() as db:
-            db["runs"].update(run_id, {"pid": pid})
+            db["runs"].update(run_id, {"pid": pid, "job_id": job_id})
 
     def heartbeat(self, run_ids: list[str]) -> None:
         if not run_ids:

@@ -3,7 +3,8 @@
 # Rendered from templates/launch/trl_raft.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
-RUN_DIR=/runs/golden/c17164b09144
+# A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/c17164b09144}
 cd "$RUN_DIR"
 mkdir -p logs outputs
 export RLVR_RUN_ID=c17164b09144
