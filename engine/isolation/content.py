@@ -5,7 +5,9 @@ Evaluation side: every dataset whose role is `valid`, `test` or `regression`.
 For each (training, evaluation) pair the check reports problems that share an id
 of the same source family, the same normalized statement, or a near-duplicate
 statement (exact shingle Jaccard ≥ `leakage.threshold`; see `engine.isolation.neardup`
-for what is normalized and why).
+for what is normalized and why), one statement contained in the other (shingle
+containment ≥ `leakage.containment`) or a reworded statement (weighted content-word
+containment ≥ `leakage.reworded`; see `engine.isolation.overlap`).
 
 A pair with findings is an error at the evaluation-side dataset's spec line
 unless an `allow: [{rule: 3, datasets: [train, eval], reason: ...}]` entry
@@ -29,6 +31,7 @@ from engine.isolation.neardup import (
     cached_sketch,
     find_matches,
 )
+from engine.isolation.overlap import overlap_matches
 from engine.isolation.rules import AppliedWaiver, RuleReport
 from engine.spec.model import LeakageSpec, Role, Spec, Waiver
 from engine.spec.validated import ValidatedSpec
@@ -48,7 +51,7 @@ class Leak:
 
     train_id: str
     eval_id: str
-    kind: str  # id | exact | near
+    kind: str  # id | exact | near | contained | reworded
     similarity: float
 
 
@@ -103,11 +106,15 @@ def sketch_settings(leakage: LeakageSpec) -> SketchSettings:
 
 
 def leaks_between(train: Sketch, evaluation: Sketch, leakage: LeakageSpec) -> list[Leak]:
-    """Every offending problem pair between two sketched problem sets."""
-    matches: list[Match] = find_matches(train, evaluation, threshold=leakage.threshold)
+    """Every offending problem pair between two sketched problem sets, one per pair, the
+    strongest kind first (id, exact, near, then contained, reworded)."""
+    found: dict[tuple[int, int], Match] = {(m.left, m.right): m
+                                           for m in find_matches(train, evaluation, threshold=leakage.threshold)}
+    for m in overlap_matches(train, evaluation, contained=leakage.containment, reworded=leakage.reworded):
+        found.setdefault((m.left, m.right), m)
     return [
         Leak(train_id=train.ids[m.left], eval_id=evaluation.ids[m.right], kind=m.kind, similarity=m.similarity)
-        for m in matches
+        for _, m in sorted(found.items())
     ]
 
 
@@ -242,7 +249,7 @@ def _warn_unchecked(report: LeakageReport) -> None:
 
 
 def describe(leak: Leak) -> str:
-    how = "same id" if leak.kind == "id" else "same statement" if leak.kind == "exact" else f"near {leak.similarity:.2f}"
+    how = {"id": "same id", "exact": "same statement"}.get(leak.kind, f"{leak.kind} {leak.similarity:.2f}")
     return f"{leak.train_id} ≈ {leak.eval_id} ({how})"
 
 

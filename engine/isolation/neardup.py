@@ -54,7 +54,7 @@ from datasketch import LeanMinHash, MinHashLSH
 from engine.data.cache import cache_root
 from engine.problem import Problem
 
-NORMALIZATION_VERSION = 1
+NORMALIZATION_VERSION = 2
 IDENT = "ident"
 _P = np.uint64(0x100000001B3)  # odd multiplier of the rolling shingle hash
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -79,24 +79,71 @@ _DEF_LINE = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(.*$", re.M)
 
 # ---------------------------------------------------------------- normalization
 def fingerprint_text(problem: Problem) -> str:
-    """The text fingerprinted for one problem, with its own function and parameter
-    names masked on code lines (signatures, doctests, asserts)."""
+    """The text fingerprinted for one problem: its statement, then its signatures (see
+    `fingerprint_parts`), with its own function and parameter names masked on code lines."""
+    statement, signatures = fingerprint_parts(problem)
+    return "\n\n".join(filter(None, [statement, signatures]))
+
+
+def fingerprint_parts(problem: Problem) -> tuple[str, str]:
+    """(statement, signature lines), names masked on code lines.
+
+    A function problem whose code declares its entry point with a docstring is
+    fingerprinted by that docstring and signature alone: imports, helper functions
+    and their bodies are not what a model memorizes as "the problem", and a training
+    statement that copies only the docstring must share most of its shingles. The
+    exact-duplicate hash reads the statement alone, so that copy is an exact match."""
+    entry = entry_statement(problem)
+    if entry is not None:
+        signature, docstring = entry
+        names = {*_signature_names(signature), *filter(None, [problem.entry_point])}
+        return _mask_names(docstring, names), _mask_names(signature, names)
     if problem.kind != "function":
-        return problem.statement
+        return _mask_names(problem.statement, set()), ""
     signatures = [m.group(0).strip() for m in _DEF_LINE.finditer(problem.prompt)]
     names = {name for line in signatures for name in _signature_names(line)}
     if problem.entry_point:
         names.add(problem.entry_point)
     extra = [line for line in signatures if line not in problem.statement]
-    return _mask_names("\n\n".join([problem.statement, *extra]), names)
+    return _mask_names(problem.statement, names), _mask_names("\n\n".join(extra), names)
+
+
+def entry_statement(problem: Problem) -> Optional[tuple[str, str]]:
+    """(signature, docstring) of the problem's entry point, from its prompt or its statement
+    when either is code that declares it with a docstring (whatever the problem's kind: a
+    benchmark prompt pasted into a stdin/stdout row is still that prompt); None otherwise."""
+    for source in dict.fromkeys([problem.prompt, problem.statement]):
+        if "def " not in source:
+            continue
+        try:
+            module = ast.parse(source)
+        except SyntaxError:
+            continue
+        functions = [n for n in ast.walk(module) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        chosen = [f for f in functions if f.name == problem.entry_point] or functions[-1:]
+        for function in chosen:
+            docstring = _docstring(function)
+            if docstring:
+                lines = source.splitlines()[function.lineno - 1 : max(function.lineno, function.body[0].lineno - 1)]
+                return "\n".join(lines).strip(), docstring
+    return None
+
+
+def _docstring(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Optional[str]:
+    """The first string statement of the body: HumanEval/115 opens with an import, then its docstring."""
+    for stmt in function.body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+            return stmt.value.value
+    return None
 
 
 def _mask_names(text: str, names: set[str]) -> str:
-    """Declared names become `ident` on code lines only: in prose, an entry point
-    called `first` or `maximum` is an ordinary word that tells problems apart."""
-    if not names:
-        return text
-    name = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")\b")
+    """Declared names, and any name called, become `ident` on code lines only: in prose, an
+    entry point called `first` or `maximum` is an ordinary word that tells problems apart. A
+    called name is masked even when undeclared: a docstring copied without its signature
+    still reads `>>> ident('abc')` as the original does."""
+    alternatives = [*sorted(map(re.escape, names), key=len, reverse=True), r"\w+(?=[ \t]*\()"]
+    name = re.compile(r"\b(?:" + "|".join(alternatives) + r")\b")
     return _CODE_LINE.sub(lambda line: name.sub(IDENT, line.group(0)), text)
 
 
@@ -132,12 +179,17 @@ def statement_chunks(text: str) -> list[list[str]]:
 
 
 def normalized_statement(problem: Problem) -> str:
-    """The normalized text whose hash decides exact duplicates."""
-    return "\n".join(" ".join(chunk) for chunk in statement_chunks(fingerprint_text(problem)))
+    """The normalized text whose hash decides exact duplicates: the statement without signatures."""
+    return "\n".join(" ".join(chunk) for chunk in statement_chunks(fingerprint_parts(problem)[0]))
 
 
 def statement_hash(problem: Problem) -> str:
     return hashlib.sha256(normalized_statement(problem).encode("utf-8")).hexdigest()
+
+
+def _chunks_hash(chunks: list[list[str]]) -> str:
+    """`statement_hash` from already normalized chunks."""
+    return hashlib.sha256("\n".join(" ".join(chunk) for chunk in chunks).encode("utf-8")).hexdigest()
 
 
 # ---------------------------------------------------------------- sketches
@@ -163,12 +215,17 @@ class Sketch:
     shingles: np.ndarray  # uint64, each problem's sorted unique shingle hashes, concatenated
     offsets: np.ndarray  # int64, len(ids) + 1: problem i owns shingles[offsets[i]:offsets[i + 1]]
     signatures: np.ndarray  # uint64 (len(ids), num_perm); an empty problem holds 2**32
+    words: np.ndarray  # uint64, each problem's sorted unique content-word hashes (`content_words`), concatenated
+    word_offsets: np.ndarray  # int64, len(ids) + 1, like `offsets`
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def shingle_set(self, index: int) -> np.ndarray:
         return self.shingles[self.offsets[index] : self.offsets[index + 1]]
+
+    def shingle_counts(self) -> np.ndarray:
+        return np.diff(self.offsets)
 
 
 _MASK64 = (1 << 64) - 1
@@ -250,13 +307,13 @@ def minhash_signatures(shingles: np.ndarray, offsets: np.ndarray, settings: Sket
 
 
 def sketch_problems(problems: Sequence[Problem], settings: SketchSettings) -> Sketch:
-    chunks_per_doc = [statement_chunks(fingerprint_text(p)) for p in problems]
-    exact = [
-        hashlib.sha256("\n".join(" ".join(c) for c in chunks).encode("utf-8")).hexdigest()
-        for chunks in chunks_per_doc
-    ]
+    parts = [fingerprint_parts(p) for p in problems]
+    statements = [statement_chunks(statement) for statement, _ in parts]
+    chunks_per_doc = [chunks + statement_chunks(signatures) for chunks, (_, signatures) in zip(statements, parts)]
+    exact = [_chunks_hash(chunks) for chunks in statements]
     doc, hashes = _shingle_hashes(chunks_per_doc, settings.ngram)
     shingles, offsets = _unique_per_doc(doc, hashes, len(problems))
+    words, word_offsets = _word_sets(chunks_per_doc)
     return Sketch(
         ids=[p.id for p in problems],
         sources=[p.source for p in problems],
@@ -264,7 +321,39 @@ def sketch_problems(problems: Sequence[Problem], settings: SketchSettings) -> Sk
         shingles=shingles,
         offsets=offsets,
         signatures=minhash_signatures(shingles, offsets, settings),
+        words=words,
+        word_offsets=word_offsets,
     )
+
+
+def _word_sets(chunks_per_doc: list[list[list[str]]]) -> tuple[np.ndarray, np.ndarray]:
+    per_doc = [content_words(token for chunk in chunks for token in chunk) for chunks in chunks_per_doc]
+    vocab = {w: _token_hash(w) for w in {w for words in per_doc for w in words}}
+    doc = np.repeat(np.arange(len(per_doc), dtype=np.int64), [len(words) for words in per_doc])
+    hashes = np.fromiter((vocab[w] for words in per_doc for w in words), dtype=np.uint64, count=len(doc))
+    return _unique_per_doc(doc, hashes, len(per_doc))
+
+
+# Function words and the words every programming statement uses: they say nothing about which
+# problem it is, and a reworded copy swaps them first.
+_STOPWORDS = frozenset("""
+a an the and or but if then else of to in on at by for with from into as is are was were be been being it its
+this that these those there their them they we you your our he she his her which who whom what when where how
+not no nor so such than too very can could should would will shall may might must do does did done has have had
+all any each every some given following one two also only just then thus i e g eg ie etc let s
+write function program return returns print output input python ident
+""".split())
+
+
+def content_words(tokens: Iterable[str]) -> set[str]:
+    """A statement's distinctive words: no numbers (contests renumber their examples), no
+    stop words, a plural `s` stripped (`lists` and `list` are one word)."""
+    out = set()
+    for token in tokens:
+        if token in _STOPWORDS or not token.isalpha():
+            continue
+        out.add(token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token)
+    return out
 
 
 # ---------------------------------------------------------------- cache
@@ -293,6 +382,8 @@ class SketchCache:
                     shingles=data["shingles"],
                     offsets=data["offsets"],
                     signatures=data["signatures"],
+                    words=data["words"],
+                    word_offsets=data["word_offsets"],
                 )
         except (OSError, ValueError, KeyError):
             return None  # a torn or foreign file is rebuilt, never trusted
@@ -310,6 +401,8 @@ class SketchCache:
                 shingles=sketch.shingles,
                 offsets=sketch.offsets,
                 signatures=sketch.signatures,
+                words=sketch.words,
+                word_offsets=sketch.word_offsets,
             )
         os.replace(tmp, path)
 
@@ -333,8 +426,8 @@ class Match:
 
     left: int  # index into the left sketch
     right: int  # index into the right sketch
-    kind: Literal["id", "exact", "near"]
-    similarity: float  # exact Jaccard of the shingle sets (1.0 for id and exact matches)
+    kind: Literal["id", "exact", "near", "contained", "reworded"]
+    similarity: float  # exact Jaccard (near), containment (contained), word containment (reworded), else 1.0
 
 
 def jaccard(left: Sketch, i: int, right: Sketch, j: int) -> float:

@@ -180,6 +180,10 @@ class LeakageSpec(StrictModel):
     threshold: float = Field(default=0.75, gt=0, le=1)  # exact Jaccard of the shingle sets
     ngram: int = Field(default=3, ge=1)  # words per shingle (shingles stay inside a sentence)
     num_perm: int = Field(default=128, ge=16, le=1024)  # MinHash permutations (LSH candidate search)
+    # Asymmetric scores (engine.isolation.overlap), measured by bench/leakage_recall.py on planted copies
+    # and on the real HumanEval × MBPP × CodeContests pairs (docs/data-trust.md).
+    containment: float = Field(default=0.85, gt=0, le=1)  # share of the smaller statement's shingles in the other
+    reworded: float = Field(default=0.5, gt=0, le=1)  # mean of the content-word cosine and the shingle containment
 
 
 class TrackingSpec(StrictModel):

@@ -16,11 +16,10 @@ from engine.data.convert import (
     problem_from_mbpp,
 )
 from engine.errors import SpecError
-from engine.isolation.content import check_leakage, dataset_sides
+from engine.isolation.content import check_leakage, dataset_sides, leaks_between
 from engine.isolation.neardup import (
     SketchCache,
     SketchSettings,
-    find_matches,
     normalized_statement,
     sketch_problems,
 )
@@ -52,10 +51,7 @@ def real(shared_datasets: Path) -> dict[str, list[Problem]]:
 def _pairs(train: list[Problem], evaluation: list[Problem], leakage: LeakageSpec = DEFAULT) -> set[tuple[str, str, str]]:
     settings = SketchSettings(ngram=leakage.ngram, num_perm=leakage.num_perm)
     left, right = sketch_problems(train, settings), sketch_problems(evaluation, settings)
-    return {
-        (left.ids[m.left], right.ids[m.right], m.kind)
-        for m in find_matches(left, right, threshold=leakage.threshold)
-    }
+    return {(leak.train_id, leak.eval_id, leak.kind) for leak in leaks_between(left, right, leakage)}
 
 
 # ---------------------------------------------------------------- perturbations
@@ -135,7 +131,7 @@ PERTURBATIONS = {
 
 def _planted(real: dict[str, list[Problem]]) -> tuple[list[Problem], list[Problem], set[tuple[str, str]]]:
     """A training set of real CodeContests problems with planted copies of evaluation problems."""
-    humaneval = [p for p in real["humaneval"] if len(normalized_statement(p).split()) >= 40][::9]
+    humaneval = [p for p in real["humaneval"] if len(p.statement.split()) >= 40][::9]
     # the sample holds Div. 1 / Div. 2 twins (one statement, two contest ids): keep them out of the
     # evaluation side so that each planted copy has exactly one original
     statements = Counter(normalized_statement(p) for p in real["codecontests"])
