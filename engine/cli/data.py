@@ -11,7 +11,7 @@ from typing import Optional
 
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from engine.cli.views import console, err_console, leakage_table
+from engine.cli.views import console, err_console, leakage_table, verify_line
 from engine.data.files import write_problems
 from engine.data.idlist import select_ids, write_idlist
 from engine.data.loaders import load_reference
@@ -25,6 +25,8 @@ from engine.spec.registry import find_registry, load_registry
 from engine.train.export import export_run, summary_line
 from engine.train.pairs import build_pairs, judged_samples, registry_prompt, write_pairs
 from engine.train.rows import EXPORT_FORMATS, export_dataset, read_pairs
+from engine.verify.declared import verify_targets
+from engine.verify.problems import verify_dataset, write_outputs
 
 NAME = "data"
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -68,6 +70,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--cache-dir", type=Path, help="sketch cache (default: $RLVR_RUN_CACHE_DIR or ~/.cache/rlvr-run)")
     q.add_argument("--json", type=Path, help="also write the full report here")
     q.set_defaults(func=_cmd_data_leakage)
+    q = data.add_parser("verify", help="run reference solutions through the judge: sound, needs-checker, "
+                        "broken tests, too slow, interactive")
+    q.add_argument("target", help="a spec (verifies its datasets that declare `verified:`), or a dataset: "
+                   + dataset_help.replace(", or a dataset NAME of --spec", ""))
+    q.add_argument("--dataset", action="append", help="with a spec: verify this dataset (repeatable; default: "
+                   "those that declare `verified:`)")
+    q.add_argument("--out", type=Path, default=Path("verify"), help="folder for NAME.json and NAME.ids.txt "
+                   "(default: ./verify)")
+    q.add_argument("--refresh", action="store_true", help="judge again even when the cache has a report")
+    q.set_defaults(func=_cmd_data_verify)
     q = data.add_parser("pairs", help="DPO preference pairs from K judged samples per problem")
     q.add_argument("--problems", type=Path, required=True, help="problems file (raw or normalized)")
     q.add_argument("--samples", type=Path, required=True, help="JSONL with problem_id and completion, K per problem")
@@ -170,6 +182,24 @@ def _cmd_data_leakage(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
     return 1 if report.errors else 0
+
+
+def _cmd_data_verify(args: argparse.Namespace) -> int:
+    targets = verify_targets(args.target, args.dataset)
+    for target in targets:
+        loaded = _load_with_progress(target.reference, target.spec)
+        with Progress(*Progress.get_default_columns(), console=err_console, transient=True) as bar:
+            task = bar.add_task(f"verifying {loaded.name}", total=len(loaded.problems))
+            report, cached = verify_dataset(loaded.name, loaded.problems, loaded.fingerprint, target.judge,
+                                            refresh=args.refresh, progress=lambda n: bar.advance(task, n))
+        out, ids_path, digest = write_outputs(report, args.out / f"{_file_name(loaded.name)}.json", target.checker)
+        console.print(verify_line(report, target.checker, cached=cached), highlight=False)
+        console.print(f"  wrote {out} and {ids_path} (sha256 {digest})", highlight=False)
+    return 0
+
+
+def _file_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def _cmd_data_pairs(args: argparse.Namespace) -> int:

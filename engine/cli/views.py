@@ -24,6 +24,7 @@ from engine.plan.model import Plan
 from engine.runs.lineage import FINISHED, RunState, parse_iso
 from engine.runs.status import StatusReport
 from engine.spec.validated import AppliedWaiver
+from engine.verify.problems import VerifyReport
 
 PIPE_WIDTH = 132  # rich assumes 80 columns off a terminal, which folds plan and status tables
 STATE_STYLES = {"new": "cyan", "planned": "cyan", "queued": "blue", "running": "yellow",
@@ -62,6 +63,15 @@ def describe_plan(plan: Plan, states: Optional[dict[str, str]] = None) -> Render
     parts += [Text(f"waiver: {waiver_line(w)}", style="bold yellow") for w in plan.waivers]
     parts += [Text(f"warning: {warning}", style="yellow") for warning in plan.warnings]
     return Group(*parts)
+
+
+def verify_line(report: VerifyReport, checker: Optional[str], *, cached: bool) -> str:
+    """`data verify`'s summary of one dataset: counts by status, what generic checkers resolve."""
+    counts = ", ".join(f"{n} {status}" for status, n in report.counts().items() if n)
+    resolved = ", ".join(f"{name} {n}" for name, n in report.resolved_by_checker().items()) or "none"
+    kept = len(report.kept(checker))
+    return (f"{report.dataset}: {len(report.problems)} problems — {counts}; needs-checker resolved by a generic "
+            f"checker: {resolved}; verified ids: {kept}{' (cached)' if cached else ''}")
 
 
 def waiver_line(waiver: AppliedWaiver) -> str:

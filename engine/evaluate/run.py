@@ -100,7 +100,7 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     for name, entry in frozen.datasets.items():
         if name not in names:
             continue
-        loaded = load_frozen_dataset(name, entry, registry)
+        loaded = load_frozen_dataset(name, entry, registry, frozen.judge)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
                     idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint)
         out.append(Task(dataset=name, problems=loaded.problems, prompts=[_plain(choice.prompt(p)) for p in loaded.problems],

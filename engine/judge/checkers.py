@@ -51,3 +51,18 @@ def _float_checker(tol: float) -> Checker:
 
 for _tol, _name in ((1e-4, "float_1e-4"), (1e-6, "float_1e-6"), (1e-9, "float_1e-9")):
     register(_name)(_float_checker(_tol))
+
+
+@register("tokens_unordered")
+def tokens_unordered(test_input: str, expected: str, got: str) -> bool:
+    """Any permutation of the expected tokens (an answer that is a set or multiset of values)."""
+    return sorted(expected.split()) == sorted(got.split())
+
+
+@register("lines_unordered")
+def lines_unordered(test_input: str, expected: str, got: str) -> bool:
+    """The expected lines in any order, each line's tokens exact (one pair / edge per line)."""
+    def lines(text: str) -> list[list[str]]:
+        return sorted(line.split() for line in text.splitlines() if line.strip())
+
+    return lines(expected) == lines(got)

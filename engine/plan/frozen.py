@@ -26,6 +26,7 @@ from engine.spec.model import (
     TrackingSpec,
 )
 from engine.spec.registry import Registry, find_registry, load_registry
+from engine.verify.declared import apply_verified
 
 
 class FrozenDataset(BaseModel):
@@ -39,6 +40,7 @@ class FrozenDataset(BaseModel):
     uses: list[str] = []
     fields: Optional[dict[str, str]] = None
     max_generated_tests: Optional[int] = None
+    verified: Optional[str] = None  # `require` or a checker: `engine.verify.declared`
     ids_sha256: Optional[str] = None
     fingerprint: Optional[str] = None  # what pins its problems: the id list, or a fixed split
     path: Optional[str] = None  # as the spec wrote them (relative to a folder config.yaml does not name)
@@ -134,8 +136,10 @@ def checked_idlist(name: str, entry: FrozenDataset, root: Path) -> Optional[Path
     return path
 
 
-def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry) -> LoadedDataset:
-    """The problems `entry` names, narrowed by its id list (verified against the frozen hash)."""
+def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry,
+                        judge: Optional[dict[str, Any]] = None) -> LoadedDataset:
+    """The problems `entry` names, narrowed by its id list (verified against the frozen hash), then
+    to those its `verified:` keeps under `judge` (the run's judge settings)."""
     root = registry.project_root
     entry.check_located(name)
     ids = checked_idlist(name, entry, root)
@@ -147,6 +151,7 @@ def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry) -> 
                      max_generated_tests=entry.max_generated_tests,
                      path=str(root / entry.data_file) if entry.data_file else None)
     loaded = load_dataset_problems(ds, source, name=name)
-    if ids is None:
-        return loaded
-    return apply_idlist(loaded, ids, DataContext(name=name, root=root))
+    ctx = DataContext(name=name, root=root)
+    if ids is not None:
+        loaded = apply_idlist(loaded, ids, ctx)
+    return apply_verified(loaded, entry.verified, judge, ctx)

@@ -45,10 +45,11 @@ _LOADED: dict[tuple[str, str], dict[str, Problem]] = {}
 def _problems(col: Column, unit: str) -> dict[str, Problem]:
     run_dir = Path(col.cells[unit][0].run.run_dir or ".")
     try:
-        entry = read_frozen_run(run_dir).datasets[col.dataset]
+        frozen = read_frozen_run(run_dir)
+        entry = frozen.datasets[col.dataset]
         key = (col.dataset, entry.model_dump_json())
         if key not in _LOADED:
-            loaded: LoadedDataset = load_frozen_dataset(col.dataset, entry, run_registry(run_dir))
+            loaded: LoadedDataset = load_frozen_dataset(col.dataset, entry, run_registry(run_dir), frozen.judge)
             _LOADED[key] = {p.id: p for p in loaded.problems}
     except Exception:  # the data moved since the run: show the cases without their public tests
         return {}

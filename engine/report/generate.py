@@ -128,9 +128,9 @@ def _index(study: Study) -> dict[str, Any]:
                           r.reason or ""] for r in study.runs if r.state.value in ("failed", "blocked", "cancelled")])
     waivers = Table(headers=["rule", "what", "reason", "spec line"],
                     rows=[[str(w.rule), w.what, w.reason, str(w.spec_line or "—")] for w in study.waivers])
-    data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256"],
+    data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
-                        (d.idlist_sha256 or "—")[:12]] for d in study.datasets])
+                        (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
             "waivers": waivers.markdown(), "datasets": data.markdown(),
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}

@@ -17,6 +17,7 @@ from engine.plan.model import Plan
 from engine.spec.validated import ValidatedSpec
 from engine.train.trl_config import trl_run_problems
 from engine.train.verl_checks import plan_run_problems
+from engine.verify.declared import check_declarations, read_declarations
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,11 +31,23 @@ def preflight(path: Path, *, content: bool = True, on_step: Optional[Callable[[s
     validated, diags = check_spec(path, content=content, on_step=on_step)
     if validated is None:
         raise _sorted(diags)
+    diags += check_declarations(validated)
+    if content and not diags:
+        _declare(validated)
     the_plan = plan(validated)
     diags += plan_run_problems(the_plan.runs, validated) + trl_run_problems(the_plan.runs, validated)
     if diags:
         raise _sorted(diags)
     return Checked(validated=validated, plan=the_plan)
+
+
+def _declare(validated: ValidatedSpec) -> None:
+    """What the datasets' `verified:` keep: on the plan, in lineage, and a refusal to really run
+    a dataset that was never verified."""
+    declared = read_declarations(validated)
+    validated.verified = declared.notes
+    validated.warnings += declared.warnings
+    validated.unverified += declared.missing
 
 
 def _sorted(diags: list[Diagnostic]) -> SpecError:

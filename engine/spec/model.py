@@ -55,6 +55,9 @@ class DatasetSpec(StrictModel):
     path: Optional[str] = None  # local files
     fields: Optional[dict[str, str]] = None  # field mapping for local files
     max_generated_tests: Optional[int] = Field(default=None, ge=0)
+    # `require`: only problems whose tests a reference solution passes (`rlvr-run data verify`);
+    # a checker name (engine.judge.checkers): also those that checker resolves, judged with it.
+    verified: Optional[str] = Field(default=None, min_length=1)
 
 
 class ProtocolSpec(StrictModel):

@@ -59,6 +59,8 @@ class ValidatedSpec:
     # checks loaded (recorded in lineage), and how many problems each holds.
     content_fingerprints: dict[str, str] = field(default_factory=dict)
     dataset_sizes: dict[str, int] = field(default_factory=dict)
+    # dataset name → what its `verified:` keeps and drops, in words (engine.verify.declared)
+    verified: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line: what the spec declares, for `rlvr-run validate`."""

@@ -48,7 +48,7 @@ def plan_records(plan: Plan, validated: ValidatedSpec, run_dirs: Mapping[str, Pa
                 fingerprint=validated.dataset_fingerprints.get(name), idlist_path=str(path) if path else None,
                 idlist_sha256=validated.idlist_hashes.get(name),
                 content_fingerprint=validated.content_fingerprints.get(name),
-                problems=validated.dataset_sizes.get(name),
+                problems=validated.dataset_sizes.get(name), verified=validated.verified.get(name),
             )
         )
     protocols: dict[str, ProtocolRecord] = {}

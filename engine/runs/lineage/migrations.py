@@ -96,3 +96,9 @@ def _m006(db: Database) -> None:
     # A run on a cluster has no local pid: the executor's own job id (a Ray submission id)
     # is how a restarted runner finds it again.
     db["runs"].add_column("job_id", str)
+
+
+@MIGRATIONS(name="m007_dataset_verified")
+def _m007(db: Database) -> None:
+    # what a dataset's `verified:` declaration keeps, shown on the pages
+    db["datasets"].add_column("verified", str)

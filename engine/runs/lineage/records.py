@@ -88,6 +88,7 @@ class DatasetRecord(BaseModel):
     idlist_sha256: Optional[str] = None
     content_fingerprint: Optional[str] = None  # sha256 of the normalized problems as loaded
     problems: Optional[int] = None
+    verified: Optional[str] = None  # what its `verified:` keeps: "keeps 331 of 390 problems (drops …)"
 
 
 class RunDatasetRecord(BaseModel):
