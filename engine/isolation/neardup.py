@@ -45,6 +45,7 @@ import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Iterable, Literal, Optional, Sequence
 
@@ -327,7 +328,7 @@ def sketch_problems(problems: Sequence[Problem], settings: SketchSettings) -> Sk
 
 
 def _word_sets(chunks_per_doc: list[list[list[str]]]) -> tuple[np.ndarray, np.ndarray]:
-    per_doc = [content_words(token for chunk in chunks for token in chunk) for chunks in chunks_per_doc]
+    per_doc = [content_words(chain.from_iterable(chunks)) for chunks in chunks_per_doc]
     vocab = {w: _token_hash(w) for w in {w for words in per_doc for w in words}}
     doc = np.repeat(np.arange(len(per_doc), dtype=np.int64), [len(words) for words in per_doc])
     hashes = np.fromiter((vocab[w] for words in per_doc for w in words), dtype=np.uint64, count=len(doc))
@@ -348,12 +349,9 @@ write function program return returns print output input python ident
 def content_words(tokens: Iterable[str]) -> set[str]:
     """A statement's distinctive words: no numbers (contests renumber their examples), no
     stop words, a plural `s` stripped (`lists` and `list` are one word)."""
-    out = set()
-    for token in tokens:
-        if token in _STOPWORDS or not token.isalpha():
-            continue
-        out.add(token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token)
-    return out
+    kept = {token for token in set(tokens).difference(_STOPWORDS) if token.isalpha()}
+    return {token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
+            for token in kept}
 
 
 # ---------------------------------------------------------------- cache
