@@ -38,10 +38,9 @@ from engine.isolation.neardup import (
     _shingle_hashes,
     _unique_per_doc,
     cached_sketch,
-    fingerprint_text,
     minhash_signatures,
-    statement_chunks,
 )
+from engine.isolation.normalize import fingerprint_text, statement_chunks
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec
 

@@ -40,7 +40,8 @@ from engine.data.convert import (
 )
 from engine.data.sources.formats import FORMATS, ConvertContext
 from engine.isolation.content import Leak, leaks_between, sketch_settings
-from engine.isolation.neardup import entry_statement, sketch_problems
+from engine.isolation.neardup import sketch_problems
+from engine.isolation.normalize import entry_statement
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec
 

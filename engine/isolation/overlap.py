@@ -9,7 +9,7 @@ instead how much of one text occurs in the other. Two scores do that here:
 - shingle containment: |A ∩ B| / min(|A|, |B|) over the word-trigram shingles.
   A verbatim copy inside a longer text scores 1.0.
 - word containment: the same over the statements' content words
-  (`neardup.content_words`), each word weighted by its inverse document frequency
+  (`normalize.content_words`), each word weighted by its inverse document frequency
   over both datasets. Synonyms, dropped examples, reordered sentences and renamed
   or renumbered variables leave most distinctive words in place while they break
   shingles; the weighting keeps words every statement of a dataset uses ("array",

@@ -17,12 +17,8 @@ from engine.data.convert import (
 )
 from engine.errors import SpecError
 from engine.isolation.content import check_leakage, dataset_sides, leaks_between
-from engine.isolation.neardup import (
-    SketchCache,
-    SketchSettings,
-    normalized_statement,
-    sketch_problems,
-)
+from engine.isolation.neardup import SketchCache, SketchSettings, sketch_problems
+from engine.isolation.normalize import normalized_statement
 from engine.isolation.validate import validate_spec
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec

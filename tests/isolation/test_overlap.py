@@ -9,7 +9,8 @@ import pytest
 
 from engine.data.sources.formats import FORMATS, ConvertContext
 from engine.isolation.content import leaks_between, sketch_settings
-from engine.isolation.neardup import entry_statement, fingerprint_text, sketch_problems
+from engine.isolation.neardup import sketch_problems
+from engine.isolation.normalize import entry_statement, fingerprint_text
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec
 
