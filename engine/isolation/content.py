@@ -6,8 +6,9 @@ For each (training, evaluation) pair the check reports problems that share an id
 of the same source family, the same normalized statement, or a near-duplicate
 statement (exact shingle Jaccard ≥ `leakage.threshold`; see `engine.isolation.neardup`
 for what is normalized and why), one statement contained in the other (shingle
-containment ≥ `leakage.containment`) or a reworded statement (weighted content-word
-containment ≥ `leakage.reworded`; see `engine.isolation.overlap`).
+containment ≥ `leakage.containment`), the same worked examples (the same containment
+over the examples alone) or a reworded statement (`Overlap.reworded` ≥ `leakage.reworded`;
+see `engine.isolation.overlap`).
 
 A pair with findings is an error at the evaluation-side dataset's spec line
 unless an `allow: [{rule: 3, datasets: [train, eval], reason: ...}]` entry
@@ -51,7 +52,7 @@ class Leak:
 
     train_id: str
     eval_id: str
-    kind: str  # id | exact | near | contained | reworded
+    kind: str  # id | exact | near | contained | examples | reworded
     similarity: float
 
 
@@ -107,7 +108,7 @@ def sketch_settings(leakage: LeakageSpec) -> SketchSettings:
 
 def leaks_between(train: Sketch, evaluation: Sketch, leakage: LeakageSpec) -> list[Leak]:
     """Every offending problem pair between two sketched problem sets, one per pair, the
-    strongest kind first (id, exact, near, then contained, reworded)."""
+    strongest kind first (id, exact, near, then contained, examples, reworded)."""
     found: dict[tuple[int, int], Match] = {(m.left, m.right): m
                                            for m in find_matches(train, evaluation, threshold=leakage.threshold)}
     for m in overlap_matches(train, evaluation, contained=leakage.containment, reworded=leakage.reworded):
@@ -250,6 +251,8 @@ def _warn_unchecked(report: LeakageReport) -> None:
 
 def describe(leak: Leak) -> str:
     how = {"id": "same id", "exact": "same statement"}.get(leak.kind, f"{leak.kind} {leak.similarity:.2f}")
+    if leak.kind == "examples":
+        how = f"same worked examples {leak.similarity:.2f}"
     return f"{leak.train_id} ≈ {leak.eval_id} ({how})"
 
 

@@ -26,6 +26,7 @@ from engine.data.cache import cache_root
 from engine.isolation.normalize import (
     NORMALIZATION_VERSION,
     content_words,
+    example_chunks,
     fingerprint_parts,
     statement_chunks,
 )
@@ -65,6 +66,8 @@ class Sketch:
     signatures: np.ndarray  # uint64 (len(ids), num_perm); an empty problem holds 2**32
     words: np.ndarray  # uint64, each problem's sorted unique content-word hashes (`content_words`), concatenated
     word_offsets: np.ndarray  # int64, len(ids) + 1, like `offsets`
+    examples: np.ndarray  # uint64, each problem's sorted unique shingle hashes of its worked examples, concatenated
+    example_offsets: np.ndarray  # int64, len(ids) + 1, like `offsets`
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -162,6 +165,8 @@ def sketch_problems(problems: Sequence[Problem], settings: SketchSettings) -> Sk
     doc, hashes = _shingle_hashes(chunks_per_doc, settings.ngram)
     shingles, offsets = _unique_per_doc(doc, hashes, len(problems))
     words, word_offsets = _word_sets(chunks_per_doc)
+    examples, example_offsets = _unique_per_doc(
+        *_shingle_hashes([example_chunks(statement) for statement, _ in parts], settings.ngram), len(problems))
     return Sketch(
         ids=[p.id for p in problems],
         sources=[p.source for p in problems],
@@ -171,6 +176,8 @@ def sketch_problems(problems: Sequence[Problem], settings: SketchSettings) -> Sk
         signatures=minhash_signatures(shingles, offsets, settings),
         words=words,
         word_offsets=word_offsets,
+        examples=examples,
+        example_offsets=example_offsets,
     )
 
 
@@ -210,6 +217,8 @@ class SketchCache:
                     signatures=data["signatures"],
                     words=data["words"],
                     word_offsets=data["word_offsets"],
+                    examples=data["examples"],
+                    example_offsets=data["example_offsets"],
                 )
         except (OSError, ValueError, KeyError):
             return None  # a torn or foreign file is rebuilt, never trusted
@@ -229,6 +238,8 @@ class SketchCache:
                 signatures=sketch.signatures,
                 words=sketch.words,
                 word_offsets=sketch.word_offsets,
+                examples=sketch.examples,
+                example_offsets=sketch.example_offsets,
             )
         os.replace(tmp, path)
 
@@ -252,8 +263,8 @@ class Match:
 
     left: int  # index into the left sketch
     right: int  # index into the right sketch
-    kind: Literal["id", "exact", "near", "contained", "reworded"]
-    similarity: float  # exact Jaccard (near), containment (contained), word containment (reworded), else 1.0
+    kind: Literal["id", "exact", "near", "contained", "examples", "reworded"]
+    similarity: float  # exact Jaccard (near), shingle containment (contained, examples), `Overlap.reworded`, else 1.0
 
 
 def jaccard(left: Sketch, i: int, right: Sketch, j: int) -> float:

@@ -28,6 +28,11 @@ Normalization (version `NORMALIZATION_VERSION`; bump it whenever the output of
 6. Sentences made only of numbers (example input/output blocks) are left out of
    the shingles: `1 2` / `3 1` lines are shared by thousands of unrelated
    problems. They stay in the exact hash.
+
+A function problem's worked examples (`example_chunks`: doctest `>>>` blocks with
+their output, and `call(args) == result` lines) are also read on their own: a
+copy whose prose was reworded often keeps them verbatim, and a problem's own
+inputs and outputs tell it apart as well as a sentence does.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Iterable, Optional
 
 from engine.problem import Problem
 
-NORMALIZATION_VERSION = 2
+NORMALIZATION_VERSION = 3
 IDENT = "ident"
 
 _SYMBOLS = {"≤": " le ", "⩽": " le ", "≥": " ge ", "⩾": " ge ", "≠": " ne ", "×": " times ", "→": " to "}
@@ -57,7 +62,15 @@ _BOILERPLATE = re.compile(r"\bwrite\s+an?\s+(?:python\s+)?(?:function|program)\s
 # starting with a non-ASCII letter): single letters, snake_case, camelCase, letters next to digits.
 # Written as one exclusion so that plain words cost one linear look-ahead.
 _IDENTIFIER = re.compile(r"\b(?!(?:[a-z][^\W\d_A-Z]+|[A-Z][^\W\d_A-Z]+|[A-Z]{2,}|\d+|[^\W\d_A-Za-z]\w*)\b)\w+")
+# `f(1, [2, 3]) == 4`, HumanEval's other example form; arguments nest one level, so a long line
+# costs one pass, never a backtracking search.
+_CALL_WITH_RESULT = r"\b\w+[ \t]*\((?:[^()\n]|\([^()\n]*\))*\)[ \t]*(?:==|➞|=>|->)"
 _CODE_LINE = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]|>>>|assert[ \t]).*$", re.M)
+_CODE_START = re.compile(r"[ \t]*(?:(?:async[ \t]+)?def[ \t]|>>>|assert[ \t])")
+_CALL_RESULT = re.compile(_CALL_WITH_RESULT)
+_RESULT_MARKS = ("==", "➞", "=>", "->")
+# A doctest example runs from its `>>>` line through its output, up to a blank line or the next `>>>`.
+_EXAMPLE = re.compile(r"^[ \t]*>>>.*(?:\n(?![ \t]*(?:>>>|$)).*)*|^[ \t]*(?:for[ \t]+)?" + _CALL_WITH_RESULT + ".*$", re.M)
 _DEF_LINE = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(.*$", re.M)
 
 
@@ -127,7 +140,17 @@ def _mask_names(text: str, names: set[str]) -> str:
     still reads `>>> ident('abc')` as the original does."""
     alternatives = [*sorted(map(re.escape, names), key=len, reverse=True), r"\w+(?=[ \t]*\()"]
     name = re.compile(r"\b(?:" + "|".join(alternatives) + r")\b")
-    return _CODE_LINE.sub(lambda line: name.sub(IDENT, line.group(0)), text)
+    if not any(mark in text for mark in _RESULT_MARKS):  # one regex pass over the text, the common case
+        return _CODE_LINE.sub(lambda line: name.sub(IDENT, line.group(0)), text)
+    return "\n".join(name.sub(IDENT, line) if _is_code(line) else line for line in text.split("\n"))
+
+
+def _is_code(line: str) -> bool:
+    """A def, doctest or assert line, or a call with its result wherever it stands (re-wrapped prose
+    may put `f(1) == 2` mid-line); the marks are looked for first, the call only where one is."""
+    if _CODE_START.match(line):
+        return True
+    return any(mark in line for mark in _RESULT_MARKS) and _CALL_RESULT.search(line) is not None
 
 
 def _signature_names(def_line: str) -> list[str]:
@@ -159,6 +182,14 @@ def statement_chunks(text: str) -> list[list[str]]:
     """Normalized sentences of `text`, each a list of tokens (see the module doc)."""
     text = _IDENTIFIER.sub(IDENT, _delatex(text)).lower()
     return [tokens for sentence in _SENTENCE_BREAK.split(text) if (tokens := _WORD.findall(sentence))]
+
+
+def example_chunks(statement: str) -> list[list[str]]:
+    """The worked examples of a (masked) statement, one token list per example."""
+    if ">>>" not in statement and not any(mark in statement for mark in _RESULT_MARKS):
+        return []
+    return [tokens for match in _EXAMPLE.finditer(statement)
+            if (tokens := [token for chunk in statement_chunks(match.group(0)) for token in chunk])]
 
 
 def normalized_statement(problem: Problem) -> str:

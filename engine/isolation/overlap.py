@@ -1,13 +1,17 @@
-"""Rule 3's asymmetric scores: one statement copied inside another, and reworded statements.
+"""Rule 3's asymmetric scores: one statement copied inside another, shared worked examples,
+and reworded statements.
 
 Jaccard (`engine.isolation.neardup`) divides by the union, so a training statement
 that copies a benchmark's docstring without its examples, or a benchmark statement
 pasted into a longer training text, scores low for its size difference alone. The
 contamination checks of the literature (GPT-3's and lm-eval's 13-gram overlap) ask
-instead how much of one text occurs in the other. Two scores do that here:
+instead how much of one text occurs in the other. Three scores do that here:
 
 - shingle containment: |A ∩ B| / min(|A|, |B|) over the word-trigram shingles.
   A verbatim copy inside a longer text scores 1.0.
+- example containment: the same over the shingles of the worked examples alone
+  (`normalize.example_chunks`). A copy whose prose was reworded keeps a problem's
+  doctests; the prose's shingles then outnumber them in the score above.
 - word containment: the same over the statements' content words
   (`normalize.content_words`), each word weighted by its inverse document frequency
   over both datasets. Synonyms, dropped examples, reordered sentences and renamed
@@ -32,6 +36,7 @@ from scipy import sparse
 from engine.isolation.neardup import Match, Sketch
 
 MIN_SHINGLES = 8  # a shorter statement is left to the exact hash: a five-word sentence is "contained" anywhere
+MIN_EXAMPLE_SHINGLES = 4  # at 2, HumanEval/56 and /61 (the same examples once brackets are dropped) match
 MIN_WORDS = 10  # content words both statements need for a reworded score: MBPP's one-line templates
 # ("matches a string that has an a followed by three 'b'" / "by two to three 'b'") differ in one word
 CANDIDATE_WORDS = 0.6  # word containment from which a pair's shingles are compared
@@ -89,6 +94,20 @@ def overlaps(left: Sketch, right: Sketch) -> list[Overlap]:
     return found
 
 
+def example_overlaps(left: Sketch, right: Sketch, threshold: float) -> list[tuple[int, int, float]]:
+    """(left, right, containment) of every pair whose worked examples, each side at least
+    MIN_EXAMPLE_SHINGLES shingles, share `threshold` of the smaller side's."""
+    vocab, inverse = np.unique(np.concatenate([left.examples, right.examples]), return_inverse=True)
+    split = len(left.examples)
+    lmat = _incidence(left.example_offsets, inverse[:split], len(vocab))
+    rmat = _incidence(right.example_offsets, inverse[split:], len(vocab))
+    shared = (lmat @ rmat.T).tocoo()
+    smaller = np.minimum(np.diff(left.example_offsets)[shared.row], np.diff(right.example_offsets)[shared.col])
+    containment = shared.data / np.maximum(smaller, 1)
+    keep = (smaller >= MIN_EXAMPLE_SHINGLES) & (containment >= threshold)
+    return [(int(i), int(j), float(c)) for i, j, c in zip(shared.row[keep], shared.col[keep], containment[keep])]
+
+
 def shingle_containment(left: Sketch, i: int, right: Sketch, j: int) -> float:
     a, b = left.shingle_set(i), right.shingle_set(j)
     if min(len(a), len(b)) < MIN_SHINGLES:
@@ -97,12 +116,17 @@ def shingle_containment(left: Sketch, i: int, right: Sketch, j: int) -> float:
 
 
 def overlap_matches(left: Sketch, right: Sketch, *, contained: float, reworded: float) -> list[Match]:
-    """Pairs where one statement holds most of the other's shingles (`contained`) or, failing
-    that, whose `Overlap.reworded` score reaches `reworded`."""
-    out = []
-    for o in overlaps(left, right):
+    """Pairs where one statement holds most of the other's shingles (`contained`), failing that
+    most of its worked examples (`contained` again), failing that whose `Overlap.reworded` score
+    reaches `reworded`."""
+    found: dict[tuple[int, int], Match] = {}
+    scored = overlaps(left, right)
+    for o in scored:
         if o.shingles >= contained:
-            out.append(Match(left=o.left, right=o.right, kind="contained", similarity=o.shingles))
-        elif o.reworded >= reworded:
-            out.append(Match(left=o.left, right=o.right, kind="reworded", similarity=o.reworded))
-    return out
+            found[(o.left, o.right)] = Match(left=o.left, right=o.right, kind="contained", similarity=o.shingles)
+    for i, j, share in example_overlaps(left, right, contained):
+        found.setdefault((i, j), Match(left=i, right=j, kind="examples", similarity=share))
+    for o in scored:
+        if o.reworded >= reworded:
+            found.setdefault((o.left, o.right), Match(left=o.left, right=o.right, kind="reworded", similarity=o.reworded))
+    return [found[key] for key in sorted(found)]

@@ -81,3 +81,26 @@ def test_a_reworded_docstring_is_caught_and_mbpp_template_neighbours_are_not(row
     # "followed by three 'b'" vs "by two to three 'b'"; "rotate ... to the right" vs "to the left": other tasks
     train = _problems("mbpp", [mbpp[787], mbpp[743]])
     assert _kinds(train, _problems("mbpp", [mbpp[285], mbpp[328]])) == {}
+
+
+def test_a_rewritten_prose_that_keeps_its_examples_is_caught_by_them(rows):
+    he = _problems("humaneval", rows["humaneval"])
+    problem = he[31]  # is_prime: one prose sentence, seven doctests
+    _, docstring = entry_statement(problem)
+    prose, examples = docstring.split(">>>", 1)
+    copy = "Give back true when the provided value has no divisors but one and itself.\n>>>" + examples
+    assert _kinds(_problems("mbpp", [_mbpp_row(0, copy)]), he) == {("mbpp/50000", problem.id): "examples"}
+    # `f(x) == y` lines are examples too (HumanEval/90 writes its own that way)
+    second = he[90]
+    _, docstring = entry_statement(second)
+    calls = docstring[docstring.index("next_smallest(["):]
+    copy = "Give back the runner-up among the values, or None when there is none.\n" + calls
+    assert _kinds(_problems("mbpp", [_mbpp_row(1, copy)]), he) == {("mbpp/50001", second.id): "examples"}
+
+
+def test_a_few_shared_examples_are_not_a_leak(rows):
+    he = _problems("humaneval", rows["humaneval"])
+    # /56 and /61 read the same once brackets are dropped, with two short doctests each side
+    # below MIN_EXAMPLE_SHINGLES; /23's two tiny examples (`strlen('')` → 0) match many problems
+    small = [he[56], he[23]]
+    assert not any(kind == "examples" for kind in _kinds(small, he).values())
