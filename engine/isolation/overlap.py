@@ -37,6 +37,8 @@ from engine.isolation.neardup import Match, Sketch
 
 MIN_SHINGLES = 8  # a shorter statement is left to the exact hash: a five-word sentence is "contained" anywhere
 MIN_EXAMPLE_SHINGLES = 4  # at 2, HumanEval/56 and /61 (the same examples once brackets are dropped) match
+MIN_PAIR_EXAMPLES = 2  # example shingles each side needs to stand in for the cosine of a short pair
+SHARED_EXAMPLES = 0.8  # HumanEval/55 and /60 share two of fib's three examples (`fib(10) 55`, `fib(1) 1`)
 MIN_WORDS = 10  # content words both statements need for a reworded score: MBPP's one-line templates
 # ("matches a string that has an a followed by three 'b'" / "by two to three 'b'") differ in one word
 CANDIDATE_WORDS = 0.6  # word containment from which a pair's shingles are compared
@@ -52,13 +54,16 @@ class Overlap:
     right: int
     cosine: float  # cosine of the idf-weighted content-word sets (0.0 when a side has fewer than MIN_WORDS)
     shingles: float  # shingle containment (0.0 when a side has fewer than MIN_SHINGLES)
+    examples: float  # example-shingle containment (0.0 when a side has fewer than MIN_PAIR_EXAMPLES)
 
     @property
     def reworded(self) -> float:
         """Mean of the word cosine and the shingle containment: a reworded copy keeps most of its
         distinctive words and some of its phrases; an unrelated problem on the same topic keeps
-        words at best (measured in docs/data-trust.md)."""
-        return (self.cosine + self.shingles) / 2
+        words at best (measured in docs/data-trust.md). A short docstring has too few words for a
+        cosine; the worked examples it shares stand in for them."""
+        stand_in = self.examples if self.examples >= SHARED_EXAMPLES else 0.0
+        return (max(self.cosine, stand_in) + self.shingles) / 2
 
 
 def _incidence(offsets: np.ndarray, columns: np.ndarray, width: int) -> sparse.csr_matrix:
@@ -89,7 +94,8 @@ def overlaps(left: Sketch, right: Sketch) -> list[Overlap]:
         cosine = np.asarray(dot[shared.row, cols]).ravel() / np.maximum(lnorm[rows] * rnorm[cols], 1e-12)
         cosine[np.minimum(lcount[rows], rcount[cols]) < MIN_WORDS] = 0.0
         keep = (containment >= CANDIDATE_WORDS) | (cosine >= CANDIDATE_COSINE)
-        found += [Overlap(left=int(i), right=int(j), cosine=float(c), shingles=shingle_containment(left, i, right, j))
+        found += [Overlap(left=int(i), right=int(j), cosine=float(c), shingles=shingle_containment(left, i, right, j),
+                          examples=example_containment(left, i, right, j))
                   for i, j, c in zip(rows[keep], cols[keep], cosine[keep])]
     return found
 
@@ -111,6 +117,14 @@ def example_overlaps(left: Sketch, right: Sketch, threshold: float) -> list[tupl
 def shingle_containment(left: Sketch, i: int, right: Sketch, j: int) -> float:
     a, b = left.shingle_set(i), right.shingle_set(j)
     if min(len(a), len(b)) < MIN_SHINGLES:
+        return 0.0
+    return np.intersect1d(a, b, assume_unique=True).size / min(len(a), len(b))
+
+
+def example_containment(left: Sketch, i: int, right: Sketch, j: int) -> float:
+    a = left.examples[left.example_offsets[i] : left.example_offsets[i + 1]]
+    b = right.examples[right.example_offsets[j] : right.example_offsets[j + 1]]
+    if min(len(a), len(b)) < MIN_PAIR_EXAMPLES:
         return 0.0
     return np.intersect1d(a, b, assume_unique=True).size / min(len(a), len(b))
 

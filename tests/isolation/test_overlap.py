@@ -11,6 +11,7 @@ from engine.data.sources.formats import FORMATS, ConvertContext
 from engine.isolation.content import leaks_between, sketch_settings
 from engine.isolation.neardup import sketch_problems
 from engine.isolation.normalize import entry_statement, fingerprint_text
+from engine.isolation.overlap import Overlap, example_containment
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec
 
@@ -104,3 +105,18 @@ def test_a_few_shared_examples_are_not_a_leak(rows):
     # below MIN_EXAMPLE_SHINGLES; /23's two tiny examples (`strlen('')` → 0) match many problems
     small = [he[56], he[23]]
     assert not any(kind == "examples" for kind in _kinds(small, he).values())
+
+
+def test_a_short_reworded_docstring_is_caught_by_the_examples_it_keeps(rows):
+    he = _problems("humaneval", rows["humaneval"])
+    fib = he[55]  # one short sentence and three doctests: too few words for a cosine
+    _, docstring = entry_statement(fib)
+    copy = docstring.replace("Return", "Give back").replace("number", "value")
+    assert _kinds(_problems("mbpp", [_mbpp_row(0, copy)]), he) == {("mbpp/50000", fib.id): "reworded"}
+    # /60 (sum_to_n) shares two of fib's three examples (`fib(10) 55`, `fib(1) 1`): not enough to
+    # stand in for the words a short pair lacks
+    settings = sketch_settings(DEFAULT)
+    pair = sketch_problems([he[60], fib], settings)
+    assert example_containment(pair, 0, pair, 1) == pytest.approx(2 / 3)
+    assert Overlap(left=0, right=1, cosine=0.0, shingles=0.5, examples=2 / 3).reworded < DEFAULT.reworded
+    assert Overlap(left=0, right=1, cosine=0.0, shingles=0.5, examples=1.0).reworded >= DEFAULT.reworded
