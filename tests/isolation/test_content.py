@@ -155,9 +155,13 @@ def test_every_planted_duplicate_is_caught_with_its_ids(real):
     assert len(expected) >= 30
     found = _pairs(train, evaluation)
     assert {(t, e) for t, e, _ in found} == expected
-    kinds = {t.split("/")[1] if t.startswith("planted/") else "sanitized": k for t, _, k in found}
-    assert kinds["sanitized"] == "id"
-    assert kinds["copy"] == "exact" and kinds["rename"] == "exact" and kinds["restyle"] == "exact"
+    kinds = {t: k for t, _, k in found}
+    assert kinds["mbpp_sanitized/12"] == "id"
+    # upper-casing HumanEval/10's helper body leaves a text that no longer parses: the helper
+    # stays in the copy's fingerprint and the copy is found as near, not exact
+    assert kinds.pop("planted/restyle/HumanEval/10") == "near"
+    same = {t: k for t, k in kinds.items() if t.split("/")[1:2] in (["copy"], ["rename"], ["restyle"])}
+    assert len(same) >= 15 and set(same.values()) == {"exact"}
 
 
 def test_normalization_reads_latex_unicode_and_boilerplate_alike():
