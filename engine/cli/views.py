@@ -180,7 +180,7 @@ def leakage_table(report: LeakageReport) -> Table:
         outcome = pair.outcome
         shown = Text(outcome, style=OUTCOME_STYLES.get(outcome, ""))
         table.add_row(f"{pair.train} ({pair.train_at})", f"{pair.evaluation} ({pair.eval_at})",
-                      str(len(pair.leaks)), shown)
+                      pair.leaked if pair.leaks else "0", shown)
     return table
 
 

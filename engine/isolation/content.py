@@ -69,6 +69,14 @@ class PairCheck:
     unchecked: Optional[str] = None  # why the pair could not be checked
 
     @property
+    def leaked(self) -> str:
+        """How many evaluation problems are affected, and through how many problem pairs (one
+        evaluation problem may match several training problems)."""
+        problems = len({leak.eval_id for leak in self.leaks})
+        pairs = "" if problems == len(self.leaks) else f" ({len(self.leaks)} pairs)"
+        return f"{problems} problem{'s' if problems != 1 else ''}{pairs}"
+
+    @property
     def outcome(self) -> str:
         """not checked | error | waived: <reason> | clean."""
         if self.unchecked is not None:
@@ -227,7 +235,7 @@ def _conclude(validated: ValidatedSpec, report: LeakageReport) -> None:
         line, col = validated.loaded.locate("allow", index)
         pair.waiver = AppliedWaiver(
             rule=3,
-            what=f"{len(pair.leaks)} problems of {pair.evaluation} duplicated in training-side {pair.train}",
+            what=f"{pair.leaked} of {pair.evaluation} duplicated in training-side {pair.train}",
             reason=allow[index].reason,
             where=pair.eval_at,
             waiver_at=f"{validated.loaded.path}:{line}:{col}",
@@ -261,7 +269,7 @@ def _diagnostic(validated: ValidatedSpec, pair: PairCheck) -> Diagnostic:
     more = f"; … {len(pair.leaks) - SHOWN_IN_ERROR} more" if len(pair.leaks) > SHOWN_IN_ERROR else ""
     return validated.loaded.diagnostic(
         ("datasets", pair.evaluation),
-        f"{len(pair.leaks)} problem(s) of evaluation-side `{pair.evaluation}` also appear in training-side "
+        f"{pair.leaked} of evaluation-side `{pair.evaluation}` also in training-side "
         f"`{pair.train}` ({pair.train_at}): {shown}{more}",
         f"drop those problems from `{pair.train}` (an `ids:` list; `rlvr-run data leakage "
         f"{validated.loaded.path}` lists them all), or waive with a reason: "

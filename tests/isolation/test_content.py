@@ -268,6 +268,17 @@ def test_validate_reports_the_leak_at_the_evaluation_dataset_line(tmp_path, real
     assert diag.line == 5  # he_test's line in the spec
     assert "planted/reorder/HumanEval/0 ≈ HumanEval/0" in diag.message
     assert "spec.yaml:4:" in diag.message  # the training-side dataset's line
+    assert diag.message.startswith("1 problem of evaluation-side `he_test`")
+
+
+def test_a_problem_copied_twice_counts_once_with_its_pairs(tmp_path, real, shared_datasets):
+    he = real["humaneval"][0]
+    twice = [*_leaky(real), _plant(he, "copy", he.statement)]
+    allow = 'allow:\n  - {rule: 3, datasets: [mix_train, he_test], reason: "planted on purpose"}\n'
+    path = _write_spec(tmp_path, real, shared_datasets, allow=allow, train_extra=twice)
+    report = check_leakage(validate_spec(path, content=False), cache=SketchCache(root=tmp_path / "cache"))
+    (waiver,) = report.waivers
+    assert waiver.what == "1 problem (2 pairs) of he_test duplicated in training-side mix_train"
 
 
 def test_waiver_turns_the_error_into_a_recorded_waiver(tmp_path, real, shared_datasets):
