@@ -81,6 +81,7 @@ def _kind_vars(run: Run, context: RenderContext) -> dict[str, Any]:
         out["gpus"] = max(1, run.resources.gpus)
         out["time_limit_h"] = run.resources.time_limit_h or verl_overrides.DEFAULT_TIME_LIMIT_H
         out["tracking_env"] = verl_overrides.tracking_env(run)
+        out["watch"] = verl_overrides.watched(run)
     if run.kind == PhaseKind.best_of_n:
         out["n"] = run.config.get("n") or _protocol_n(run)
     if run.kind == PhaseKind.repair:

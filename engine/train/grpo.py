@@ -10,6 +10,7 @@ from typing import Any, Optional
 from transformers import TrainerCallback
 
 from engine.train.curriculum import ordered
+from engine.train.early_stop import timeout_reason
 from engine.train.rollout_reward import JudgeReward
 from engine.train.rows import grpo_rows
 from engine.train.selection import CheckpointScorer, choose
@@ -43,13 +44,12 @@ class TimeoutGuard(TrainerCallback):
         self.run, self.reward, self.threshold = run, reward, threshold
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        rate = self.reward.last.get("timeout_rate", 0.0)
-        if rate > self.threshold:
+        reason = timeout_reason(self.reward.last.get("timeout_rate", 0.0), state.global_step, self.threshold)
+        if reason:
             from engine.train.outcome import write_outcome
 
             outcome = self.run.outcome()
-            outcome.stopped_early = (f"timeout rate {rate:.2f} at step {state.global_step} is above the "
-                                     f"early_stop.timeout_rate threshold {self.threshold}")
+            outcome.stopped_early = reason
             write_outcome(self.run.run_dir, outcome)
             print(f"early stop: {outcome.stopped_early}", flush=True)
             control.should_training_stop = True

@@ -19,6 +19,7 @@ from transformers import TrainerCallback
 
 from engine.evaluate.score import score_model
 from engine.spec.model import EarlyStopSpec
+from engine.train.early_stop import early_stop_reason
 from engine.train.outcome import CheckpointScore, Chosen, TrainingOutcome, write_outcome
 from engine.train.session import TrainRun
 
@@ -60,21 +61,6 @@ class CheckpointScorer(TrainerCallback):
 
 def _headline(score: CheckpointScore, metric: str) -> str:
     return ", ".join(f"{d} {metric} {m.get(metric, 0.0):.3f}" for d, m in score.metrics.items())
-
-
-def early_stop_reason(outcome: TrainingOutcome, datasets: list[str], metric: str,
-                      stop: EarlyStopSpec) -> Optional[str]:
-    """Why training should stop now (no gain for `patience` scored checkpoints), or None."""
-    if not datasets:
-        return None
-    values = [c.metrics.get(datasets[0], {}).get(metric, 0.0) for c in sorted(outcome.checkpoints, key=lambda c: c.step)]
-    if len(values) <= stop.patience:
-        return None
-    best_before = max(values[:-stop.patience])
-    if max(values[-stop.patience:]) > best_before + stop.min_delta:
-        return None
-    return (f"{metric} on {datasets[0]} did not improve on {best_before:.3f} for {stop.patience} "
-            f"checkpoint(s) (min_delta {stop.min_delta})")
 
 
 def choose(run: TrainRun) -> Chosen:

@@ -4,12 +4,14 @@ checkpoint to hand off and write outputs/training.json; prints the chosen global
 verl validates every `test_freq` steps on the select_on data (its `val-core/...` metrics in
 the file log) and saves every `save_freq` steps. The choice is the saved step with the best
 validation score (`acc/mean@1` of our reward, i.e. accepted@1; SFT: the lowest `val/loss`),
-else the last saved step. The launch script then merges that step to model/.
+else the last saved step. The launch script then merges that step to model/. When
+`engine.train.verl_watch` stopped the run early, its reason goes into training.json too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -24,6 +26,7 @@ from engine.train.outcome import (
     write_outcome,
 )
 
+STOP_FILE = "outputs/early_stop.json"  # written by engine.train.verl_watch when it stops the run
 _STEP = re.compile(r"^global_step_(\d+)$")
 _ACC = re.compile(r"^val-core/(.+)/acc/mean@1$")
 
@@ -33,27 +36,45 @@ def saved_steps(run_dir: Path) -> list[int]:
                   if p.is_dir() and (m := _STEP.match(p.name)))
 
 
+def validated_checkpoints(run_dir: Path) -> list[CheckpointScore]:
+    """The saved steps verl validated, in step order, with their validation metrics."""
+    validation = {row["step"]: _val(row["data"]) for row in logged_steps(run_dir)}
+    return [CheckpointScore(step=s, path=f"checkpoints/global_step_{s}", metrics={"valid": validation[s]})
+            for s in saved_steps(run_dir) if validation.get(s)]
+
+
+def headline_name(kind: str) -> str:
+    """What a verl run's checkpoints are ranked by: SFT's validation loss (lower is better), else
+    accepted@1 (the mean of verl's `acc/mean@1` over the validation data sources)."""
+    return "val/loss" if kind == "sft" else "accepted@1"
+
+
 def finish(run_dir: Path) -> TrainingOutcome:
     run = read_frozen_run(run_dir)
     saved = saved_steps(run_dir)
     if not saved:
         raise SystemExit(f"error: verl saved no checkpoint under {run_dir / 'checkpoints'} (trained zero steps?)")
-    validation = {row["step"]: _val(row["data"]) for row in logged_steps(run_dir)}
-    scores = [CheckpointScore(step=s, path=f"checkpoints/global_step_{s}", metrics={"valid": validation[s]})
-              for s in saved if validation.get(s)]
+    scores = validated_checkpoints(run_dir)
     lower = run.kind == "sft"
     if scores:
-        best = (min if lower else max)(scores, key=lambda c: (_headline(c, lower), c.step))
-        name = "val/loss" if lower else "accepted@1"
-        chosen = Chosen(step=best.step, path=best.path, why=f"best {name} on the validation data "
-                        f"({_headline(best, lower):.3f}) of {len(scores)} checkpoints")
+        best = (min if lower else max)(scores, key=lambda c: (headline(c, lower), c.step))
+        chosen = Chosen(step=best.step, path=best.path, why=f"best {headline_name(run.kind)} on the validation "
+                        f"data ({headline(best, lower):.3f}) of {len(scores)} checkpoints")
     else:
         chosen = Chosen(step=saved[-1], path=f"checkpoints/global_step_{saved[-1]}", why="last checkpoint")
     total = run.hparams.get("total_steps")
     outcome = TrainingOutcome(trainer="verl", expected_steps=int(total) if total else None, checkpoints=scores,
-                              chosen=chosen)
+                              chosen=chosen, stopped_early=stop_recorded(run_dir))
     write_outcome(run_dir, outcome)
     return outcome
+
+
+def stop_recorded(run_dir: Path) -> Optional[str]:
+    """The early-stop reason `engine.train.verl_watch` recorded, if it stopped this run."""
+    try:
+        return json.loads((run_dir / STOP_FILE).read_text(encoding="utf-8"))["reason"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _val(data: dict) -> dict[str, float]:
@@ -63,7 +84,7 @@ def _val(data: dict) -> dict[str, float]:
     return out
 
 
-def _headline(score: CheckpointScore, lower: bool) -> float:
+def headline(score: CheckpointScore, lower: bool) -> float:
     metrics = score.metrics["valid"]
     if lower:
         return metrics.get("val/loss", float("inf"))

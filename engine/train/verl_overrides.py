@@ -21,6 +21,7 @@ from typing import Any, Optional
 from engine.errors import UserError
 from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
+from engine.train.verl_watch import ROLLOUTS_DIR
 
 # verl reads these without declaring them, so they need a `+`: Hydra's struct mode refuses any other new key.
 KNOWN_UNDECLARED = (
@@ -217,6 +218,8 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
     }
     if not has_valid:
         values["trainer.test_freq"] = -1
+    if _timeout_rate(run) is not None:  # the watcher reads each step's verdicts from there
+        values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
     if run.kind == PhaseKind.repair:
         values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
         values["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = _rounds(run)
@@ -258,6 +261,15 @@ def loggers(run: Run) -> list[str]:
     return ["console", "file", *(t for t in TRACKERS if tracking.get(t) is not None)]
 
 
+def watched(run: Run) -> bool:
+    """Whether a verl run's command goes through `engine.train.verl_watch`: it declares early stopping."""
+    return any("early_stop" in d.uses for d in run.datasets.values()) or _timeout_rate(run) is not None
+
+
+def _timeout_rate(run: Run) -> Optional[float]:
+    return (run.config.get("early_stop") or {}).get("timeout_rate")
+
+
 def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:
     return {
         "trainer.logger": loggers(run),
@@ -272,7 +284,7 @@ def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:
 def sft_overrides(run: Run, paths: VerlPaths) -> list[str]:
     """`key=value` list for `torchrun ... -m verl.trainer.sft_trainer`."""
     data = paths.run_dir / "data"
-    has_valid = any("select" in d.uses for d in run.datasets.values())
+    has_valid = any("select" in d.uses or "early_stop" in d.uses for d in run.datasets.values())
     values: dict[str, Any] = {
         "data.train_files": str(data / "sft_train.parquet"),
         "data.val_files": str(data / ("sft_valid.parquet" if has_valid else "sft_train.parquet")),

@@ -16,7 +16,7 @@ from engine.train.outcome import (
     read_outcome,
 )
 from engine.train.rollout_reward import repair_return
-from engine.train.selection import early_stop_reason
+from engine.train.early_stop import early_stop_reason
 from engine.train.verl_finish import finish
 
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# rlvr-run grpo run f17c65326fcb (grpo@1) of spec golden.
+# rlvr-run grpo run f893b4d1c31d (grpo@1) of spec golden.
 # Rendered from templates/launch/verl_grpo.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/f17c65326fcb}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/f893b4d1c31d}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=f17c65326fcb
+export RLVR_RUN_ID=f893b4d1c31d
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -16,11 +16,13 @@ export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # verl's file logger truncates its file on every start: one metrics file per attempt.
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
+# verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules.
+"$RLVR_PYTHON" -m engine.train.verl_watch --run-dir "$RUN_DIR" -- \
 timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
-    data.train_files=/runs/golden/f17c65326fcb/data/train.parquet \
-    data.val_files=/runs/golden/f17c65326fcb/data/valid.parquet \
+    data.train_files=/runs/golden/f893b4d1c31d/data/train.parquet \
+    data.val_files=/runs/golden/f893b4d1c31d/data/valid.parquet \
     data.filter_overlong_prompts=true \
     data.truncation=error \
     actor_rollout_ref.model.path=/runs/golden/254a2322bd73/model \
@@ -53,17 +55,18 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
     +reward.custom_reward_function.reward_kwargs.mode=dense \
-    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/f17c65326fcb/config.yaml \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/f893b4d1c31d/config.yaml \
     trainer.val_before_train=true \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     'actor_rollout_ref.actor.checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=f17c65326fcb \
+    trainer.experiment_name=f893b4d1c31d \
     trainer.n_gpus_per_node=2 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/f17c65326fcb/checkpoints \
+    trainer.default_local_dir=/runs/golden/f893b4d1c31d/checkpoints \
     trainer.resume_mode=auto \
+    trainer.rollout_data_dir=/runs/golden/f893b4d1c31d/traces/verl_rollouts \
     actor_rollout_ref.actor.clip_ratio_high=0.28
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
 step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"

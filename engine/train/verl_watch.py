@@ -1,0 +1,137 @@
+"""`python -m engine.train.verl_watch --run-dir DIR -- COMMAND...`: runs a verl training
+command and stops it by the rules trl runs stop themselves by (`engine.train.early_stop`).
+
+verl has no early stopping. The watcher reads what verl writes as it trains:
+
+- `early_stop_on`: the validation rows of the file logger at the saved steps, ranked by
+  the headline the hand-off uses (`engine.train.verl_finish`: accepted@1, SFT's val/loss).
+  verl validates select_on and early_stop_on data in one pass, so the headline covers both.
+- `early_stop.timeout_rate`: the rollouts verl dumps per step under `traces/verl_rollouts/`
+  (`trainer.rollout_data_dir`), each with our reward's verdict.
+
+On a reason it writes outputs/early_stop.json, sends SIGTERM to the command (the launch
+script's `timeout` relays it to the trainer's process group), SIGKILL after a grace
+period, and exits 0: the launch script goes on to hand off the best saved step. A signal
+the watcher itself receives is passed on to the command the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from engine.plan.frozen import FrozenRun, read_frozen_run
+from engine.spec.model import EarlyStopSpec
+from engine.train.early_stop import stalled, timeout_reason
+from engine.train.verl_finish import STOP_FILE, headline, headline_name, validated_checkpoints
+
+POLL_S = 5.0
+GRACE_S = 60.0
+ROLLOUTS_DIR = "traces/verl_rollouts"
+
+
+class Watch:
+    """The early-stop rules a verl run declares, checked against what it has written so far."""
+
+    def __init__(self, run_dir: Path, frozen: FrozenRun) -> None:
+        self.run_dir, self.kind = run_dir, frozen.kind
+        self.stop: EarlyStopSpec = frozen.early_stop or EarlyStopSpec()
+        self.on_metric = bool(frozen.uses("early_stop"))
+        self.seen: set[str] = set()  # rollout files already read
+
+    def reason(self) -> Optional[str]:
+        return self._metric() or self._timeouts()
+
+    def _metric(self) -> Optional[str]:
+        if not self.on_metric:
+            return None
+        lower = self.kind == "sft"
+        values = [headline(c, lower) for c in validated_checkpoints(self.run_dir)]
+        return stalled(values, f"{headline_name(self.kind)} on the validation data", self.stop, lower=lower)
+
+    def _timeouts(self) -> Optional[str]:
+        threshold = self.stop.timeout_rate
+        folder = self.run_dir / ROLLOUTS_DIR
+        if threshold is None or not folder.is_dir():
+            return None
+        for path in sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
+            if path.name in self.seen or not path.stem.isdigit():
+                continue
+            verdicts = _verdicts(path)
+            if verdicts is None:  # verl writes it from a thread: read it on the next poll
+                continue
+            self.seen.add(path.name)
+            rate = sum(v == "TIMEOUT" for v in verdicts) / max(len(verdicts), 1)
+            if reason := timeout_reason(rate, int(path.stem), threshold):
+                return reason
+        return None
+
+
+def _verdicts(path: Path) -> Optional[list[Any]]:
+    try:
+        return [json.loads(line).get("verdict") for line in path.read_text(encoding="utf-8").splitlines()]
+    except (OSError, ValueError):
+        return None
+
+
+def watch(run_dir: Path, command: list[str], *, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int:
+    """Run `command` to its end, or until an early-stop rule fires (then 0)."""
+    rules = Watch(run_dir, read_frozen_run(run_dir))
+    child = subprocess.Popen(command)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda number, _frame: child.send_signal(number))
+    while True:
+        reason = rules.reason()
+        if reason is not None:
+            return _stop(run_dir, child, reason, grace_s)
+        try:
+            return child.wait(timeout=poll_s)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _stop(run_dir: Path, child: subprocess.Popen, reason: str, grace_s: float) -> int:
+    path = run_dir / STOP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"reason": reason}) + "\n", encoding="utf-8")
+    print(f"early stop: {reason}", flush=True)
+    child.terminate()
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        child.wait()
+    return 0
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    """SIGKILL the command's process group (`timeout` leads one), else the command alone."""
+    try:
+        if os.getpgid(child.pid) == child.pid:
+            os.killpg(child.pid, signal.SIGKILL)
+            return
+    except ProcessLookupError:
+        return
+    child.kill()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.train.verl_watch")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--poll-s", type=float, default=POLL_S, help=argparse.SUPPRESS)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after --")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run (after --)")
+    return watch(args.run_dir.resolve(), command, poll_s=args.poll_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""verl early stopping from outside (`engine.train.verl_watch`): a real watcher process over
+a FAKE verl trainer (tests/train/fake_verl_trainer.py; verl itself needs GPUs), then the
+real hand-off (`engine.train.verl_finish`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.train.outcome import read_outcome
+from engine.train.verl_finish import finish
+
+FAKE = Path(__file__).resolve().parent / "fake_verl_trainer.py"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run_dir(tmp_path: Path, early_stop: str, uses: str) -> Path:
+    (tmp_path / "config.yaml").write_text(
+        "run_id: r\nkind: grpo\ntrainer: verl\nbase_model: {path: m}\nhparams: {total_steps: 12}\n"
+        f"early_stop: {early_stop}\n"
+        f"datasets: {{toy_valid: {{source: toy, role: valid, uses: [{uses}]}}}}\n")
+    return tmp_path
+
+
+def _watch(run_dir: Path, validation: str, rates: str, wrapped: list[str] | None = None) -> subprocess.CompletedProcess:
+    command = [*(wrapped or []), sys.executable, str(FAKE), str(run_dir), validation, rates]
+    return subprocess.run([sys.executable, "-m", "engine.train.verl_watch", "--run-dir", str(run_dir),
+                           "--poll-s", "0.1", "--", *command],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_a_stalled_validation_stops_verl_and_the_best_saved_step_is_handed_off(tmp_path):
+    run_dir = _run_dir(tmp_path, "{patience: 2, min_delta: 0.01}", "select, early_stop")
+    # saved and validated every other step: 0.2, 0.5, then 0.4, 0.45 (no gain for 2), ...
+    validation = ",0.2,,0.5,,0.4,,0.45,,0.6,,0.7"
+    done = _watch(run_dir, validation, "," * 11, wrapped=["timeout", "--kill-after=5", "60"])
+    assert done.returncode == 0, done.stderr
+    assert "early stop: accepted@1 on the validation data did not improve on 0.500 for 2" in done.stdout
+    assert (run_dir / "fake_trainer_ended").read_text() == "terminated"  # SIGTERM relayed through `timeout`
+    outcome = finish(run_dir)
+    assert outcome.chosen.step == 4 and outcome.stopped_early.startswith("accepted@1 on the validation data")
+    assert read_outcome(run_dir).stopped_early == outcome.stopped_early
+
+
+def test_a_timeout_spike_in_the_dumped_rollouts_stops_verl(tmp_path):
+    run_dir = _run_dir(tmp_path, "{timeout_rate: 0.5}", "train")
+    done = _watch(run_dir, ",,,1.0,,,,,,,,", "0,0.25,0.5,0.75,0,0,0,0,0,0,0,0")
+    assert done.returncode == 0, done.stderr
+    assert "early stop: timeout rate 0.75 at step 4 is above the early_stop.timeout_rate threshold 0.5" in done.stdout
+    assert (run_dir / "fake_trainer_ended").read_text() == "terminated"
+
+
+def test_without_a_reason_the_command_runs_out_and_its_exit_code_passes_through(tmp_path):
+    run_dir = _run_dir(tmp_path, "{patience: 3, timeout_rate: 0.9}", "select, early_stop")
+    done = _watch(run_dir, "0.1,0.2,0.3,0.4", "0.5,0.5,0,0")
+    assert done.returncode == 0 and (run_dir / "fake_trainer_ended").read_text() == "finished"
+    assert not (run_dir / "outputs" / "early_stop.json").exists() and finish(run_dir).stopped_early is None
+    failed = subprocess.run([sys.executable, "-m", "engine.train.verl_watch", "--run-dir", str(run_dir), "--",
+                             "bash", "-c", "exit 3"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 3
