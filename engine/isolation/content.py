@@ -257,10 +257,12 @@ def _warn_unchecked(report: LeakageReport) -> None:
     report.warnings.append(f"rule 3 not checked for {len(report.unchecked_pairs)} pair(s): {pairs}")
 
 
+_SCORE_NAMES = {"examples": "same worked examples"}
+
+
 def describe(leak: Leak) -> str:
-    how = {"id": "same id", "exact": "same statement"}.get(leak.kind, f"{leak.kind} {leak.similarity:.2f}")
-    if leak.kind == "examples":
-        how = f"same worked examples {leak.similarity:.2f}"
+    named = {"id": "same id", "exact": "same statement"}
+    how = named.get(leak.kind) or f"{_SCORE_NAMES.get(leak.kind, leak.kind)} {leak.similarity:.2f}"
     return f"{leak.train_id} ≈ {leak.eval_id} ({how})"
 
 

@@ -75,6 +75,9 @@ class Sketch:
     def shingle_set(self, index: int) -> np.ndarray:
         return self.shingles[self.offsets[index] : self.offsets[index + 1]]
 
+    def example_set(self, index: int) -> np.ndarray:
+        return self.examples[self.example_offsets[index] : self.example_offsets[index + 1]]
+
     def shingle_counts(self) -> np.ndarray:
         return np.diff(self.offsets)
 

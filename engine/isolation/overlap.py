@@ -115,16 +115,16 @@ def example_overlaps(left: Sketch, right: Sketch, threshold: float) -> list[tupl
 
 
 def shingle_containment(left: Sketch, i: int, right: Sketch, j: int) -> float:
-    a, b = left.shingle_set(i), right.shingle_set(j)
-    if min(len(a), len(b)) < MIN_SHINGLES:
-        return 0.0
-    return np.intersect1d(a, b, assume_unique=True).size / min(len(a), len(b))
+    return _containment(left.shingle_set(i), right.shingle_set(j), MIN_SHINGLES)
 
 
 def example_containment(left: Sketch, i: int, right: Sketch, j: int) -> float:
-    a = left.examples[left.example_offsets[i] : left.example_offsets[i + 1]]
-    b = right.examples[right.example_offsets[j] : right.example_offsets[j + 1]]
-    if min(len(a), len(b)) < MIN_PAIR_EXAMPLES:
+    return _containment(left.example_set(i), right.example_set(j), MIN_PAIR_EXAMPLES)
+
+
+def _containment(a: np.ndarray, b: np.ndarray, minimum: int) -> float:
+    """|a ∩ b| / min(|a|, |b|) over sorted unique hashes; 0.0 when a side has fewer than `minimum`."""
+    if min(len(a), len(b)) < minimum:
         return 0.0
     return np.intersect1d(a, b, assume_unique=True).size / min(len(a), len(b))
 
