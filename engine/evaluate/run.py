@@ -20,6 +20,7 @@ from engine.evaluate.backends import default_backend, make_backend
 from engine.evaluate.backends.base import Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
+from engine.evaluate.model_key import model_key
 from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
@@ -71,18 +72,6 @@ class Settings:
     samples: Optional[Path] = None  # score these chosen samples (a best_of_n parent's) instead of generating
 
 
-def checkpoint_hash(model: str) -> str:
-    """A content hash of a model folder (every file's name, size and first MiB); a hub id as written."""
-    root = Path(model)
-    if not root.is_dir():
-        return model
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        with path.open("rb") as handle:
-            digest.update(f"{path.relative_to(root)}\0{path.stat().st_size}\0".encode() + handle.read(1 << 20))
-    return digest.hexdigest()
-
-
 def protocol_sha256(protocol: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()
 
@@ -112,7 +101,7 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     registry = run_registry(run_dir)
     protocol = frozen.protocols[use]
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
-    model_hash = checkpoint_hash(model)
+    model_hash = model_key(model)
     names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []
     for name, entry in frozen.datasets.items():

@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 
 from engine.data.dataset import LoadedDataset
 from engine.errors import UserError
+from engine.evaluate.model_key import write_manifest
 from engine.plan.frozen import (
     FrozenRun,
     load_frozen_dataset,
@@ -155,6 +156,7 @@ class TrainRun:
         partial = target.with_name(f".{target.name}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(source, partial, ignore=shutil.ignore_patterns(*RESUME_ONLY, "rng_state*"))
+        write_manifest(partial)  # the model's key, hashed once from its whole content
         shutil.rmtree(target, ignore_errors=True)
         os.replace(partial, target)
         if target == self.run_dir / MODEL_DIR:
