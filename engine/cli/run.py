@@ -22,12 +22,10 @@ from engine.runs.pipeline import (
     run_spec,
 )
 
-NAME = "run"
 UNMET_SHOWN = 8
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="validate, plan, materialize and execute a spec (the default verb)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="experiment-matrix spec (YAML)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console, Group, RenderableType
 from rich.progress import (
@@ -16,15 +16,17 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from engine.evaluate.run import EvalOutput
-from engine.evaluate.runner import Progress as EvalProgress
-from engine.isolation.content import LeakageReport
-from engine.judge.report import JudgeSummary
-from engine.plan.model import Plan
 from engine.runs.lineage import FINISHED, RunState, parse_iso
-from engine.runs.status import StatusReport
-from engine.spec.validated import AppliedWaiver
-from engine.verify.problems import VerifyReport
+
+if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
+    from engine.evaluate.run import EvalOutput
+    from engine.evaluate.runner import Progress as EvalProgress
+    from engine.isolation.content import LeakageReport
+    from engine.judge.report import JudgeSummary
+    from engine.plan.model import Plan
+    from engine.runs.status import StatusReport
+    from engine.spec.validated import AppliedWaiver
+    from engine.verify.problems import VerifyReport
 
 PIPE_WIDTH = 132  # rich assumes 80 columns off a terminal, which folds plan and status tables
 STATE_STYLES = {"new": "cyan", "planned": "cyan", "queued": "blue", "running": "yellow",

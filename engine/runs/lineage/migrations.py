@@ -5,8 +5,7 @@ Append a new migration for every change; never edit one that has shipped.
 
 from __future__ import annotations
 
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
+from engine.runs.lineage.sqlite import Database, Migrations
 
 MIGRATIONS = Migrations("rlvr-run-lineage")
 

@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
-from sqlite_utils import Database
+from engine.runs.lineage.sqlite import Database
 
 from engine.errors import UserError
 from engine.plan.model import Plan
