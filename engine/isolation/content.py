@@ -34,6 +34,7 @@ from engine.isolation.neardup import (
 )
 from engine.isolation.overlap import overlap_matches
 from engine.isolation.rules import AppliedWaiver, RuleReport
+from engine.spec.flywheel import flywheel, pairs_dataset
 from engine.spec.model import LeakageSpec, Role, Spec, Waiver
 from engine.spec.validated import ValidatedSpec
 
@@ -104,7 +105,8 @@ def dataset_sides(spec: Spec) -> tuple[list[str], list[str]]:
     """(training-side, evaluation-side) dataset names, in spec order."""
     used = set()
     for fields in [*spec.phases.values(), *spec.variants.values()]:
-        used |= {fields.train, fields.pairs_from} - {None}
+        wheel = flywheel(fields)
+        used |= {fields.train, pairs_dataset(fields), wheel.on if wheel else None} - {None}
     train = [name for name in spec.datasets if name in used]
     evaluation = [name for name, ds in spec.datasets.items() if ds.role in EVALUATION_ROLES]
     return train, evaluation

@@ -101,6 +101,38 @@ class PairsSpec(StrictModel):
     min_delta: float = Field(default=0.3, gt=0, le=1)  # keep a pair when chosen − rejected pass_ratio ≥ this
 
 
+# What the flywheel can harvest: a failing sample's class is its judge verdict, or `truncated` when
+# generation hit the token limit (the cause, whatever the judge then made of the cut-off code).
+ERROR_CLASSES = ("WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "OUTPUT_LIMIT",
+                 "NO_CODE", "truncated")
+ErrorClass = Literal["WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "OUTPUT_LIMIT",
+                     "NO_CODE", "truncated"]
+
+
+class FailuresSpec(StrictModel):
+    """dpo `pairs_from:` as hard negatives: the failures of another run's policy on its training
+    problems (engine.train.flywheel). `of` names the phase or variant whose judged training samples
+    are harvested (GRPO / repair rollout traces, DPO / RAFT samples); `on`, a harvest pass of its
+    model over this train dataset instead."""
+
+    failures: list[ErrorClass] = Field(min_length=1)
+    of: str
+    on: Optional[str] = None
+    # where the accepted answer of a pair comes from, in order: an accepted sample of the same problem
+    # in the harvest, or the dataset's reference solution (judged first)
+    chosen: list[Literal["harvest", "reference"]] = Field(default=["harvest"], min_length=1)
+
+
+class RepairMixSpec(StrictModel):
+    """sft `mix:` of format-repair rows: a failing answer of `repair_of`'s policy on a training
+    problem, its public-test feedback, and the corrected answer the repair loop obtained from that
+    policy; they make up `share` of the phase's training rows."""
+
+    repair_of: str
+    classes: list[ErrorClass] = Field(min_length=1)
+    share: float = Field(gt=0, lt=1)
+
+
 class EarlyStopSpec(StrictModel):
     """When training stops before its last step (the metric comes from `early_stop_on`)."""
 
@@ -117,7 +149,7 @@ class PhaseFields(StrictModel):
     from_: Optional[str] = Field(default=None, alias="from")
     trainer: Optional[Literal["verl", "trl"]] = None
     train: Optional[str] = None
-    pairs_from: Optional[str] = None
+    pairs_from: Optional[Union[str, FailuresSpec]] = None  # a train dataset, or failures (the flywheel)
     select_on: Optional[str] = None
     early_stop_on: Optional[str] = None
     evaluate: Optional[list[str]] = None
@@ -141,6 +173,7 @@ class PhaseFields(StrictModel):
     round_penalty: Optional[float] = Field(default=None, ge=0)
     # Rollouts kept in traces/rollouts.jsonl per training step: a number, or `all`.
     traces: Optional[Union[int, Literal["all"]]] = None
+    mix: Optional[RepairMixSpec] = None  # sft: format-repair rows from another run's failures
 
 
 class PhaseSpec(PhaseFields):
