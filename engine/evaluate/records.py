@@ -30,6 +30,7 @@ class Keys(BaseModel):
     model: str  # checkpoint hash (or hub id)
     protocol: str  # sha256 of the resolved decoding protocol
     idlist: str  # sha256 of the frozen id list, or the dataset's fingerprint
+    decoding_seed: int = 0  # the seed sampling drew from (`run.decoding_seed`); the protocol's when greedy
 
 
 class GenerationRecord(BaseModel):
