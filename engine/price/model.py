@@ -90,12 +90,20 @@ def response_max(p: Priors, cap: float, b: float) -> float:
 
 
 def call_s(ctx: Context, b: float, cap: float) -> float:
-    """One generation call of `b` sequences on one slot."""
+    """One generation call of `b` sequences on one slot. vLLM (GPU) batches continuously: the call
+    lasts its tokens at the batch's throughput, or its longest sample at one stream's speed; the hf
+    backend (CPU) steps the whole padded batch until its longest sample ends."""
     c = ctx.c
-    live = min(b, MAX_SEQS) if ctx.gpu() else b
-    per_token_s = (c.gen_step_ms + c.gen_step_ms_per_seq * live) / 1000
-    through = b * response_mean(ctx.priors, cap) / c.gen_max_tok_s if c.gen_max_tok_s else 0.0
-    return max(through, response_max(ctx.priors, cap, b) * per_token_s) / ctx.scale
+    longest = response_max(ctx.priors, cap, b)
+    if ctx.gpu():
+        live = min(b, MAX_SEQS)
+        speed = live / ((c.gen_step_ms + c.gen_step_ms_per_seq * live) / 1000)
+        if c.gen_max_tok_s:
+            speed = min(speed, c.gen_max_tok_s)
+        seconds = max(b * response_mean(ctx.priors, cap) / speed, longest * (c.gen_step_ms + c.gen_step_ms_per_seq) / 1000)
+    else:
+        seconds = longest * (c.gen_step_ms + c.gen_step_ms_per_seq * b) / 1000
+    return seconds / ctx.scale
 
 
 def generate_s(ctx: Context, sequences: float, cap: float, per_call: float, slots: int = 1) -> float:

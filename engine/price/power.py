@@ -1,16 +1,20 @@
 """What a design can detect: the minimum detectable difference (MDD) in accepted@1 of each
 comparison the spec implies, for the paired design the result pages use.
 
-The pages compare two units on the same problems, seed by seed (`engine.report.stats`): the
-difference's variance has a seed part and a problem part,
+The pages compare two units on the same problems, seed by seed, with a bootstrap that draws
+seeds and then problems (shared by the seeds): `engine.report.stats.paired_delta`. Its
+interval's standard error, derived for that two-stage draw (and checked against it by
+simulation in tests/price/test_power.py), is
 
-    SE² = seed_var / S + σ_d² / (S·N),   σ_d² = 2·p·(1 − p)·(1 − ρ) · (1 + (n − 1)·ρ_w) / n
+    SE² = (S − 1)/S² · (seed_var + w/N) + (2S − 1)/S² · w/N,
+    w   = 2·p·(1 − p)·(1 − ρ) · (1 + (n − 1)·ρ_w) / n
 
 with S seeds, N problems, n samples per problem, p the control's accepted rate, ρ the
 correlation of one problem's outcome under the two models, ρ_w the correlation of one
 problem's samples under one model, and seed_var = 2·seed_sd² when both sides are trained
 per seed (seed_sd² when the control is one unseeded run, the base evaluation). Then
-MDD = (z₁₋α/₂ + z_power)·SE. The priors come from registry/hardware.yaml (`power:`);
+MDD = (z₁₋α/₂ + z_power)·SE. With one seed the pages cannot see seed-to-seed variation at
+all, and neither does this. The priors come from registry/hardware.yaml (`power:`);
 `from_matrices` estimates them from finished runs instead.
 """
 
@@ -35,7 +39,8 @@ def mdd(*, problems: int, samples: int, seeds: int, accepted: float, seed_sd: fl
     n = max(samples, 1)
     within = 2 * p * (1 - p) * (1 - pair_correlation) * (1 + (n - 1) * sample_correlation) / n
     seed_var = (2 if control_seeded else 1) * seed_sd ** 2
-    se = math.sqrt(seed_var / max(seeds, 1) + within / (max(seeds, 1) * max(problems, 1)))
+    s, per_problem = max(seeds, 1), within / max(problems, 1)
+    se = math.sqrt((s - 1) / s ** 2 * (seed_var + per_problem) + (2 * s - 1) / s ** 2 * per_problem)
     return (_NORMAL.inv_cdf(1 - alpha / 2) + _NORMAL.inv_cdf(power)) * se
 
 
