@@ -254,6 +254,13 @@ class ExecutorSpec(StrictModel):
     shared_dir: Optional[str] = None
 
 
+class DetectSpec(StrictModel):
+    """What the study must be able to see: `validate` warns when a declared comparison's minimum
+    detectable difference in accepted@1 (80 % power, 5 % two-sided) is larger than this."""
+
+    min_effect: float = Field(gt=0, lt=1)
+
+
 class Spec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_model: Union[str, ModelRef]
@@ -268,3 +275,4 @@ class Spec(StrictModel):
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)
     tracking: Optional[TrackingSpec] = None
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    detect: Optional[DetectSpec] = None
