@@ -218,7 +218,8 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
     }
     if not has_valid:
         values["trainer.test_freq"] = -1
-    if _timeout_rate(run) is not None:  # the watcher reads each step's verdicts from there
+    # the watcher reads each step's verdicts from there; a flywheel harvests its failures from there
+    if _timeout_rate(run) is not None or run.config.get("harvested"):
         values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
     if run.kind == PhaseKind.repair:
         values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
