@@ -81,6 +81,7 @@ class _Planner:
     # unit name → seed → id of the run holding that unit's model (None: base model)
     model_runs: dict[str, dict[Optional[int], Optional[str]]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
+    harvested: set[str] = field(default_factory=set)  # units whose failures a flywheel harvests
 
     def add(self, run: Run) -> None:
         if run.id not in self.seen:  # identical evaluations collapse into one run
@@ -158,7 +159,9 @@ def plan(validated: ValidatedSpec) -> Plan:
     planner = _Planner(spec=spec, idlist_hashes=dict(validated.idlist_hashes),
                        fingerprints=dict(validated.dataset_fingerprints),
                        files=dataset_files(validated))
-    for unit in unit_order(resolve_units(spec)):
+    units = resolve_units(spec)
+    planner.harvested = {w.of for u in units.values() if (w := unit_flywheel(u)) is not None}
+    for unit in unit_order(units):
         _plan_unit(planner, unit)
     loaded = validated.loaded
     return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path.resolve()),
@@ -267,6 +270,8 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
         extra["tracking"] = _dump(planner.spec.tracking)
     if harvest is not None:
         extra["flywheel"] = _flywheel_config(planner, unit, *harvest)
+    if unit.name in planner.harvested:  # it keeps every judged rollout for the flywheel
+        extra["harvested"] = True
     flows = ["checkpoint", "pairs"] if unit.kind == PhaseKind.dpo else ["checkpoint"]
     return _make_run(planner, unit, kind=unit.kind, seed=seed, trainer=trainer, schedule=None,
                      parent=parent, flows=flows, evaluates=None, uses=uses, protocols=protocols,

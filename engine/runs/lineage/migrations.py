@@ -101,3 +101,10 @@ def _m006(db: Database) -> None:
 def _m007(db: Database) -> None:
     # what a dataset's `verified:` declaration keeps, shown on the pages
     db["datasets"].add_column("verified", str)
+
+
+@MIGRATIONS(name="m008_artifact_source")
+def _m008(db: Database) -> None:
+    # The flywheel's files (harvested failures, the pairs and rows built from them) name the run
+    # they were harvested from; with their sha256, lineage says which outputs fed which run.
+    db["artifacts"].add_column("source_run", str)
