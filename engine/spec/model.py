@@ -220,6 +220,13 @@ class LeakageSpec(StrictModel):
     # and on the real HumanEval × MBPP × CodeContests pairs (docs/data-trust.md).
     containment: float = Field(default=0.85, gt=0, le=1)  # share of the smaller statement's shingles in the other
     reworded: float = Field(default=0.5, gt=0, le=1)  # mean of the content-word cosine and the shingle containment
+    # By meaning (engine.isolation.semantic, the `semantic` extra): each evaluation problem's top
+    # training neighbours and every pair at or above `semantic_review` are run against each other's
+    # tests; a confirmed pair is a leak, one not confirmed at or above `semantic_warn` a warning.
+    semantic: bool = True
+    semantic_top_k: int = Field(default=5, ge=0, le=100)
+    semantic_review: float = Field(default=0.7, gt=0, le=1)  # embedding cosine
+    semantic_warn: float = Field(default=0.85, gt=0, le=1)
 
 
 class TrackingSpec(StrictModel):
