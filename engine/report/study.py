@@ -20,6 +20,7 @@ from engine.runs.lineage import (
     ArtifactRecord,
     DatasetRecord,
     Event,
+    LeakRecord,
     Lineage,
     Metric,
     RunRecord,
@@ -79,6 +80,7 @@ class Study:
     waivers: list[WaiverRecord]
     datasets: list[DatasetRecord]
     artifacts: dict[str, list[ArtifactRecord]]
+    leaks: list[LeakRecord] = field(default_factory=list)  # rule 3's waived leaks and warnings
 
     def protocol(self, run: RunRecord) -> dict[str, Any]:
         """An evaluation run's frozen protocol (what its numbers were generated with)."""
@@ -155,4 +157,5 @@ def load_study(lineage: Lineage, name: str) -> Study:
         metrics.setdefault(m.run_id, []).append(m)
     return Study(name=name, spec=lineage.spec(name), runs=runs, configs=configs, metrics=metrics,
                  events=[e for e in lineage.events() if e.run_id in set(ids)], waivers=lineage.waivers(name),
-                 datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids})
+                 datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids},
+                 leaks=lineage.leaks(name))

@@ -77,8 +77,13 @@ def train_grpo(run: TrainRun, reward: JudgeReward, rollout_func: Any = None, **d
     return trainer
 
 
+def _keep(run: TrainRun) -> Any:
+    """Rollouts traced per step: the spec's `traces:`, or all of them when a flywheel harvests the run."""
+    return run.frozen.traces if run.frozen.traces is not None or not run.frozen.harvested else "all"
+
+
 def judge_reward(run: TrainRun, **kw: Any) -> JudgeReward:
-    return JudgeReward(run.run_dir, mode=run.frozen.reward or "dense", keep=run.frozen.traces, attempt=run.attempt, **kw)
+    return JudgeReward(run.run_dir, mode=run.frozen.reward or "dense", keep=_keep(run), attempt=run.attempt, **kw)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

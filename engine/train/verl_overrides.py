@@ -218,7 +218,8 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
     }
     if not has_valid:
         values["trainer.test_freq"] = -1
-    # The watcher reads each step's verdicts from there (judge faults always, timeouts if asked).
+    # The watcher reads each step's verdicts from there (judge faults always, timeouts if asked);
+    # a flywheel harvests its failures from there.
     values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
     if run.kind == PhaseKind.repair:
         values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
