@@ -107,7 +107,7 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     for name, entry in frozen.datasets.items():
         if name not in names:
             continue
-        loaded = load_frozen_dataset(name, entry, registry, frozen.judge)
+        loaded = load_frozen_dataset(name, entry, registry, frozen.judge, run_dir)
         decoding = decoding_of(protocol, frozen.seed)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
                     idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint, decoding_seed=decoding.seed)

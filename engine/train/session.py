@@ -81,7 +81,7 @@ class TrainRun:
         return PromptChoice(registry=self.registry, template=template, model=self.frozen.base_model)
 
     def datasets(self, *uses: str) -> list[LoadedDataset]:
-        return [load_frozen_dataset(n, self.frozen.datasets[n], self.registry, self.frozen.judge) for n in self.frozen.uses(*uses)]
+        return [load_frozen_dataset(n, self.frozen.datasets[n], self.registry, self.frozen.judge, self.run_dir) for n in self.frozen.uses(*uses)]
 
     @property
     def checkpoints(self) -> Path:
