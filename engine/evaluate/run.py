@@ -138,11 +138,12 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
         gen_s = {t.dataset: runner.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
                  for t in todo}
         with Judge(judge_config) as judge:
+            judge.require_isolation()
             for task in todo:
-                judge_s = runner.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
+                judge_s = runner.judge(task, judge, judge.version, on_progress, rejudge=settings.rejudge)
                 if rounds > 1:
-                    runner.repair(task, backend, judge, judge_config.version, rounds, on_progress)
-                results.append(_dataset_metrics(task, frozen, judge_config.version, gen_s[task.dataset], judge_s,
+                    runner.repair(task, backend, judge, judge.version, rounds, on_progress)
+                results.append(_dataset_metrics(task, frozen, judge.version, gen_s[task.dataset], judge_s,
                                                 rounds, chosen.get(task.dataset)))
     finally:
         backend.close()
