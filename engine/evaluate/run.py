@@ -153,7 +153,9 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: f
     if chosen:
         metrics.update({"best_of_n/candidates": float(chosen[0].candidates),
                         "best_of_n/cost_tokens_mean": sum(c.cost_tokens for c in chosen) / len(chosen),
-                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen))})
+                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen)),
+                        # declared `without_public: first`: problems whose answer is their first sample
+                        "best_of_n/without_public": float(sum(c.public_pass_ratio is None for c in chosen))})
     protocol = frozen.protocols["evaluate"]
     return DatasetMetrics(dataset=task.dataset, protocol=protocol.get("name", "evaluate"),
                           protocol_sha256=task.keys.protocol, idlist_sha256=task.keys.idlist,
@@ -177,7 +179,8 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
     with Judge(judge_config) as judge:
         for task in todo:
             generations = list(read(task.generations, GenerationRecord, task.keys))
-            write_chosen(task.samples, choose(task.problems, generations, judge))
+            write_chosen(task.samples, choose(task.problems, task.prompts, generations, judge,
+                                              without_public=frozen.without_public, dataset=task.dataset))
             counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
                                     "generated": len(generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")
