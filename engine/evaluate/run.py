@@ -23,7 +23,6 @@ from engine.evaluate.metrics import repair_summary, summarize
 from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.plan.frozen import (
     FrozenRun,
     load_frozen_dataset,
@@ -31,7 +30,6 @@ from engine.plan.frozen import (
     run_registry,
 )
 from engine.prompts.templates import PromptChoice
-from engine.spec.model import JudgeSpec
 
 METRICS_FILE = "metrics.json"
 BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected and generated
@@ -121,7 +119,7 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
     todo = tasks(run_dir, model, frozen)
     chosen = {t.dataset: import_chosen(settings.samples / f"{t.dataset}.jsonl", t.generations, t.keys)
               for t in todo} if settings.samples else {}
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     protocol = frozen.protocols["evaluate"]
     rounds = protocol.get("rounds") or 1
     backend = _LazyBackend(settings, model)
@@ -167,7 +165,7 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
                      on_progress: ProgressHandler) -> EvalOutput:
     """A best_of_n run: n samples per problem (resumable), then one chosen per problem by the public
     tests, written to outputs/samples/<dataset>.jsonl for the evaluations attached to this run."""
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     backend = _LazyBackend(settings, model)
     try:
         todo = tasks(run_dir, model, frozen, use="generate")

@@ -25,12 +25,10 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.judge.ground_truth import RewardTests
 from engine.isolation.public import public_view
 from engine.plan.frozen import FrozenRun, read_frozen_run
 from engine.repair.feedback import feedback
-from engine.spec.model import JudgeSpec
 from engine.train.rollout_reward import repair_return
 from engine.train.verl_overrides import REPAIR_AGENT_LOOP
 
@@ -42,7 +40,7 @@ def _run(config_path: str) -> FrozenRun:
 
 @functools.lru_cache(maxsize=4)
 def _judge(config_path: str) -> Judge:
-    return Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(_run(config_path).judge)))
+    return Judge(_run(config_path).judge_config())
 
 
 @register(REPAIR_AGENT_LOOP)
