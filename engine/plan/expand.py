@@ -282,7 +282,7 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
 
 
 TRAINING_EXTRAS = ("pairs", "select_metric", "early_stop", "cycles", "samples_per_prompt", "repair_return",
-                   "round_penalty", "traces")
+                   "round_penalty", "traces", "without_public")
 
 
 def _add_training_evaluation(spec: Spec, unit: Unit, uses: dict[str, list[str]],

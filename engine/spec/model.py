@@ -160,6 +160,9 @@ class PhaseFields(StrictModel):
     rollout: Optional[str] = None  # protocol name used for RL rollouts / sampling
     protocol: Optional[str] = None  # protocol name for eval / best_of_n generation
     n: Optional[int] = Field(default=None, gt=0)  # best_of_n samples per problem
+    # best_of_n on a problem whose prompt shows no public test (engine.isolation.public): unset,
+    # validation refuses the dataset; `first` takes its first sample, and the pages say how many did.
+    without_public: Optional[Literal["first"]] = None
     rounds: Optional[int] = Field(default=None, ge=1)  # repair rounds
     curriculum: Optional[Literal["none", "difficulty"]] = None
     hparams: Optional[dict[str, Scalar]] = None
