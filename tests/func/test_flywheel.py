@@ -31,7 +31,8 @@ phases:
     kind: sft
     trainer: trl
     train: toy_train
-    hparams: {learning_rate: 5.0e-3, max_steps: 60, per_device_train_batch_size: 4, save_steps: 60}
+    hparams: {learning_rate: 5.0e-3, max_steps: 120, per_device_train_batch_size: 4, save_steps: 120,
+              lr_scheduler_type: constant}
   grpo:
     kind: grpo
     from: sft
