@@ -8,6 +8,7 @@ never sees half a page. A page whose data is missing says so instead of failing 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from collections import Counter
@@ -129,12 +130,20 @@ def _index(study: Study) -> dict[str, Any]:
                           r.reason or ""] for r in study.runs if r.state.value in ("failed", "blocked", "cancelled")])
     waivers = Table(headers=["rule", "what", "reason", "spec line"],
                     rows=[[str(w.rule), w.what, w.reason, str(w.spec_line or "—")] for w in study.waivers])
+    leaks = Table(headers=["training", "evaluation", "kind", "scores", "test run", "outcome"],
+                  rows=[[f"{k.train}: {k.train_id}", f"{k.evaluation}: {k.eval_id}", k.kind, _scores(k.scores_json),
+                         k.evidence or "—", k.outcome] for k in study.leaks])
     data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
             "waivers": waivers.markdown(), "datasets": data.markdown(),
+            "leaks": leaks.markdown() if study.leaks else "",
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}
+
+
+def _scores(scores_json: str) -> str:
+    return ", ".join(f"{name} {value:.2f}" for name, value in json.loads(scores_json or "{}").items()) or "—"
 
 
 def _matched(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:

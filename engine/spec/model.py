@@ -220,6 +220,13 @@ class LeakageSpec(StrictModel):
     # and on the real HumanEval × MBPP × CodeContests pairs (docs/data-trust.md).
     containment: float = Field(default=0.85, gt=0, le=1)  # share of the smaller statement's shingles in the other
     reworded: float = Field(default=0.5, gt=0, le=1)  # mean of the content-word cosine and the shingle containment
+    # By meaning (engine.isolation.semantic, the `semantic` extra): each evaluation problem's top
+    # training neighbours and every pair at or above `semantic_review` are run against each other's
+    # tests; a confirmed pair is a leak, one not confirmed at or above `semantic_warn` a warning.
+    semantic: bool = True
+    semantic_top_k: int = Field(default=5, ge=0, le=100)
+    semantic_review: float = Field(default=0.7, gt=0, le=1)  # embedding cosine
+    semantic_warn: float = Field(default=0.85, gt=0, le=1)
 
 
 class TrackingSpec(StrictModel):
@@ -254,6 +261,13 @@ class ExecutorSpec(StrictModel):
     shared_dir: Optional[str] = None
 
 
+class DetectSpec(StrictModel):
+    """What the study must be able to see: `validate` warns when a declared comparison's minimum
+    detectable difference in accepted@1 (80 % power, 5 % two-sided) is larger than this."""
+
+    min_effect: float = Field(gt=0, lt=1)
+
+
 class Spec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_model: Union[str, ModelRef]
@@ -268,3 +282,4 @@ class Spec(StrictModel):
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)
     tracking: Optional[TrackingSpec] = None
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    detect: Optional[DetectSpec] = None

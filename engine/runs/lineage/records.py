@@ -149,6 +149,22 @@ class WaiverRecord(BaseModel):
     spec_line: Optional[int] = None
 
 
+class LeakRecord(BaseModel):
+    """One rule-3 finding that did not refuse the spec: a waived leak or a warning."""
+
+    spec_name: str
+    train: str  # dataset names
+    evaluation: str
+    train_id: str
+    eval_id: str
+    kind: str
+    level: str  # error (waived) | warning
+    similarity: float
+    scores_json: str = "{}"  # every score measured, by name
+    evidence: str = ""  # what running the pair's solutions said
+    outcome: str = ""  # waived: <reason> | warning
+
+
 class PlanRecords(BaseModel):
     """Everything a plan contributes to lineage, in lineage's own terms."""
 
