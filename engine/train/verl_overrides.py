@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from engine.errors import UserError
+from engine.judge.reward import JUDGE_KWARGS
 from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
 from engine.train.verl_watch import ROLLOUTS_DIR
@@ -38,6 +39,7 @@ KNOWN_UNDECLARED = (
 # default attention), and without hf_model a checkpoint has no weights a child can load.
 SDPA = "sdpa"
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
+REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
 # Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
 LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
 
@@ -133,11 +135,16 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def user_override_errors(overrides: dict[str, Any]) -> list[str]:
-    """Rules Hydra cannot enforce: legacy reward keys and `+` only where verl needs it."""
+    """Rules Hydra cannot enforce: legacy reward keys, `+` only where verl needs it, and no judge
+    setting for the reward beside the run's own `judge:` block."""
     errors = []
     for key in flatten(overrides):
         bare = key.lstrip("+")
-        if bare.startswith(LEGACY_PREFIXES):
+        judged = bare.removeprefix(REWARD_KWARGS)
+        if bare.startswith(REWARD_KWARGS) and judged in JUDGE_KWARGS:
+            errors.append(f"override {key!r} sets the reward's judge apart from the run's: the reward judges "
+                          f"with the spec's `judge:` block, as the evaluations do; set `judge: {{{judged}: ...}}`")
+        elif bare.startswith(LEGACY_PREFIXES):
             errors.append(f"override {key!r} is a legacy key verl 0.9 parses and then ignores; "
                           f"use the reward.* key instead (e.g. reward.{bare})")
         elif key.startswith("++") or (key.startswith("+") and not bare.startswith(KNOWN_UNDECLARED)):
