@@ -243,6 +243,7 @@ def _flywheel_config(planner: _Planner, unit: Unit, wheel: Flywheel, source: str
     mix = unit.fields.get("mix")
     if mix is not None and wheel.field == "mix":
         out["share"] = mix.share
+        out["corrected"] = list(mix.corrected)
     return out
 
 

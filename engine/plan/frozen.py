@@ -74,6 +74,7 @@ class FrozenFlywheel(BaseModel):
     datasets: list[str] = []
     chosen: list[str] = ["harvest"]
     share: Optional[float] = None
+    corrected: list[str] = ["repair"]
 
 
 class FrozenRun(BaseModel):

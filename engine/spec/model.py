@@ -134,6 +134,9 @@ class RepairMixSpec(StrictModel):
     repair_of: str
     classes: list[ErrorClass] = Field(min_length=1)
     share: float = Field(gt=0, lt=1)
+    # where the corrected answer comes from, in order: the repair loop (the harvested policy asked
+    # again with the public-test feedback), or the problem's reference solution (judged first)
+    corrected: list[Literal["repair", "reference"]] = Field(default=["repair"], min_length=1)
 
 
 class EarlyStopSpec(StrictModel):
