@@ -28,7 +28,7 @@ BEST_OF_N = "outputs/best_of_n.json"
 
 # Faults (GEN_ERROR: the server gave no text; INTERNAL_ERROR: the judge failed) are not the
 # model's answers: an evaluation keeping more than this share of them after a run publishes no
-# number (docs/evaluation.md, "Faults").
+# number (docs/numbers.md).
 FAULT_SHARE = 0.01
 FAULT_NAMES = {GEN_ERROR: "generations failed on the server (GEN_ERROR)",
                INTERNAL_ERROR: "judge faults (INTERNAL_ERROR)"}
