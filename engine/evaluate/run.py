@@ -24,7 +24,6 @@ from engine.evaluate.model_key import model_key
 from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.plan.frozen import (
     FrozenRun,
     load_frozen_dataset,
@@ -32,7 +31,6 @@ from engine.plan.frozen import (
     run_registry,
 )
 from engine.prompts.templates import PromptChoice
-from engine.spec.model import JudgeSpec
 
 METRICS_FILE = "metrics.json"
 BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected and generated
@@ -129,7 +127,7 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
     todo = tasks(run_dir, model, frozen)
     chosen = {t.dataset: import_chosen(settings.samples / f"{t.dataset}.jsonl", t.generations, t.keys)
               for t in todo} if settings.samples else {}
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     protocol = frozen.protocols["evaluate"]
     rounds = protocol.get("rounds") or 1
     backend = _LazyBackend(settings, model)
@@ -138,11 +136,12 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
         gen_s = {t.dataset: runner.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
                  for t in todo}
         with Judge(judge_config) as judge:
+            judge.require_isolation()
             for task in todo:
-                judge_s = runner.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
+                judge_s = runner.judge(task, judge, judge.version, on_progress, rejudge=settings.rejudge)
                 if rounds > 1:
-                    runner.repair(task, backend, judge, judge_config.version, rounds, on_progress)
-                results.append(_dataset_metrics(task, frozen, judge_config.version, gen_s[task.dataset], judge_s,
+                    runner.repair(task, backend, judge, judge.version, rounds, on_progress)
+                results.append(_dataset_metrics(task, frozen, judge.version, gen_s[task.dataset], judge_s,
                                                 rounds, chosen.get(task.dataset)))
     finally:
         backend.close()
@@ -161,7 +160,9 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: f
     if chosen:
         metrics.update({"best_of_n/candidates": float(chosen[0].candidates),
                         "best_of_n/cost_tokens_mean": sum(c.cost_tokens for c in chosen) / len(chosen),
-                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen))})
+                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen)),
+                        # declared `without_public: first`: problems whose answer is their first sample
+                        "best_of_n/without_public": float(sum(c.public_pass_ratio is None for c in chosen))})
     protocol = frozen.protocols["evaluate"]
     return DatasetMetrics(dataset=task.dataset, protocol=protocol.get("name", "evaluate"),
                           protocol_sha256=task.keys.protocol, idlist_sha256=task.keys.idlist,
@@ -173,7 +174,7 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
                      on_progress: ProgressHandler) -> EvalOutput:
     """A best_of_n run: n samples per problem (resumable), then one chosen per problem by the public
     tests, written to outputs/samples/<dataset>.jsonl for the evaluations attached to this run."""
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     backend = _LazyBackend(settings, model)
     try:
         todo = tasks(run_dir, model, frozen, use="generate")
@@ -185,7 +186,8 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
     with Judge(judge_config) as judge:
         for task in todo:
             generations = list(read(task.generations, GenerationRecord, task.keys))
-            write_chosen(task.samples, choose(task.problems, generations, judge))
+            write_chosen(task.samples, choose(task.problems, task.prompts, generations, judge,
+                                              without_public=frozen.without_public, dataset=task.dataset))
             counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
                                     "generated": len(generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")

@@ -243,6 +243,7 @@ def _flywheel_config(planner: _Planner, unit: Unit, wheel: Flywheel, source: str
     mix = unit.fields.get("mix")
     if mix is not None and wheel.field == "mix":
         out["share"] = mix.share
+        out["corrected"] = list(mix.corrected)
     return out
 
 
@@ -282,7 +283,7 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
 
 
 TRAINING_EXTRAS = ("pairs", "select_metric", "early_stop", "cycles", "samples_per_prompt", "repair_return",
-                   "round_penalty", "traces")
+                   "round_penalty", "traces", "without_public")
 
 
 def _add_training_evaluation(spec: Spec, unit: Unit, uses: dict[str, list[str]],

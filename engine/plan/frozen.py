@@ -20,9 +20,11 @@ from engine.data.idlist import apply_idlist
 from engine.data.loaders import load_dataset_problems
 from engine.errors import UserError
 from engine.files import atomic_write
+from engine.judge.config import JudgeConfig
 from engine.spec.model import (
     DatasetSpec,
     EarlyStopSpec,
+    JudgeSpec,
     ModelRef,
     PairsSpec,
     TrackingSpec,
@@ -72,6 +74,7 @@ class FrozenFlywheel(BaseModel):
     datasets: list[str] = []
     chosen: list[str] = ["harvest"]
     share: Optional[float] = None
+    corrected: list[str] = ["repair"]
 
 
 class FrozenRun(BaseModel):
@@ -106,6 +109,7 @@ class FrozenRun(BaseModel):
     harvested: bool = False  # a flywheel harvests its failures: every judged rollout is kept
     # The registry entries the run consumes, frozen at planning (`engine.plan.expand.frozen_registry`).
     registry: dict[str, dict[str, Any]] = {}
+    without_public: Optional[Literal["first"]] = None  # best_of_n: see PhaseFields.without_public
 
     def uses(self, *wanted: str) -> list[str]:
         """Names of the datasets used for any of `wanted` (train, select, early_stop, monitor, ...)."""
@@ -113,6 +117,11 @@ class FrozenRun(BaseModel):
 
     def prompt_template(self) -> Optional[str]:
         return self.protocols.get("rollout", {}).get("prompt")
+
+    def judge_config(self, **overrides: Any) -> JudgeConfig:
+        """The run's frozen `judge:` settings (backend, limits, compare mode): every verdict the run
+        gives — evaluation, reward, repair feedback, a re-judged page — comes from this config."""
+        return JudgeConfig.from_spec(JudgeSpec.model_validate(self.judge), **overrides)
 
 
 def read_frozen_run(run_dir: Path) -> FrozenRun:

@@ -17,7 +17,7 @@ from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult
 from engine.problem import Problem
 from engine.repair.feedback import feedback
-from engine.repair.public import public_view
+from engine.isolation.public import public_view
 
 Conversation = list[dict[str, str]]
 
@@ -80,6 +80,6 @@ def repair(first: Sequence[Answer], *, generate: Generate, text: Callable[[Any],
 
 def _public_result(answer: Answer, judge: Judge, views: dict[str, Optional[Problem]]) -> Optional[SampleResult]:
     if answer.problem.id not in views:  # one object per problem: the judge keeps its plan per object
-        views[answer.problem.id] = public_view(answer.problem)
+        views[answer.problem.id] = public_view(answer.problem, answer.conversation)
     view = views[answer.problem.id]
     return judge.judge(view, answer.completion) if view is not None else None

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import jinja2
 
 from engine.evaluate.metrics import mean_pass_at_k
+from engine.judge.config import judged_unsandboxed
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
@@ -138,7 +139,10 @@ def _index(study: Study) -> dict[str, Any]:
     data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
+    unsandboxed = sorted({m.judge_version for ms in study.metrics.values() for m in ms
+                          if m.judge_version and judged_unsandboxed(m.judge_version)})
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
+            "unsandboxed": unsandboxed,
             "waivers": waivers.markdown(), "datasets": data.markdown(),
             "leaks": leaks.markdown() if study.leaks else "",
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from engine.judge.reward import compute_score
+from engine.judge.reward import compute_score, run_judge
 
 TRACES_FILE = "traces/rollouts.jsonl"
 DEFAULT_TRACES = 16  # rollouts kept per step when the spec does not say
@@ -34,6 +34,10 @@ class JudgeReward:
                  shape: Optional[Callable[[list[dict], dict], list[float]]] = None, workers: int = 4) -> None:
         self.__name__ = f"judge_{mode}"  # trl names the reward's metrics after it
         self.mode, self.attempt, self.shape, self.workers = mode, attempt, shape, workers
+        # The run's frozen `judge:` settings, read now so that a missing config fails the run
+        # here rather than turning every reward into an internal error.
+        self.run_config = str(Path(run_dir) / "config.yaml")
+        run_judge(self.run_config)
         self.keep = DEFAULT_TRACES if keep is None else keep
         self.traces = Path(run_dir) / TRACES_FILE
         self.traces.parent.mkdir(parents=True, exist_ok=True)
@@ -45,7 +49,8 @@ class JudgeReward:
         texts = extra.get("final_text") or [_text(c) for c in completions]
         began = time.perf_counter()
         with ThreadPoolExecutor(self.workers) as pool:
-            results = list(pool.map(lambda a: compute_score("rlvr", a[0], a[1], mode=self.mode),
+            results = list(pool.map(lambda a: compute_score("rlvr", a[0], a[1], mode=self.mode,
+                                                             run_config=self.run_config),
                                     zip(texts, ground_truth)))
         judge_s = time.perf_counter() - began
         rewards = self.shape(results, extra) if self.shape else [r["score"] for r in results]
