@@ -33,7 +33,7 @@ from engine.plan.frozen import (
 from engine.prompts.templates import PromptChoice
 
 METRICS_FILE = "metrics.json"
-BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected and generated
+BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected, generated and failed
 
 
 class DatasetMetrics(BaseModel):
@@ -189,7 +189,8 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
             write_chosen(task.samples, choose(task.problems, task.prompts, generations, judge,
                                               without_public=frozen.without_public, dataset=task.dataset))
             counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
-                                    "generated": len(generations)}
+                                    "generated": len(generations),
+                                    "failed": sum(g.finish_reason == "error" for g in generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")
     return EvalOutput(run_id=frozen.run_id, datasets=[])
 
