@@ -14,11 +14,8 @@ from engine.cli.views import StageProgress, console, eval_table
 from engine.evaluate.backends import BACKENDS
 from engine.evaluate.run import Settings, evaluate_run
 
-NAME = "evaluate"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="evaluate a run directory's model on its datasets (what an eval run's launch.sh runs)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", type=Path, required=True, help="an eval run's directory (runs/<spec>/<run-id>/)")
     p.add_argument("--model", required=True, help="the model to evaluate: a Hugging Face folder or hub id")
     p.add_argument("--backend", choices=("auto", *BACKENDS), default="auto",

@@ -19,6 +19,8 @@ from pydantic import BaseModel, Field, ValidationError
 from engine.judge.verdict import TestResult
 
 GEN_ERROR = "GEN_ERROR"  # the backend gave no text after every retry: not the model's fault, not a pass
+INTERNAL_ERROR = "INTERNAL_ERROR"  # the judge failed (not the program): judged again on a re-run
+FAULTS = frozenset({GEN_ERROR, INTERNAL_ERROR})  # verdicts that are the machinery's failure, not the model's
 TRUNCATED = "truncated"  # finish_reason "length": counted and shown, never silently a wrong answer
 
 
@@ -28,6 +30,7 @@ class Keys(BaseModel):
     model: str  # checkpoint hash (or hub id)
     protocol: str  # sha256 of the resolved decoding protocol
     idlist: str  # sha256 of the frozen id list, or the dataset's fingerprint
+    decoding_seed: int = 0  # the seed sampling drew from (`run.decoding_seed`); the protocol's when greedy
 
 
 class GenerationRecord(BaseModel):
@@ -68,26 +71,38 @@ class SampleRecord(GenerationRecord):
 
 
 def append(path: Path, records: Iterable[BaseModel]) -> None:
-    """Append and flush: a kill loses at most the line being written (skipped when read)."""
+    """Append and flush: a kill loses at most the line being written (skipped when read). A torn
+    last line left by an earlier kill is ended first, so the next record starts a line of its own."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
+    with path.open("a+b") as handle:
+        if handle.tell() > 0:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
         for record in records:
-            handle.write(record.model_dump_json() + "\n")
+            handle.write((record.model_dump_json() + "\n").encode("utf-8"))
         handle.flush()
         os.fsync(handle.fileno())
 
 
 def read(path: Path, model: type[GenerationRecord], keys: Optional[Keys] = None) -> Iterator[GenerationRecord]:
-    """The file's records of `keys` (all when None); a torn last line is skipped, once per uid."""
+    """The file's records of `keys` (all when None), one per uid: the last one written (a fault
+    generated or judged again replaces the faulty record), in the order uids first appear. A torn
+    line is skipped."""
     if not path.exists():
         return
-    seen: set[str] = set()
+    latest: dict[str, GenerationRecord] = {}
     with path.open(encoding="utf-8") as handle:
         for line in handle:
             try:
                 record = model.model_validate(json.loads(line))
             except (json.JSONDecodeError, ValidationError):
                 continue
-            if (keys is None or record.keys == keys) and record.uid not in seen:
-                seen.add(record.uid)
-                yield record
+            if keys is None or record.keys == keys:
+                latest[record.uid] = record
+    yield from latest.values()
+
+
+def is_fault(record: GenerationRecord) -> bool:
+    """A generation that failed on the server, or a sample the judge failed on: not the model's answer."""
+    return record.finish_reason == "error" or getattr(record, "verdict", None) in FAULTS

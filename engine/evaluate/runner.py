@@ -1,11 +1,15 @@
 """An evaluation in three resumable stages per dataset: generate → judge → aggregate.
 
 - generate appends one GenerationRecord per sample to outputs/generations/<dataset>.jsonl as
-  each batch finishes; a re-run generates only the samples a problem still lacks (sampled
-  protocols too: the missing samples get the seeds they would have had).
+  each batch finishes; a re-run generates only the samples a problem still lacks, and again
+  those that failed on the server (GEN_ERROR) — sampled protocols too: the samples get the
+  seeds they would have had.
 - judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as
-  each chunk is judged; a re-run judges only what is not judged yet, and `rejudge` judges
-  every answer again, repair rounds included, without generating anything.
+  each chunk is judged; a re-run judges only what is not judged yet, and again the samples
+  the judge failed on (INTERNAL_ERROR) or whose generation has since been made again; and
+  `rejudge` judges every answer again, repair rounds included, without generating anything.
+  A record written again replaces the earlier one of its uid (`records.read`: the last one
+  wins).
 - aggregate reads the samples back and computes the metrics.
 
 Records are keyed by content (checkpoint hash, protocol hash, id-list hash): records with
@@ -23,10 +27,12 @@ from engine.errors import UserError
 from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt
 from engine.evaluate.records import (
     GEN_ERROR,
+    INTERNAL_ERROR,
     GenerationRecord,
     Keys,
     SampleRecord,
     append,
+    is_fault,
     read,
 )
 from engine.judge.api import Judge
@@ -81,18 +87,19 @@ def _quiet(progress: Progress) -> None:
 
 
 def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet) -> float:
-    """Generate what is missing; returns the seconds spent."""
-    have: dict[str, int] = {}
+    """Generate what is missing or failed on the server; returns the seconds spent."""
+    have: dict[str, set[int]] = {}
     for record in read(task.generations, GenerationRecord, task.keys):
-        have[record.problem_id] = have.get(record.problem_id, 0) + 1
-    todo = [(i, have.get(p.id, 0)) for i, p in enumerate(task.problems) if have.get(p.id, 0) < task.decoding.n]
-    done, tokens, began = task.expected - sum(task.decoding.n - h for _, h in todo), 0, time.perf_counter()
+        if not is_fault(record):
+            have.setdefault(record.problem_id, set()).add(record.sample)
+    todo = [(i, run) for i, p in enumerate(task.problems) for run in _missing_runs(have.get(p.id, set()), task.decoding.n)]
+    done, tokens, began = task.expected - sum(n for _, (_, n) in todo), 0, time.perf_counter()
     on_progress(Progress("generate", task.dataset, done, task.expected))
     for start in range(0, len(todo), GENERATE_CHUNK):
         chunk = todo[start:start + GENERATE_CHUNK]
-        for group in _by_count(chunk):  # problems lacking the same number of samples share a call
-            first = group[0][1]
-            decoding = replace(task.decoding, n=task.decoding.n - first, seed=task.decoding.seed + first)
+        for group in _by_run(chunk):  # problems lacking the same samples share a call
+            first, count = group[0][1]
+            decoding = replace(task.decoding, n=count, seed=task.decoding.seed + first)
             outputs = backend.generate([task.prompts[i] for i, _ in group], decoding)
             records = [_generation_record(task, task.problems[i], first + j, g)
                        for (i, _), gens in zip(group, outputs) for j, g in enumerate(gens)]
@@ -103,8 +110,19 @@ def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet
     return time.perf_counter() - began
 
 
-def _by_count(chunk: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    groups: dict[int, list[tuple[int, int]]] = {}
+def _missing_runs(have: set[int], n: int) -> list[tuple[int, int]]:
+    """The samples 0..n-1 not in `have`, as runs (first, count) of consecutive indices."""
+    runs: list[tuple[int, int]] = []
+    for s in (s for s in range(n) if s not in have):
+        if runs and runs[-1][0] + runs[-1][1] == s:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((s, 1))
+    return runs
+
+
+def _by_run(chunk: list[tuple[int, tuple[int, int]]]) -> list[list[tuple[int, tuple[int, int]]]]:
+    groups: dict[tuple[int, int], list[tuple[int, tuple[int, int]]]] = {}
     for item in chunk:
         groups.setdefault(item[1], []).append(item)
     return list(groups.values())
@@ -130,15 +148,17 @@ def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHan
         replaced = task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl")
         task.samples.rename(replaced)
         carried = [_generation_of(r) for r in read(replaced, SampleRecord, task.keys) if r.round > 1]
-    judged = {r.uid for r in read(task.samples, SampleRecord, task.keys)}
-    todo = [g for g in read(task.generations, GenerationRecord, task.keys) if g.uid not in judged]
+    judged = {r.uid: r for r in read(task.samples, SampleRecord, task.keys)}
+    todo = [g for g in read(task.generations, GenerationRecord, task.keys)
+            if g.uid not in judged or _judge_again(judged[g.uid], g)]  # type: ignore[arg-type]
     by_id = {p.id: p for p in task.problems}
-    total, began = len(judged) + len(todo) + len(carried), time.perf_counter()
-    on_progress(Progress("judge", task.dataset, len(judged), total))
+    total, began = len(judged) + sum(g.uid not in judged for g in todo) + len(carried), time.perf_counter()
+    settled = total - len(todo) - len(carried)
+    on_progress(Progress("judge", task.dataset, settled, total))
     for start in range(0, len(todo), JUDGE_CHUNK):
         chunk = todo[start:start + JUDGE_CHUNK]
         append(task.samples, judge_records(chunk, by_id, judge, judge_version))
-        on_progress(Progress("judge", task.dataset, len(judged) + start + len(chunk), total))
+        on_progress(Progress("judge", task.dataset, settled + start + len(chunk), total))
     for r in sorted({g.round for g in carried}):
         failing = {x.uid for x in read(task.samples, SampleRecord, task.keys) if x.round == r - 1 and not x.accepted}
         again = [g for g in carried if g.round == r and g.parent in failing]
@@ -149,6 +169,13 @@ def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHan
 
 def _generation_of(record: SampleRecord) -> GenerationRecord:
     return GenerationRecord.model_validate(record.model_dump(include=set(GenerationRecord.model_fields)))
+
+
+def _judge_again(sample: SampleRecord, generation: GenerationRecord) -> bool:
+    """A judge fault is judged again; so is a sample judged from a generation made again since."""
+    if sample.verdict == INTERNAL_ERROR:
+        return True
+    return sample.completion != generation.completion or sample.finish_reason != generation.finish_reason
 
 
 def judge_records(generations: Sequence[GenerationRecord], problems: dict[str, Problem], judge: Judge,
@@ -190,8 +217,10 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
     began, decoding = time.perf_counter(), replace(task.decoding, n=1)
     for r in range(2, rounds + 1):
         records = samples(task)
-        done = {x.parent for x in records if x.round == r}
-        parents = [x for x in records if x.round == r - 1 and not x.accepted and x.uid not in done]
+        # A fault is neither answered nor repaired: a faulty round is made again, and a faulty
+        # parent waits until a re-run has generated or judged it again.
+        done = {x.parent for x in records if x.round == r and not is_fault(x)}
+        parents = [x for x in records if x.round == r - 1 and not x.accepted and not is_fault(x) and x.uid not in done]
         for start in range(0, len(parents), JUDGE_CHUNK):
             first = [Answer(key=x.uid, problem=by_id[x.problem_id], completion=x.completion, round=r - 1,
                             result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
@@ -206,8 +235,7 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
 
 
 def _result_of(record: SampleRecord) -> SampleResult:
-    verdict = Verdict.INTERNAL_ERROR if record.verdict == GEN_ERROR else Verdict(record.verdict)
-    return SampleResult(problem_id=record.problem_id, verdict=verdict, accepted=record.accepted,
+    return SampleResult(problem_id=record.problem_id, verdict=Verdict(record.verdict), accepted=record.accepted,
                         passed=record.passed, total=record.total, pass_ratio=record.pass_ratio,
                         failures=record.tests)
 

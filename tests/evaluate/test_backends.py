@@ -61,3 +61,47 @@ def test_a_server_that_never_recovers_gives_explicit_errors(tiny_model):
 def test_vllm_missing_names_the_gpu_extra():
     with pytest.raises(UserError, match=r"gpu extra"):
         make_backend("vllm", model="m")
+
+
+def test_openai_counts_a_prompt_once_for_its_n_samples(tiny_model):
+    [[one]] = make_backend("hf", model=str(tiny_model)).generate([CHAT], Decoding(max_tokens=4))
+    with Server(str(tiny_model)) as server:
+        [gens] = make_backend("openai", model="tiny", base_url=server.base_url).generate(
+            [CHAT], Decoding(max_tokens=4, n=3, temperature=1.0))
+    assert len(gens) == 3 and sum(g.prompt_tokens for g in gens) == one.prompt_tokens
+
+
+class _FakeLLM:
+    """A fake of vllm.LLM (vLLM needs a GPU): records what it is asked to generate from."""
+
+    asked: list = []
+
+    def __init__(self, **_: object) -> None:
+        pass
+
+    def get_tokenizer(self):
+        class Tokenizer:
+            def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+                return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+        return Tokenizer()
+
+    def generate(self, prompts, params, use_tqdm):
+        _FakeLLM.asked = list(prompts)
+        out = type("Choice", (), {"text": "x", "token_ids": [1], "finish_reason": "stop"})
+        return [type("Output", (), {"prompt_token_ids": [0] * 4, "outputs": [out] * params.n})() for _ in prompts]
+
+    def chat(self, prompts, params, use_tqdm):
+        raise AssertionError("a mixed batch is not all chat")
+
+
+def test_vllm_renders_chat_messages_of_a_mixed_batch_with_the_chat_template(monkeypatch):
+    import types
+
+    fake = types.ModuleType("vllm")
+    fake.LLM = _FakeLLM
+    fake.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    backend = make_backend("vllm", model="m")
+    out = backend.generate(["def add(a, b):", CHAT], Decoding(n=2))
+    assert _FakeLLM.asked == ["def add(a, b):", "<user>Write a function add(a, b).<assistant>"]
+    assert [sum(g.prompt_tokens for g in gens) for gens in out] == [4, 4]

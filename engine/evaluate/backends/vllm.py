@@ -6,7 +6,7 @@ import time
 from typing import Sequence
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Decoding, Generation, Prompt
+from engine.evaluate.backends.base import Decoding, Generation, Prompt, prompt_share
 
 
 class VLLMBackend:
@@ -28,16 +28,21 @@ class VLLMBackend:
         params = SamplingParams(n=decoding.n, temperature=decoding.temperature, top_p=decoding.top_p,
                                 top_k=decoding.top_k, max_tokens=decoding.max_tokens, stop=list(decoding.stop) or None,
                                 seed=decoding.seed)
-        chats = [p for p in prompts if not isinstance(p, str)]
         began = time.perf_counter()
-        if chats and len(chats) == len(prompts):
+        if prompts and all(not isinstance(p, str) for p in prompts):
             outputs = self.llm.chat(list(prompts), params, use_tqdm=False)
-        else:
-            outputs = self.llm.generate([p if isinstance(p, str) else str(p) for p in prompts], params, use_tqdm=False)
+        else:  # completion prompts, or a mix: chat messages go through the model's chat template
+            outputs = self.llm.generate([self._text(p) for p in prompts], params, use_tqdm=False)
         latency = (time.perf_counter() - began) / max(1, len(prompts) * decoding.n)
-        return [[Generation(text=c.text, prompt_tokens=len(o.prompt_token_ids), completion_tokens=len(c.token_ids),
+        return [[Generation(text=c.text, prompt_tokens=prompt_share(len(o.prompt_token_ids), len(o.outputs), i),
+                            completion_tokens=len(c.token_ids),
                             finish_reason="length" if c.finish_reason == "length" else "stop", latency_s=latency,
-                            seed=decoding.seed) for c in o.outputs] for o in outputs]
+                            seed=decoding.seed) for i, c in enumerate(o.outputs)] for o in outputs]
+
+    def _text(self, prompt: Prompt) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        return self.llm.get_tokenizer().apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
     def close(self) -> None:
         self.llm = None
