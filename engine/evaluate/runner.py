@@ -7,8 +7,9 @@
 - judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as
   each chunk is judged; a re-run judges only what is not judged yet, and again the samples
   the judge failed on (INTERNAL_ERROR) or whose generation has since been made again; and
-  `rejudge` judges every generation again without generating anything. A record written
-  again replaces the earlier one of its uid (`records.read`: the last one wins).
+  `rejudge` judges every answer again, repair rounds included, without generating anything.
+  A record written again replaces the earlier one of its uid (`records.read`: the last one
+  wins).
 - aggregate reads the samples back and computes the metrics.
 
 Records are keyed by content (checkpoint hash, protocol hash, id-list hash): records with
@@ -136,21 +137,38 @@ def _generation_record(task: Task, problem: Problem, sample: int, g: Generation)
 
 def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHandler = _quiet, *,
           rejudge: bool = False) -> float:
-    """Judge the generations not judged yet (all of them with `rejudge`); returns the seconds spent."""
+    """Judge the generations not judged yet (all of them with `rejudge`); returns the seconds spent.
+
+    With `rejudge` the repair rounds are judged again too: their answers exist only in the samples
+    file (the generations file holds first answers), so they are carried over from the replaced
+    file and re-judged, round by round, as long as their parent still fails (an answer whose
+    parent now passes would never have been asked for). `repair` then asks only what is missing."""
+    carried: list[GenerationRecord] = []
     if rejudge and task.samples.exists():
-        task.samples.rename(task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl"))
+        replaced = task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl")
+        task.samples.rename(replaced)
+        carried = [_generation_of(r) for r in read(replaced, SampleRecord, task.keys) if r.round > 1]
     judged = {r.uid: r for r in read(task.samples, SampleRecord, task.keys)}
     todo = [g for g in read(task.generations, GenerationRecord, task.keys)
             if g.uid not in judged or _judge_again(judged[g.uid], g)]  # type: ignore[arg-type]
     by_id = {p.id: p for p in task.problems}
-    total, began = len(judged) + sum(g.uid not in judged for g in todo), time.perf_counter()
-    settled = total - len(todo)
+    total, began = len(judged) + sum(g.uid not in judged for g in todo) + len(carried), time.perf_counter()
+    settled = total - len(todo) - len(carried)
     on_progress(Progress("judge", task.dataset, settled, total))
     for start in range(0, len(todo), JUDGE_CHUNK):
         chunk = todo[start:start + JUDGE_CHUNK]
         append(task.samples, judge_records(chunk, by_id, judge, judge_version))
         on_progress(Progress("judge", task.dataset, settled + start + len(chunk), total))
+    for r in sorted({g.round for g in carried}):
+        failing = {x.uid for x in read(task.samples, SampleRecord, task.keys) if x.round == r - 1 and not x.accepted}
+        again = [g for g in carried if g.round == r and g.parent in failing]
+        for start in range(0, len(again), JUDGE_CHUNK):
+            append(task.samples, judge_records(again[start:start + JUDGE_CHUNK], by_id, judge, judge_version))
     return time.perf_counter() - began
+
+
+def _generation_of(record: SampleRecord) -> GenerationRecord:
+    return GenerationRecord.model_validate(record.model_dump(include=set(GenerationRecord.model_fields)))
 
 
 def _judge_again(sample: SampleRecord, generation: GenerationRecord) -> bool:

@@ -39,8 +39,9 @@ def _clip(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Shown:
-    """A run's problems as it showed them (its evaluation prompt), and the judge it judged with."""
+class Shown:
+    """A run's problems as it showed them (its evaluation prompt), and the judge it judged with:
+    a failure case's public test is run exactly as the run would have run it."""
 
     problems: dict[str, Problem]
     choice: PromptChoice
@@ -56,31 +57,31 @@ class _Shown:
 _LOADED: dict[tuple[str, str], dict[str, Problem]] = {}
 
 
-def _problems(col: Column, unit: str) -> Optional[_Shown]:
-    run_dir = Path(col.cells[unit][0].run.run_dir or ".")
+def shown(run_dir: Path, dataset: str) -> Optional[Shown]:
+    """What the run at `run_dir` showed of `dataset`, or None when it cannot be read back."""
     try:
         frozen = read_frozen_run(run_dir)
-        entry = frozen.datasets[col.dataset]
+        entry = frozen.datasets[dataset]
         registry = run_registry(run_dir)
-        key = (col.dataset, entry.model_dump_json())
+        key = (dataset, entry.model_dump_json())
         if key not in _LOADED:
-            loaded: LoadedDataset = load_frozen_dataset(col.dataset, entry, registry, frozen.judge)
+            loaded: LoadedDataset = load_frozen_dataset(dataset, entry, registry, frozen.judge)
             _LOADED[key] = {p.id: p for p in loaded.problems}
         choice = PromptChoice(registry=registry, template=frozen.protocols.get("evaluate", {}).get("prompt"),
                               model=frozen.base_model)
         config = frozen.judge_config()
     except Exception:  # the data moved since the run: show the cases without their public tests
         return None
-    return _Shown(problems=_LOADED[key], choice=choice, judge=config)
+    return Shown(problems=_LOADED[key], choice=choice, judge=config)
 
 
-class _LazyJudge:
+class LazyJudge:
     """The judges' workers start only if a public test is actually run; one judge per run config."""
 
     def __init__(self) -> None:
         self.judges: dict[str, Judge] = {}  # by repr: a JudgeConfig is a mutable dataclass
 
-    def __enter__(self) -> "_LazyJudge":
+    def __enter__(self) -> "LazyJudge":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -94,11 +95,12 @@ class _LazyJudge:
         return self.judges[key].judge(problem, completion)
 
 
-def _public(judge: "_LazyJudge", shown: Optional[_Shown], problem_id: str, completion: str) -> str:
-    view = shown.view(problem_id) if shown is not None else None
-    if shown is None or view is None:
+def public_case(judge: LazyJudge, run: Optional[Shown], problem_id: str, completion: str) -> str:
+    """The first public test `completion` fails, as the run judges it, or why there is none."""
+    view = run.view(problem_id) if run is not None else None
+    if run is None or view is None:
         return "no public test to show"
-    result = judge.run(shown.judge, view, completion)
+    result = judge.run(run.judge, view, completion)
     failing = next((t for t in result.failures), None)
     if failing is None:
         return f"passes the public tests ({result.passed}/{result.total}); fails hidden ones"
@@ -116,16 +118,16 @@ def cases(study: Study, col: Column) -> tuple[list[Case], list[Case]]:
     """(failures per phase, repaired cases) on one dataset column."""
     failed: list[Case] = []
     repaired: list[Case] = []
-    with _LazyJudge() as judge:
+    with LazyJudge() as judge:
         for unit in study.units():
             if unit not in col.cells:
                 continue
-            shown = _problems(col, unit)
+            run = shown(Path(col.cells[unit][0].run.run_dir or "."), col.dataset)
             records = col.cells[unit][0].samples()
             firsts = [r for r in records if r.round == 1 and not r.accepted]
             for r in sorted(firsts, key=lambda r: r.problem_id)[:PER_PHASE]:
                 failed.append(Case(unit, r.problem_id, r.verdict, _clip(r.completion),
-                                   _public(judge, shown, r.problem_id, r.completion)))
+                                   public_case(judge, run, r.problem_id, r.completion)))
             repaired += _repaired(unit, records)[: REPAIRED - len(repaired)]
     return failed, repaired
 
