@@ -24,17 +24,18 @@ class ChosenRecord(GenerationRecord):
 
 
 def choose(problems: Sequence[Problem], generations: Sequence[GenerationRecord], judge: Judge) -> list[ChosenRecord]:
+    """One sample per problem; every candidate of every problem is judged in one stream, so the
+    workers never wait at a problem's end for its slowest candidate."""
     by_problem: dict[str, list[GenerationRecord]] = {}
     for g in generations:
         by_problem.setdefault(g.problem_id, []).append(g)
+    todo = [(problem, sorted(by_problem[problem.id], key=lambda g: g.sample), public_view(problem))
+            for problem in problems if by_problem.get(problem.id)]
+    items = [(view, g.completion) for _, candidates, view in todo if view is not None for g in candidates]
+    ratios = iter(r.pass_ratio for r in judge.judge_many(items))
     chosen = []
-    for problem in problems:
-        candidates = sorted(by_problem.get(problem.id, []), key=lambda g: g.sample)
-        if not candidates:
-            continue
-        view = public_view(problem)
-        scores = ([r.pass_ratio for r in judge.judge_many([(view, g.completion) for g in candidates])]
-                  if view is not None else [0.0] * len(candidates))
+    for problem, candidates, view in todo:
+        scores = [next(ratios) for _ in candidates] if view is not None else [0.0] * len(candidates)
         best = max(range(len(candidates)), key=lambda i: (scores[i], -candidates[i].completion_tokens, -i))
         cost = sum(g.prompt_tokens + g.completion_tokens for g in candidates)
         chosen.append(ChosenRecord(**candidates[best].model_dump(), candidates=len(candidates), cost_tokens=cost,
