@@ -87,3 +87,23 @@ def test_a_judge_without_isolation_refuses_unless_allowed():
     assert "fix:" in out["refused"] and "allow_unsandboxed: true" in out["refused"]
     assert out["reward_refused"] is True  # training stops instead of rewarding unsandboxed
     assert out["allowed"] == "ACCEPTED"
+
+
+def test_the_judges_working_directory_and_the_run_directory_are_hidden(tmp_path, monkeypatch):
+    """A GRPO run's directory holds the exported training data, tests included: no sample reads it,
+    wherever the run lives (here under /tmp, which is no data root)."""
+    cwd, run_dir = tmp_path / "cwd", tmp_path / "run"
+    for d in (cwd, run_dir):
+        d.mkdir()
+        (d / "tests.jsonl").write_text("the answers\n")
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("RLVR_RUN_DIR", str(run_dir))
+    from engine.judge.local.pool import hidden_dirs
+
+    assert {str(cwd), str(run_dir)} <= set(hidden_dirs())  # hidden wherever they are, not only under /tmp
+    reads = "".join(f"try:\n    open({str(d / 'tests.jsonl')!r}).read()\n    seen.append({str(d)!r})\n"
+                    "except OSError:\n    pass\n" for d in (cwd, run_dir))
+    with Judge(JudgeConfig(workers=1, cache=False)) as judge:
+        result = judge.judge(ADD, "seen = []\n" + reads + "def add(a, b):\n    return a + b if not seen else 0\n",
+                             code_is_program=True)
+    assert result.accepted, (result.verdict, result.failures[:1])
