@@ -20,10 +20,10 @@ from engine.evaluate.backends import default_backend, make_backend
 from engine.evaluate.backends.base import Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
+from engine.evaluate.model_key import model_key
 from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.plan.frozen import (
     FrozenRun,
     load_frozen_dataset,
@@ -31,7 +31,6 @@ from engine.plan.frozen import (
     run_registry,
 )
 from engine.prompts.templates import PromptChoice
-from engine.spec.model import JudgeSpec
 
 METRICS_FILE = "metrics.json"
 BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected and generated
@@ -71,18 +70,6 @@ class Settings:
     samples: Optional[Path] = None  # score these chosen samples (a best_of_n parent's) instead of generating
 
 
-def checkpoint_hash(model: str) -> str:
-    """A content hash of a model folder (every file's name, size and first MiB); a hub id as written."""
-    root = Path(model)
-    if not root.is_dir():
-        return model
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        with path.open("rb") as handle:
-            digest.update(f"{path.relative_to(root)}\0{path.stat().st_size}\0".encode() + handle.read(1 << 20))
-    return digest.hexdigest()
-
-
 def protocol_sha256(protocol: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()
 
@@ -112,13 +99,13 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     registry = run_registry(run_dir)
     protocol = frozen.protocols[use]
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
-    model_hash = checkpoint_hash(model)
+    model_hash = model_key(model)
     names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []
     for name, entry in frozen.datasets.items():
         if name not in names:
             continue
-        loaded = load_frozen_dataset(name, entry, registry, frozen.judge)
+        loaded = load_frozen_dataset(name, entry, registry, frozen.judge, run_dir)
         decoding = decoding_of(protocol, frozen.seed)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
                     idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint, decoding_seed=decoding.seed)
@@ -140,7 +127,7 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
     todo = tasks(run_dir, model, frozen)
     chosen = {t.dataset: import_chosen(settings.samples / f"{t.dataset}.jsonl", t.generations, t.keys)
               for t in todo} if settings.samples else {}
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     protocol = frozen.protocols["evaluate"]
     rounds = protocol.get("rounds") or 1
     backend = _LazyBackend(settings, model)
@@ -173,7 +160,9 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: f
     if chosen:
         metrics.update({"best_of_n/candidates": float(chosen[0].candidates),
                         "best_of_n/cost_tokens_mean": sum(c.cost_tokens for c in chosen) / len(chosen),
-                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen))})
+                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen)),
+                        # declared `without_public: first`: problems whose answer is their first sample
+                        "best_of_n/without_public": float(sum(c.public_pass_ratio is None for c in chosen))})
     protocol = frozen.protocols["evaluate"]
     return DatasetMetrics(dataset=task.dataset, protocol=protocol.get("name", "evaluate"),
                           protocol_sha256=task.keys.protocol, idlist_sha256=task.keys.idlist,
@@ -185,7 +174,7 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
                      on_progress: ProgressHandler) -> EvalOutput:
     """A best_of_n run: n samples per problem (resumable), then one chosen per problem by the public
     tests, written to outputs/samples/<dataset>.jsonl for the evaluations attached to this run."""
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     with Judge(judge_config) as judge:
         judge.require_isolation()  # before generating what it could not judge
     backend = _LazyBackend(settings, model)
@@ -199,7 +188,8 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
     with Judge(judge_config) as judge:
         for task in todo:
             generations = list(read(task.generations, GenerationRecord, task.keys))
-            write_chosen(task.samples, choose(task.problems, generations, judge))
+            write_chosen(task.samples, choose(task.problems, task.prompts, generations, judge,
+                                              without_public=frozen.without_public, dataset=task.dataset))
             counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
                                     "generated": len(generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")

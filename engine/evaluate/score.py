@@ -17,9 +17,7 @@ from engine.evaluate.metrics import summarize
 from engine.evaluate.records import SampleRecord
 from engine.evaluate.run import Settings, _LazyBackend, tasks
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.plan.frozen import FrozenRun
-from engine.spec.model import JudgeSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +32,7 @@ def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, 
                 on_progress: runner.ProgressHandler = runner._quiet) -> list[Scored]:
     """Generate with the run's `protocol` on `datasets`, judge, summarize (resumes from `out_dir`)."""
     todo = tasks(run_dir, model, frozen, protocol, datasets=datasets, out_dir=out_dir)
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     owned = backend is None
     backend = backend or _LazyBackend(settings, model)
     try:

@@ -212,7 +212,7 @@ def check_leakage(
     so); `encoder` replaces the semantic model's loader."""
     spec, leakage = validated.spec, validated.spec.leakage
     cache = cache or SketchCache()
-    load = load or _registry_loader(validated, on_step)
+    load = load or registry_loader(validated, on_step)
     report = LeakageReport(settings=leakage)
     train_side, eval_side = dataset_sides(spec)
     sketches: dict[str, Sketch] = {}
@@ -294,7 +294,7 @@ def _reason(exc: UserError) -> str:
     return str(exc).splitlines()[0]
 
 
-def _registry_loader(validated: ValidatedSpec, on_step: Optional[Callable[[str], None]] = None) -> Loader:
+def registry_loader(validated: ValidatedSpec, on_step: Optional[Callable[[str], None]] = None) -> Loader:
     def load(name: str) -> LoadedDataset:
         def on_row(number: int) -> None:
             if on_step and number % ROWS_PER_UPDATE == 0:

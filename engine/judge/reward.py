@@ -17,9 +17,14 @@ is the same call for managers that await coroutines; use it only where the
 event loop's thread pool is the constraint.
 
 `ground_truth` is `engine.judge.ground_truth.RewardTests` as JSON (written by the
-data exporter with `ground_truth_from_problem`). Settings, highest first:
-reward_kwargs (the run's config), the row's `extra_info` (`reward_mode`), the
-environment (`RLVR_REWARD_BACKEND`, `RLVR_SANDBOX_URL`), then defaults.
+data exporter with `ground_truth_from_problem`). The judge settings (backend, url,
+limits, compare mode) of a run's reward are the run's own: `run_config` (its
+config.yaml, which every launch passes) gives its frozen `judge:` block, so the
+reward judges a program exactly as the run's evaluations do, and the other judge
+keys below are then refused. Without `run_config` (a reward used on its own):
+reward_kwargs, the environment (`RLVR_REWARD_BACKEND`, `RLVR_SANDBOX_URL`), then
+the defaults. The mode: reward_kwargs, the row's `extra_info` (`reward_mode`),
+`RLVR_REWARD_MODE`, then dense.
 
 The returned dict always has the same keys, all scalars (verl builds one numpy
 array per key across the batch and its validation metrics skip strings):
@@ -43,14 +48,18 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Sequence
+
+from ruamel.yaml import YAML
 
 from engine.judge.api import Judge, JudgeConfig, UnsandboxedJudge
 from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
+from engine.spec.model import JudgeSpec
 
 log = logging.getLogger("rlvr.reward")
 
@@ -71,13 +80,14 @@ Mode = Literal["dense", "sparse"]
 Backend = Literal["local", "sandbox_fusion"]
 
 
+# reward_kwargs that set the judge: with `run_config` they come from the run, never from here
+JUDGE_KWARGS = ("backend", "url", "sandbox_fusion_url", "timeout_s", "memory_mb", "compare", "float_tol")
+
+
 @dataclass(kw_only=True, frozen=True)
 class RewardSettings:
     mode: Mode = "dense"  # dense: pass_ratio; sparse: 1[accepted] (stops at the first failing test)
-    backend: Backend = "local"
-    url: Optional[str] = None  # sandbox_fusion endpoint
-    timeout_s: float = 6.0  # per test (a problem's own time limit wins)
-    memory_mb: int = 1024
+    judge: JudgeSpec = field(default_factory=JudgeSpec)  # backend, url, limits, compare mode: the run's frozen `judge:`
     workers: Optional[int] = None  # judge workers in this process (default: all cores)
     wall_timeout_s: float = 300.0  # bound on one compute_score call
 
@@ -86,27 +96,42 @@ class RewardSettings:
         env = os.environ
         info = extra_info or {}
         mode = kwargs.get("mode") or info.get("reward_mode") or env.get("RLVR_REWARD_MODE") or "dense"
-        backend = kwargs.get("backend") or env.get("RLVR_REWARD_BACKEND") or "local"
-        url = kwargs.get("url") or kwargs.get("sandbox_fusion_url") or env.get("RLVR_SANDBOX_URL")
         if mode not in ("dense", "sparse"):
             raise ValueError(f"reward mode must be dense or sparse, got {mode!r}")
-        if backend not in ("local", "sandbox_fusion"):
-            raise ValueError(f"reward backend must be local or sandbox_fusion, got {backend!r}")
+        if kwargs.get("run_config"):
+            given = [k for k in JUDGE_KWARGS if kwargs.get(k) is not None]
+            if given:
+                raise ValueError(f"reward_kwargs {', '.join(given)} would override the run's frozen `judge:` "
+                                 f"settings; set them in the spec's `judge:` block instead")
+            judge = run_judge(str(kwargs["run_config"]))
+        else:
+            backend = kwargs.get("backend") or env.get("RLVR_REWARD_BACKEND") or "local"
+            if backend not in ("local", "sandbox_fusion"):
+                raise ValueError(f"reward backend must be local or sandbox_fusion, got {backend!r}")
+            url = kwargs.get("url") or kwargs.get("sandbox_fusion_url") or env.get("RLVR_SANDBOX_URL")
+            judge = JudgeSpec.model_validate({"backend": backend, "url": url, **{
+                k: kwargs[k] for k in ("timeout_s", "memory_mb", "compare", "float_tol") if kwargs.get(k) is not None}})
         return cls(
             mode=mode,
-            backend=backend,
-            url=url,
-            timeout_s=float(kwargs.get("timeout_s", cls.timeout_s)),
-            memory_mb=int(kwargs.get("memory_mb", cls.memory_mb)),
+            judge=judge,
             workers=int(kwargs["workers"]) if kwargs.get("workers") else None,
             wall_timeout_s=float(kwargs.get("wall_timeout_s", cls.wall_timeout_s)),
         )
 
     def judge_config(self) -> JudgeConfig:
-        extra = {"workers": self.workers} if self.workers else {}
-        return JudgeConfig(
-            backend=self.backend, url=self.url, timeout_s=self.timeout_s, memory_mb=self.memory_mb, **extra
-        )
+        return JudgeConfig.from_spec(self.judge, **({"workers": self.workers} if self.workers else {}))
+
+    @property
+    def key(self) -> tuple:
+        """Equal for settings that judge alike (the judge spec is a model, not hashable itself)."""
+        return (self.mode, self.judge.model_dump_json(), self.workers, self.wall_timeout_s)
+
+
+@functools.lru_cache(maxsize=8)
+def run_judge(config_path: str) -> JudgeSpec:
+    """The frozen `judge:` block of a run's config.yaml (read once per process)."""
+    data = YAML(typ="safe").load(Path(config_path).read_text(encoding="utf-8")) or {}
+    return JudgeSpec.model_validate(data.get("judge") or {})
 
 
 # ---------------------------------------------------------------- one Judge per process
@@ -120,10 +145,10 @@ class _Judges:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._judges: dict[tuple, Judge] = {}
-        self._batchers: dict[RewardSettings, _Batcher] = {}
+        self._batchers: dict[tuple, _Batcher] = {}
 
     def get(self, settings: RewardSettings) -> Judge:
-        key = (settings.backend, settings.url, settings.timeout_s, settings.memory_mb, settings.workers)
+        key = (settings.judge.model_dump_json(), settings.workers)
         with self._lock:
             self._after_fork()
             judge = self._judges.get(key)
@@ -134,9 +159,9 @@ class _Judges:
     def batcher(self, settings: RewardSettings) -> "_Batcher":
         with self._lock:
             self._after_fork()
-            found = self._batchers.get(settings)
+            found = self._batchers.get(settings.key)
             if found is None:
-                found = self._batchers[settings] = _Batcher(settings)
+                found = self._batchers[settings.key] = _Batcher(settings)
             return found
 
     def _after_fork(self) -> None:
@@ -232,15 +257,15 @@ def compute_score_batch(
     infos = list(extra_infos) if extra_infos is not None else [None] * n
     sources = list(data_sources) if len(data_sources) == n else [""] * n
     out: list[Optional[dict[str, Any]]] = [None] * n
-    groups: dict[RewardSettings, list[tuple[int, Problem]]] = {}
+    groups: dict[tuple, tuple[RewardSettings, list[tuple[int, Problem]]]] = {}
     for i in range(n):
         try:
             settings, problem = _request(kwargs, infos[i], ground_truths[i])
         except Exception as exc:
             out[i] = _internal(f"{type(exc).__name__}: {exc}", sources[i], start)
             continue
-        groups.setdefault(settings, []).append((i, problem))
-    for settings, members in groups.items():
+        groups.setdefault(settings.key, (settings, []))[1].append((i, problem))
+    for settings, members in groups.values():
         futures = _JUDGES.batcher(settings).submit([(problem, solution_strs[i]) for i, problem in members],
                                                    at_once=True)
         for (i, _), future in zip(members, futures):

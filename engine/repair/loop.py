@@ -17,7 +17,7 @@ from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult
 from engine.problem import Problem
 from engine.repair.feedback import feedback
-from engine.repair.public import public_view
+from engine.isolation.public import public_view
 
 Conversation = list[dict[str, str]]
 
@@ -83,7 +83,7 @@ def _public_results(answers: Sequence[Answer], judge: Judge,
     """Each answer judged on its problem's public tests (None: it has none), all in one stream."""
     for a in answers:
         if a.problem.id not in views:  # one object per problem: the judge keeps its plan per object
-            views[a.problem.id] = public_view(a.problem)
+            views[a.problem.id] = public_view(a.problem, a.conversation)
     asked = [a for a in answers if views[a.problem.id] is not None]
     judged = iter(judge.judge_many([(views[a.problem.id], a.completion) for a in asked]))  # type: ignore[misc]
     return [next(judged) if views[a.problem.id] is not None else None for a in answers]

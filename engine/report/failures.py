@@ -11,9 +11,10 @@ from engine.data.dataset import LoadedDataset
 from engine.evaluate.records import SampleRecord
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
+from engine.isolation.public import public_view
 from engine.plan.frozen import load_frozen_dataset, read_frozen_run, run_registry
 from engine.problem import Problem
-from engine.repair.public import public_view
+from engine.prompts.templates import PromptChoice
 from engine.report.main_table import Column
 from engine.report.study import Study
 
@@ -37,49 +38,67 @@ def _clip(text: str) -> str:
     return "\n".join(lines[:MAX_LINES] + ([f"… ({len(lines) - MAX_LINES} more lines)"] if len(lines) > MAX_LINES else []))
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """A run's problems as it showed them (its evaluation prompt), and the judge it judged with."""
+
+    problems: dict[str, Problem]
+    choice: PromptChoice
+    judge: JudgeConfig
+
+    def view(self, problem_id: str) -> Optional[Problem]:
+        problem = self.problems.get(problem_id)
+        return public_view(problem, self.choice.prompt(problem)) if problem is not None else None
+
+
 # A frozen dataset entry pins its content (fingerprint, id-list hash): runs sharing one share
 # its problems, so a study's pages load each dataset (and parse the registry) once, not per run.
 _LOADED: dict[tuple[str, str], dict[str, Problem]] = {}
 
 
-def _problems(col: Column, unit: str) -> dict[str, Problem]:
+def _problems(col: Column, unit: str) -> Optional[_Shown]:
     run_dir = Path(col.cells[unit][0].run.run_dir or ".")
     try:
         frozen = read_frozen_run(run_dir)
         entry = frozen.datasets[col.dataset]
+        registry = run_registry(run_dir)
         key = (col.dataset, entry.model_dump_json())
         if key not in _LOADED:
-            loaded: LoadedDataset = load_frozen_dataset(col.dataset, entry, run_registry(run_dir), frozen.judge)
+            loaded: LoadedDataset = load_frozen_dataset(col.dataset, entry, registry, frozen.judge)
             _LOADED[key] = {p.id: p for p in loaded.problems}
+        choice = PromptChoice(registry=registry, template=frozen.protocols.get("evaluate", {}).get("prompt"),
+                              model=frozen.base_model)
+        config = frozen.judge_config()
     except Exception:  # the data moved since the run: show the cases without their public tests
-        return {}
-    return _LOADED[key]
+        return None
+    return _Shown(problems=_LOADED[key], choice=choice, judge=config)
 
 
 class _LazyJudge:
-    """The judge's workers start only if a public test is actually run."""
+    """The judges' workers start only if a public test is actually run; one judge per run config."""
 
     def __init__(self) -> None:
-        self.judge: Optional[Judge] = None
+        self.judges: dict[str, Judge] = {}  # by repr: a JudgeConfig is a mutable dataclass
 
     def __enter__(self) -> "_LazyJudge":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.judge is not None:
-            self.judge.close()
+        for judge in self.judges.values():
+            judge.close()
 
-    def run(self, problem: Problem, completion: str):  # type: ignore[no-untyped-def]
-        if self.judge is None:
-            self.judge = Judge(JudgeConfig())
-        return self.judge.judge(problem, completion)
+    def run(self, config: JudgeConfig, problem: Problem, completion: str):  # type: ignore[no-untyped-def]
+        key = repr(config)
+        if key not in self.judges:
+            self.judges[key] = Judge(config)
+        return self.judges[key].judge(problem, completion)
 
 
-def _public(judge: "_LazyJudge", problem: Optional[Problem], completion: str) -> str:
-    view = public_view(problem) if problem else None
-    if view is None:
+def _public(judge: "_LazyJudge", shown: Optional[_Shown], problem_id: str, completion: str) -> str:
+    view = shown.view(problem_id) if shown is not None else None
+    if shown is None or view is None:
         return "no public test to show"
-    result = judge.run(view, completion)
+    result = judge.run(shown.judge, view, completion)
     failing = next((t for t in result.failures), None)
     if failing is None:
         return f"passes the public tests ({result.passed}/{result.total}); fails hidden ones"
@@ -101,12 +120,12 @@ def cases(study: Study, col: Column) -> tuple[list[Case], list[Case]]:
         for unit in study.units():
             if unit not in col.cells:
                 continue
-            problems = _problems(col, unit)
+            shown = _problems(col, unit)
             records = col.cells[unit][0].samples()
             firsts = [r for r in records if r.round == 1 and not r.accepted]
             for r in sorted(firsts, key=lambda r: r.problem_id)[:PER_PHASE]:
                 failed.append(Case(unit, r.problem_id, r.verdict, _clip(r.completion),
-                                   _public(judge, problems.get(r.problem_id), r.completion)))
+                                   _public(judge, shown, r.problem_id, r.completion)))
             repaired += _repaired(unit, records)[: REPAIRED - len(repaired)]
     return failed, repaired
 

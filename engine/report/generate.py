@@ -64,6 +64,7 @@ class Report:
     images: list[Path] = field(default_factory=list)
     seconds: float = 0.0
     headline: str = ""  # the main table (Markdown), for the console at the end of a study
+    failed: dict[str, str] = field(default_factory=dict)  # page → why it could not be built
 
 
 @functools.lru_cache(maxsize=2)
@@ -107,8 +108,9 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     for page, build in builders.items():
         try:
             context, error = build(), None
-        except Exception as exc:  # partial data must not take the other pages down
+        except Exception as exc:  # partial data must not take the other pages down (the caller says it failed)
             context, error = {}, f"{type(exc).__name__}: {exc}"
+            report.failed[page] = error
         text = (env.get_template(f"{page}.md.j2").render(study=study.name, pages=PAGES, **context) if error is None
                 else f"# {page}\n\nThis page could not be built from the data there is: {error}\n")
         report.pages.append(_write(out / f"{page}.md", text))

@@ -37,13 +37,13 @@ _TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on"
 _RAFT_ONLY = ("cycles", "samples_per_prompt")
 _REPAIR_ONLY = ("repair_return", "round_penalty")
 FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
-    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "mix"),
+    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "mix", "without_public"),
     PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds", "mix"),
-    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.grpo: ("pairs_from", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.repair: ("pairs_from", "n", "mix", *_RAFT_ONLY),
-    PhaseKind.raft: ("pairs_from", "n", "rounds", "mix", *_REPAIR_ONLY),
+    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),
+    PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),
+    PhaseKind.grpo: ("pairs_from", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),
+    PhaseKind.repair: ("pairs_from", "n", "mix", *_RAFT_ONLY, "without_public"),
+    PhaseKind.raft: ("pairs_from", "n", "rounds", "mix", *_REPAIR_ONLY, "without_public"),
 }
 _EXAMPLE = {"trainer": "verl", "train": "<a train dataset>", "pairs_from": "<a train dataset>",
             "reward": "dense", "rollout": "<a protocol, e.g. rollout>", "protocol": "<a protocol>",

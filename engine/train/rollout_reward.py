@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from engine.judge.reward import compute_score_batch
+from engine.judge.reward import compute_score_batch, run_judge
 
 TRACES_FILE = "traces/rollouts.jsonl"
 DEFAULT_TRACES = 16  # rollouts kept per step when the spec does not say
@@ -33,6 +33,10 @@ class JudgeReward:
                  shape: Optional[Callable[[list[dict], dict], list[float]]] = None) -> None:
         self.__name__ = f"judge_{mode}"  # trl names the reward's metrics after it
         self.mode, self.attempt, self.shape = mode, attempt, shape
+        # The run's frozen `judge:` settings, read now so that a missing config fails the run
+        # here rather than turning every reward into an internal error.
+        self.run_config = str(Path(run_dir) / "config.yaml")
+        run_judge(self.run_config)
         self.keep = DEFAULT_TRACES if keep is None else keep
         self.traces = Path(run_dir) / TRACES_FILE
         self.traces.parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +47,8 @@ class JudgeReward:
                  **extra: Any) -> list[float]:
         texts = extra.get("final_text") or [_text(c) for c in completions]
         began = time.perf_counter()
-        results = compute_score_batch(["rlvr"] * len(texts), texts, ground_truth, mode=self.mode)
+        results = compute_score_batch(["rlvr"] * len(texts), texts, ground_truth, mode=self.mode,
+                                      run_config=self.run_config)
         judge_s = time.perf_counter() - began
         rewards = self.shape(results, extra) if self.shape else [r["score"] for r in results]
         n = max(1, len(results))

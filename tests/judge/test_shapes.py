@@ -105,6 +105,7 @@ def test_concurrent_reward_calls_are_judged_together(streams):
 
 def test_the_trl_reward_judges_a_step_in_one_call(streams, tmp_path):
     truth = ground_truth_from_problem(ADD)
+    (tmp_path / "config.yaml").write_text("judge: {timeout_s: 2.0}\n")  # the run's frozen judge settings
     reward = JudgeReward(tmp_path, mode="dense", keep=2, attempt="1")
     rewards = reward(prompts=["p"] * 4, completions=[GOOD, HALF, GOOD, HALF], ground_truth=[truth] * 4,
                      problem_id=[ADD.id] * 4)

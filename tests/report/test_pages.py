@@ -93,3 +93,18 @@ def test_the_report_verb(report, tmp_path, capsys):
     assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 0
     assert "9 pages" in capsys.readouterr().out
     assert main(["report", "other", "--runs-dir", str(tmp_path)]) == 2
+
+
+def test_a_page_that_cannot_be_built_fails_the_report_verb(tmp_path, capsys, monkeypatch):
+    from engine.report import generate
+
+    build(tmp_path)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("lineage row 7 has no seed")  # what a bug or a damaged record would raise
+
+    monkeypatch.setattr(generate, "versus_parent", broken)
+    assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "synth: results.md could not be built: RuntimeError: lineage row 7 has no seed" in err
+    assert (tmp_path / "synth" / "report" / "index.md").is_file()  # the other pages are still written

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# rlvr-run best_of_n run 22d1d0737c45 (bon@1) of spec golden.
+# rlvr-run best_of_n run d9fc73020960 (bon@1) of spec golden.
 # Rendered from templates/launch/best_of_n.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/22d1d0737c45}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/d9fc73020960}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=22d1d0737c45
+export RLVR_RUN_ID=d9fc73020960
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
