@@ -49,26 +49,29 @@ def test_best_of_n_judges_every_problems_candidates_in_one_stream(streams):
                              finish_reason="stop", latency_s=0.0, seed=0, completion=f"```python\n{p.solutions[0]}\n```")
             for p in problems for k in range(2)]
     with Judge(JudgeConfig(workers=2)) as judge:
-        chosen = choose(problems, gens, judge)
+        chosen = choose(problems, [p.statement for p in problems], gens, judge)
     assert [c.public_pass_ratio for c in chosen] == [1.0] * 3
     assert streams == [6]
 
 
 def test_repair_feedback_for_a_round_is_one_stream(streams):
-    first = [Answer(key=f"a{k}", problem=ADD, conversation=[], completion=HALF + f"\n# {k}",
-                    result=_failed()) for k in range(3)]
+    problem = next(p for p in toy_problems("valid", 0) if p.kind == "stdio")
+    wrong = "```python\nprint('nope')\n```"
+    first = [Answer(key=f"a{k}", problem=problem, conversation=[{"role": "user", "content": problem.statement}],
+                    completion=wrong + f"\n# {k}", result=_failed(problem)) for k in range(3)]
+    fixed = f"```python\n{problem.solutions[0]}\n```"
     with Judge(JudgeConfig(workers=2)) as judge:
-        chains = repair(first, judge=judge, rounds=2, text=lambda g: g,
-                        generate=lambda convs: [GOOD for _ in convs])
+        chains = repair(first, judge=judge, rounds=2, text=lambda g: g, generate=lambda convs: [fixed for _ in convs])
     assert [a.result.accepted for a in chains.rounds[-1]] == [True] * 3
+    assert "public tests" in chains.rounds[-1][0].feedback
     assert streams == [3, 3]  # public feedback for the round, then the new answers
 
 
-def _failed():
+def _failed(problem: Problem):
     from engine.judge.verdict import SampleResult, Verdict
 
-    return SampleResult(problem_id=ADD.id, verdict=Verdict.WRONG_ANSWER, accepted=False, passed=1, total=2,
-                        pass_ratio=0.5)
+    return SampleResult(problem_id=problem.id, verdict=Verdict.WRONG_ANSWER, accepted=False, passed=0, total=1,
+                        pass_ratio=0.0)
 
 
 def test_the_batch_reward_is_one_stream_and_equals_the_per_sample_reward(streams):
