@@ -18,6 +18,8 @@ export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 export VERL_USE_EXTERNAL_MODULES=engine.train.verl_repair_loop
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
+# verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules.
+"$RLVR_PYTHON" -m engine.train.verl_watch --run-dir "$RUN_DIR" -- \
 timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
@@ -66,6 +68,7 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     trainer.nnodes=1 \
     trainer.default_local_dir=/runs/golden/10494ab2a638/checkpoints \
     trainer.resume_mode=auto \
+    trainer.rollout_data_dir=/runs/golden/10494ab2a638/traces/verl_rollouts \
     actor_rollout_ref.rollout.agent.default_agent_loop=rlvr_repair \
     actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
