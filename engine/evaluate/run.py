@@ -20,6 +20,7 @@ from engine.evaluate.backends import default_backend, make_backend
 from engine.evaluate.backends.base import Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
+from engine.evaluate.model_key import model_key
 from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
@@ -69,18 +70,6 @@ class Settings:
     samples: Optional[Path] = None  # score these chosen samples (a best_of_n parent's) instead of generating
 
 
-def checkpoint_hash(model: str) -> str:
-    """A content hash of a model folder (every file's name, size and first MiB); a hub id as written."""
-    root = Path(model)
-    if not root.is_dir():
-        return model
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        with path.open("rb") as handle:
-            digest.update(f"{path.relative_to(root)}\0{path.stat().st_size}\0".encode() + handle.read(1 << 20))
-    return digest.hexdigest()
-
-
 def protocol_sha256(protocol: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()
 
@@ -110,13 +99,13 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     registry = run_registry(run_dir)
     protocol = frozen.protocols[use]
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
-    model_hash = checkpoint_hash(model)
+    model_hash = model_key(model)
     names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []
     for name, entry in frozen.datasets.items():
         if name not in names:
             continue
-        loaded = load_frozen_dataset(name, entry, registry, frozen.judge)
+        loaded = load_frozen_dataset(name, entry, registry, frozen.judge, run_dir)
         decoding = decoding_of(protocol, frozen.seed)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
                     idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint, decoding_seed=decoding.seed)
@@ -147,11 +136,12 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
         gen_s = {t.dataset: runner.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
                  for t in todo}
         with Judge(judge_config) as judge:
+            judge.require_isolation()
             for task in todo:
-                judge_s = runner.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
+                judge_s = runner.judge(task, judge, judge.version, on_progress, rejudge=settings.rejudge)
                 if rounds > 1:
-                    runner.repair(task, backend, judge, judge_config.version, rounds, on_progress)
-                results.append(_dataset_metrics(task, frozen, judge_config.version, gen_s[task.dataset], judge_s,
+                    runner.repair(task, backend, judge, judge.version, rounds, on_progress)
+                results.append(_dataset_metrics(task, frozen, judge.version, gen_s[task.dataset], judge_s,
                                                 rounds, chosen.get(task.dataset)))
     finally:
         backend.close()

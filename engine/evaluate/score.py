@@ -44,7 +44,7 @@ def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, 
     out = []
     with Judge(judge_config) as judge:
         for task in todo:
-            runner.judge(task, judge, judge_config.version, on_progress)
+            runner.judge(task, judge, judge.version, on_progress)
             records = [r for r in runner.samples(task) if r.round == 1]
             out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
     return out

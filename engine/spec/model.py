@@ -84,6 +84,9 @@ class JudgeSpec(StrictModel):
     concurrency: Optional[int] = Field(default=None, gt=0)
     compare: Literal["tokens", "exact", "float"] = "tokens"
     float_tol: float = Field(default=1e-6, ge=0)
+    # true: judge (evaluate, reward) even where the local judge cannot isolate the network and the
+    # filesystem; the pages then say so in bold. Unset (the default) refuses instead.
+    allow_unsandboxed: Optional[bool] = None
 
 
 class Resources(StrictModel):

@@ -37,7 +37,7 @@ _TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on"
 _RAFT_ONLY = ("cycles", "samples_per_prompt")
 _REPAIR_ONLY = ("repair_return", "round_penalty")
 FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
-    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "without_public", "mix"),
+    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "mix", "without_public"),
     PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds", "mix"),
     PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),
     PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),

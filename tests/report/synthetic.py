@@ -33,7 +33,8 @@ OTHER = Keys(model="m", protocol="q" * 64, idlist="i" * 64)
 VERDICTS = ("ACCEPTED", "WRONG_ANSWER", "SYNTAX_ERROR", "TIMEOUT")
 
 
-def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, ...] = ("sft", "grpo", "dpo")) -> Path:
+def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, ...] = ("sft", "grpo", "dpo"),
+          judge_version: str = "judge-v1") -> Path:
     """`root/lineage.sqlite` and run directories; returns the lineage path."""
     rng = random.Random(0)
     runs, metrics = [], []
@@ -75,7 +76,7 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
                 EvalOutput(run_id=rid, datasets=[summary]).model_dump_json())
             for name, value in values.items():
                 metrics.append(Metric(run_id=rid, dataset=dataset, protocol="greedy", seed=seed, name=name, value=value,
-                                      protocol_sha256=keys.protocol, idlist_sha256=keys.idlist, judge_version="judge-v1"))
+                                      protocol_sha256=keys.protocol, idlist_sha256=keys.idlist, judge_version=judge_version))
     path = root / "lineage.sqlite"
     with open_lineage(path) as lineage:
         lineage.record_spec(SpecRecord(name="synth", path=str(root / "synth.yaml"), sha256="s" * 64, text=SPEC_TEXT))

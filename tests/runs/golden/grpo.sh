@@ -16,7 +16,8 @@ export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # verl's file logger truncates its file on every start: one metrics file per attempt.
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
-# verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules.
+# verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules
+# and fails it when a step's rewards are judge faults.
 "$RLVR_PYTHON" -m engine.train.verl_watch --run-dir "$RUN_DIR" -- \
 timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
@@ -72,3 +73,5 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
 step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"
 "$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "checkpoints/global_step_${step}/actor" --target_dir model
+# The model's key: every file's sha256, hashed once here and read by every evaluation of it.
+"$RLVR_PYTHON" -m engine.evaluate.model_key model >/dev/null

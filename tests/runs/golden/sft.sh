@@ -39,3 +39,5 @@ timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_nod
 step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"
 "$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "checkpoints/global_step_${step}" --target_dir model
+# The model's key: every file's sha256, hashed once here and read by every evaluation of it.
+"$RLVR_PYTHON" -m engine.evaluate.model_key model >/dev/null
