@@ -58,6 +58,13 @@ def test_index_records_failures_waivers_and_id_lists(report):
     assert "templated toy families" in text and "5. compared runs share the evaluation protocol exactly" in text
 
 
+def test_index_lists_rule_3_findings_with_their_evidence(report):
+    text = (report.dir / "index.md").read_text()
+    assert re.search(r"\| train: mbpp/10001 +\| test: HumanEval/24 +\| confirmed +\| semantic 0\.95 +\| "
+                     r"training → evaluation: accepted 3/3 +\| waived: kept on purpose", text)
+    assert re.search(r"\| semantic +\| semantic 0\.86 +\| training → evaluation: wrong_answer 0/3 +\| warning", text)
+
+
 def test_pages_are_byte_stable(report, tmp_path):
     build(tmp_path)
     [again] = write_reports(tmp_path)
