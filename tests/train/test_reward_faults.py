@@ -19,6 +19,7 @@ def _step(reward: JudgeReward, truths: list[str]) -> None:
 
 
 def test_a_step_of_judge_faults_fails_the_run(tmp_path):
+    (tmp_path / "config.yaml").write_text("judge: {timeout_s: 2}\n")  # the run's frozen judge settings
     reward = JudgeReward(tmp_path, mode="dense", keep=0, attempt="1")
     _step(reward, ["{unreadable tests"] * 4)
     assert reward.last["judge_fault_rate"] == 1.0
