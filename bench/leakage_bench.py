@@ -124,14 +124,15 @@ def main() -> None:
         cache = SketchCache(root=args.cache_dir or Path(tmp))
         fp_train, fp_eval = problems_fingerprint(train), problems_fingerprint(evaluation)
         for label in ("cold", "warm"):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             left, hit_l = cached_sketch(train, fp_train, sketch_settings(leakage), cache)
             right, hit_r = cached_sketch(evaluation, fp_eval, sketch_settings(leakage), cache)
             sketched = time.perf_counter()
             leaks = leaks_between(left, right, leakage)
             done = time.perf_counter()
             print(f"{label}: sketch {sketched - start:6.2f} s (cache hits {hit_l}/{hit_r}), "
-                  f"search {done - sketched:5.2f} s, total {done - start:6.2f} s, {len(leaks)} leaks")
+                  f"search {done - sketched:5.2f} s, total {done - start:6.2f} s wall, "
+                  f"{time.process_time() - cpu:6.2f} s CPU, {len(leaks)} leaks")
             lexical_s = done - start
             if not args.no_semantic:
                 _semantic(label, train, evaluation, leakage, leaks, cache.root, lexical_s)
@@ -149,7 +150,7 @@ def _semantic(label: str, train: list[Problem], evaluation: list[Problem], leaka
     cached under `root`, so the warm pass reads them back."""
     from engine.verify.leakage import VerdictStore, judge_confirmer  # the judge's layer: only for this stage
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         encoder = load_encoder()
     except SemanticUnavailable as exc:
@@ -169,11 +170,12 @@ def _semantic(label: str, train: list[Problem], evaluation: list[Problem], leaka
     embedded = time.perf_counter()
     confirm = judge_confirmer(JudgeConfig(workers=2), store=VerdictStore(root))
     leaks = semantic_leaks(train, evaluation, vt, ve, leakage, lexical, confirm)
-    finished = time.perf_counter()
+    finished, cpu = time.perf_counter(), time.process_time() - cpu
     planted = {leak.train_id for leak in leaks if leak.train_id.startswith("planted/")}
     print(f"{label} with the semantic stage: model load {loaded - start:6.1f} s, embed {embedded - loaded:7.1f} s "
           f"(cache hits {hit_t}/{hit_e}), candidates + confirmation {finished - embedded:6.1f} s; "
-          f"semantic total {finished - start:7.1f} s, rule 3 total {lexical_s + finished - start:7.1f} s "
+          f"semantic total {finished - start:7.1f} s wall, {cpu:7.1f} s CPU in this process (the judge's "
+          f"workers not counted), rule 3 total {lexical_s + finished - start:7.1f} s "
           f"against {lexical_s:.1f} s lexical only ({(lexical_s + finished - start) / lexical_s:.1f}x); "
           f"{sum(l.level == 'error' for l in leaks)} leaks, {sum(l.level == 'warning' for l in leaks)} warnings, "
           f"planted found {len(planted)}; load average now {os.getloadavg()[0]:.1f}", flush=True)

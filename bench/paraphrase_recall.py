@@ -172,17 +172,23 @@ def main() -> None:
         half = "held-out" if hashlib.sha256(r["source"].encode()).digest()[0] % 2 else "tuning"
         halves[half].append((problem_from_mbpp(r, sanitized=False), r["source"], r["kind"]))
     print("recall: a planting is flagged when its pair with its source is refused (error) or a warning")
-    print(f"{'set':<10} {'kind':<16} {'refused':>8} {'warned':>7} {'flagged':>8} {'of':>4} {'recall':>7}")
+    print("(without solutions: the same rows with their code removed, so only the lexical stages and the "
+          "semantic score at the warning level can flag them)")
+    print(f"{'set':<10} {'kind':<16} {'refused':>8} {'warned':>7} {'flagged':>8} {'of':>4} {'recall':>7} "
+          f"{'without solutions':>18}")
     for half in ("held-out", "tuning"):
         planted = [(p, s) for p, s, _ in halves[half]]
         kind_of = {p.id: k for p, _, k in halves[half]}
         found = flagged(rule3([p for p, _ in planted], humaneval), planted)
+        bare = [(p.model_copy(update={"solutions": []}), s) for p, s in planted]
+        found_bare = flagged(rule3([p for p, _ in bare], humaneval), bare)
         for kind in KINDS:
             ids = [p.id for p, _ in planted if kind_of[p.id] == kind]
             refused = sum(1 for i in ids if i in found and found[i].level == "error")
             warned = sum(1 for i in ids if i in found and found[i].level == "warning")
+            alone = sum(1 for i in ids if i in found_bare)
             print(f"{half:<10} {kind:<16} {refused:>8} {warned:>7} {refused + warned:>8} {len(ids):>4} "
-                  f"{100 * (refused + warned) / max(len(ids), 1):>6.1f}%")
+                  f"{100 * (refused + warned) / max(len(ids), 1):>6.1f}% {100 * alone / max(len(ids), 1):>17.1f}%")
         missed = [(p.id, s, kind_of[p.id]) for p, s in planted if p.id not in found]
         print(f"{half:<10} missed: {missed}")
         dump[f"recall {half}"] = {k: dataclass_dict(v) for k, v in found.items()}

@@ -30,7 +30,9 @@ class ChosenRecord(GenerationRecord):
 
 def choose(problems: Sequence[Problem], prompts: Sequence[Shown], generations: Sequence[GenerationRecord],
            judge: Judge, *, without_public: Optional[str] = None, dataset: str = "") -> list[ChosenRecord]:
-    """One record per problem with samples; `prompts[i]` is what problem i's samples were asked with."""
+    """One record per problem with samples; `prompts[i]` is what problem i's samples were asked with.
+    Every candidate of every problem is judged in one stream, so the workers never wait at a
+    problem's end for its slowest candidate."""
     by_problem: dict[str, list[GenerationRecord]] = {}
     for g in generations:
         by_problem.setdefault(g.problem_id, []).append(g)
@@ -40,13 +42,13 @@ def choose(problems: Sequence[Problem], prompts: Sequence[Shown], generations: S
         raise UserError(f"best-of-n on {dataset or 'this dataset'}: {len(missing)} of {len(problems)} problems have no "
                         f"public test (e.g. {missing[0]}); choosing among their samples would be a blind pick\n"
                         f"  fix: declare `without_public: first` on the best_of_n phase, or drop the dataset")
+    todo = [(problem, sorted(by_problem[problem.id], key=lambda g: g.sample), view)
+            for problem, view in zip(problems, views) if by_problem.get(problem.id)]
+    items = [(view, g.completion) for _, candidates, view in todo if view is not None for g in candidates]
+    ratios = iter(r.pass_ratio for r in judge.judge_many(items))
     chosen = []
-    for problem, view in zip(problems, views):
-        candidates = sorted(by_problem.get(problem.id, []), key=lambda g: g.sample)
-        if not candidates:
-            continue
-        scores: list[Any] = ([r.pass_ratio for r in judge.judge_many([(view, g.completion) for g in candidates])]
-                             if view is not None else [0.0] * len(candidates))
+    for problem, candidates, view in todo:
+        scores: list[Any] = [next(ratios) for _ in candidates] if view is not None else [0.0] * len(candidates)
         best = (max(range(len(candidates)), key=lambda i: (scores[i], -candidates[i].completion_tokens, -i))
                 if view is not None else 0)
         cost = sum(g.prompt_tokens + g.completion_tokens for g in candidates)

@@ -33,7 +33,7 @@ from engine.plan.frozen import (
 from engine.prompts.templates import PromptChoice
 
 METRICS_FILE = "metrics.json"
-BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected and generated
+BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected, generated and failed
 
 
 class DatasetMetrics(BaseModel):
@@ -133,10 +133,10 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
     backend = _LazyBackend(settings, model)
     results = []
     try:
-        gen_s = {t.dataset: runner.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
-                 for t in todo}
         with Judge(judge_config) as judge:
-            judge.require_isolation()
+            judge.require_isolation()  # before any generation: a judge that may not judge here wastes no GPU
+            gen_s = {t.dataset: runner.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
+                     for t in todo}
             for task in todo:
                 judge_s = runner.judge(task, judge, judge.version, on_progress, rejudge=settings.rejudge)
                 if rounds > 1:
@@ -175,6 +175,8 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
     """A best_of_n run: n samples per problem (resumable), then one chosen per problem by the public
     tests, written to outputs/samples/<dataset>.jsonl for the evaluations attached to this run."""
     judge_config = frozen.judge_config()
+    with Judge(judge_config) as judge:
+        judge.require_isolation()  # before generating what it could not judge
     backend = _LazyBackend(settings, model)
     try:
         todo = tasks(run_dir, model, frozen, use="generate")
@@ -189,7 +191,8 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
             write_chosen(task.samples, choose(task.problems, task.prompts, generations, judge,
                                               without_public=frozen.without_public, dataset=task.dataset))
             counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
-                                    "generated": len(generations)}
+                                    "generated": len(generations),
+                                    "failed": sum(g.finish_reason == "error" for g in generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")
     return EvalOutput(run_id=frozen.run_id, datasets=[])
 

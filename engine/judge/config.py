@@ -100,7 +100,8 @@ class JudgeConfig:
 
 # What a judge must isolate before it may judge untrusted code (unless allowed not to).
 REQUIRED_ISOLATION = {"netns": "the network", "mountns": "the filesystem"}
-REMOTE_LEVEL = "remote"  # sandbox_fusion: isolation is the server's, which this process cannot see
+REMOTE_LEVEL = "remote"
+LEVEL_PARTS = {"userns", "sandbox-uid", "netns", "ipcns", "mountns", "pidns"}  # `Isolation.level()`  # sandbox_fusion: isolation is the server's, which this process cannot see
 
 
 def missing_isolation(level: str) -> list[str]:
@@ -115,7 +116,8 @@ def judged_unsandboxed(version: str) -> bool:
     """Whether numbers recorded with this judge version were judged without network and filesystem
     isolation (a version ends with the level, `.../<level>`; older versions have none)."""
     level = version.rsplit("/", 1)[-1]
-    return bool(version) and ("ns" in level or level == "none") and bool(missing_isolation(level))
+    known = level == "none" or set(level.split("+")) <= LEVEL_PARTS
+    return "/" in version and known and bool(missing_isolation(level))
 
 
 @dataclass(kw_only=True, frozen=True)

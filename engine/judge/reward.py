@@ -30,7 +30,14 @@ The returned dict always has the same keys, all scalars (verl builds one numpy
 array per key across the batch and its validation metrics skip strings):
 `verdict` is the verdict's name for logs and rollout dumps, `verdict_code` its
 stable integer for metrics. It never raises: a fault gives score 0 with
-`internal_error` = 1, logged as a warning.
+`internal_error` = 1, logged as a warning. The one exception is a judge that may
+not judge on this machine (`UnsandboxedJudge`: no network or filesystem
+isolation, and the spec did not allow it): the training step fails with the fix,
+instead of training on rewards from programs that could read their tests.
+
+Calls that arrive together — verl's reward loop scores a step's samples as
+concurrent calls — are judged as one stream (`_Batcher`); `compute_score_batch`
+takes a whole batch at once (verl's batch manager, and the trl reward per step).
 """
 
 from __future__ import annotations
@@ -41,13 +48,14 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from ruamel.yaml import YAML
 
-from engine.judge.api import Judge, JudgeConfig
+from engine.judge.api import Judge, JudgeConfig, UnsandboxedJudge
 from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
@@ -113,6 +121,11 @@ class RewardSettings:
     def judge_config(self) -> JudgeConfig:
         return JudgeConfig.from_spec(self.judge, **({"workers": self.workers} if self.workers else {}))
 
+    @property
+    def key(self) -> tuple:
+        """Equal for settings that judge alike (the judge spec is a model, not hashable itself)."""
+        return (self.mode, self.judge.model_dump_json(), self.workers, self.wall_timeout_s)
+
 
 @functools.lru_cache(maxsize=8)
 def run_judge(config_path: str) -> JudgeSpec:
@@ -125,22 +138,81 @@ def run_judge(config_path: str) -> JudgeSpec:
 
 
 class _Judges:
-    """Judges by config, created on first use in each process (a forked child builds its own)."""
+    """Judges by config, created on first use in each process (a forked child builds its own), each
+    fed through one `_Batcher` per reward mode."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._judges: dict[tuple, Judge] = {}
+        self._batchers: dict[tuple, _Batcher] = {}
 
     def get(self, settings: RewardSettings) -> Judge:
         key = (settings.judge.model_dump_json(), settings.workers)
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's workers and threads are not ours
-                self._pid, self._judges = os.getpid(), {}
+            self._after_fork()
             judge = self._judges.get(key)
             if judge is None:
                 judge = self._judges[key] = Judge(settings.judge_config())
             return judge
+
+    def batcher(self, settings: RewardSettings) -> "_Batcher":
+        with self._lock:
+            self._after_fork()
+            found = self._batchers.get(settings.key)
+            if found is None:
+                found = self._batchers[settings.key] = _Batcher(settings)
+            return found
+
+    def _after_fork(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's workers and threads are not ours
+            self._pid, self._judges, self._batchers = os.getpid(), {}, {}
+
+
+class _Batcher:
+    """Gathers the samples that arrive together (verl's reward loop scores a step's samples as
+    concurrent calls, each on a thread or as a coroutine) into one judge stream, so every worker
+    stays busy and no sample waits for another's verdict; each caller gets its own as it comes.
+    One thread per batch (not per sample) runs the stream."""
+
+    WINDOW_S = 0.005  # how long the first sample of a batch waits for others to join it
+
+    def __init__(self, settings: RewardSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._pending: list[tuple[Problem, str, Future]] = []
+
+    def submit(self, items: Sequence[tuple[Problem, str]], *, at_once: bool = False) -> list[Future]:
+        """A future per item; `at_once` starts the batch now (the caller brings all it has)."""
+        futures = [Future() for _ in items]
+        with self._lock:
+            first = not self._pending
+            self._pending += [(problem, text, f) for (problem, text), f in zip(items, futures)]
+        if at_once:
+            self._start()
+        elif first:
+            timer = threading.Timer(self.WINDOW_S, self._start)
+            timer.daemon = True
+            timer.start()
+        return futures
+
+    def _start(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+        if batch:
+            threading.Thread(target=self._judge, args=(batch,), name="rlvr-reward", daemon=True).start()
+
+    def _judge(self, batch: list[tuple[Problem, str, Future]]) -> None:
+        try:
+            judge = _JUDGES.get(self.settings)
+            stream = judge.judge_stream([(problem, text) for problem, text, _ in batch],
+                                        stop_on_first_failure=self.settings.mode == "sparse")
+            for i, result in stream:
+                batch[i][2].set_result(result)
+        except BaseException as exc:  # given to every caller still waiting
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
 
 
 _JUDGES = _Judges()
@@ -157,23 +229,48 @@ def compute_score(
     extra_info: Optional[Mapping[str, Any]] = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """Score one response; dense = pass_ratio, sparse = 1[accepted]. Never raises."""
+    """Score one response; dense = pass_ratio, sparse = 1[accepted]. Never raises, but for a judge
+    that may not judge here (`UnsandboxedJudge`): training must stop, not go on with zero rewards.
+    Concurrent calls are judged together (`_Batcher`)."""
     start = time.monotonic()
     STATS["calls"] += 1
     try:
-        settings = RewardSettings.resolve(kwargs, extra_info)
-        problem = _problem_of(ground_truth)
+        settings, problem = _request(kwargs, extra_info, ground_truth)
     except Exception as exc:  # bad config or ground truth: the pipeline's fault, not the model's
         return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
-    try:
-        result = _judge_bounded(settings, problem, solution_str)
-    except Exception as exc:
-        return _internal(f"judge failed: {type(exc).__name__}: {exc}", data_source, start)
-    if result is None:
-        return _internal(f"no verdict within the reward's {settings.wall_timeout_s:.0f}s bound", data_source, start)
-    if result.verdict is Verdict.INTERNAL_ERROR:
-        return _internal(result.message or "judge internal error", data_source, start, result)
-    return _record(result, settings.mode, start)
+    [future] = _JUDGES.batcher(settings).submit([(problem, solution_str)])
+    return _scored(future, settings, data_source, start)
+
+
+def compute_score_batch(
+    data_sources: Sequence[str] = (),
+    solution_strs: Sequence[str] = (),
+    ground_truths: Sequence[Any] = (),
+    extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """`compute_score` for a whole batch in one judge stream (verl's batch reward manager calls it
+    by these keywords; the trl reward once per step). Same dicts, in input order."""
+    start = time.monotonic()
+    n = len(solution_strs)
+    STATS["calls"] += n
+    infos = list(extra_infos) if extra_infos is not None else [None] * n
+    sources = list(data_sources) if len(data_sources) == n else [""] * n
+    out: list[Optional[dict[str, Any]]] = [None] * n
+    groups: dict[tuple, tuple[RewardSettings, list[tuple[int, Problem]]]] = {}
+    for i in range(n):
+        try:
+            settings, problem = _request(kwargs, infos[i], ground_truths[i])
+        except Exception as exc:
+            out[i] = _internal(f"{type(exc).__name__}: {exc}", sources[i], start)
+            continue
+        groups.setdefault(settings.key, (settings, []))[1].append((i, problem))
+    for settings, members in groups.values():
+        futures = _JUDGES.batcher(settings).submit([(problem, solution_strs[i]) for i, problem in members],
+                                                   at_once=True)
+        for (i, _), future in zip(members, futures):
+            out[i] = _scored(future, settings, sources[i], start)
+    return out  # type: ignore[return-value]
 
 
 async def compute_score_async(
@@ -183,10 +280,48 @@ async def compute_score_async(
     extra_info: Optional[Mapping[str, Any]] = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """`compute_score` for managers that await coroutines (runs it in a worker thread)."""
-    return await asyncio.to_thread(
-        compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs
-    )
+    """`compute_score` for managers that await coroutines: no thread of its own per sample; the
+    samples awaited together are judged together."""
+    start = time.monotonic()
+    STATS["calls"] += 1
+    try:
+        settings, problem = _request(kwargs, extra_info, ground_truth)
+    except Exception as exc:
+        return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
+    [future] = _JUDGES.batcher(settings).submit([(problem, solution_str)])
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), settings.wall_timeout_s)
+    except (asyncio.TimeoutError, Exception):
+        pass  # read below, with the same rules as the other entry points
+    return _scored(future, settings, data_source, start, wait=False)
+
+
+def _request(kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]],
+             ground_truth: Any) -> tuple[RewardSettings, Problem]:
+    return RewardSettings.resolve(kwargs, extra_info), _problem_of(ground_truth)
+
+
+def _scored(future: Future, settings: RewardSettings, data_source: str, start: float, *,
+            wait: bool = True) -> dict[str, Any]:
+    """The reward dict of a judged sample: its verdict, or an internal error (never raised, but
+    `UnsandboxedJudge`). The wall bound counts from the call's start: the judge enforces per-test
+    limits itself, this is a backstop for a stuck backend."""
+    if wait:
+        try:
+            future.result(max(0.0, settings.wall_timeout_s - (time.monotonic() - start)))
+        except BaseException:
+            pass  # read below
+    if not future.done():
+        return _internal(f"no verdict within the reward's {settings.wall_timeout_s:.0f}s bound", data_source, start)
+    exc = future.exception()
+    if isinstance(exc, UnsandboxedJudge):
+        raise exc
+    if exc is not None:
+        return _internal(f"judge failed: {type(exc).__name__}: {exc}", data_source, start)
+    result: SampleResult = future.result()
+    if result.verdict is Verdict.INTERNAL_ERROR:
+        return _internal(result.message or "judge internal error", data_source, start, result)
+    return _record(result, settings.mode, start)
 
 
 def _problem_of(ground_truth: Any) -> Problem:
@@ -200,29 +335,6 @@ def _problem_of(ground_truth: Any) -> Problem:
 @functools.lru_cache(maxsize=256)
 def _parsed(ground_truth: str | bytes) -> Problem:
     return RewardTests.parse(ground_truth).to_problem()
-
-
-def _judge_bounded(settings: RewardSettings, problem: Problem, solution_str: str) -> Optional[SampleResult]:
-    """Judge the last code block in a thread, waiting at most `wall_timeout_s` (None past it).
-
-    The judge enforces per-test limits itself; this bound is a backstop for a
-    stuck backend, so a late thread is left to finish on its own.
-    """
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            judge = _JUDGES.get(settings)
-            box["result"] = judge.judge(problem, solution_str, stop_on_first_failure=settings.mode == "sparse")
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=work, name="rlvr-reward", daemon=True)
-    worker.start()
-    worker.join(settings.wall_timeout_s)
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
 
 
 def _record(result: SampleResult, mode: Mode, start: float) -> dict[str, Any]:

@@ -185,21 +185,27 @@ def test_without_a_judge_candidates_are_warnings_and_rule_3_says_so(tmp_path):
 def test_cli_lists_every_pair_with_kind_scores_and_test_run(tmp_path, capsys):
     from engine.cli import main
 
-    allow = 'allow:\n  - {rule: 3, datasets: [rows, bench], reason: "rewordings planted on purpose"}\n'
-    code = main(["data", "leakage", str(_spec(tmp_path, allow)), "--cache-dir", str(tmp_path / "c"), "--json"])
+    code = main(["data", "leakage", str(_spec(tmp_path)), "--cache-dir", str(tmp_path / "c"), "--json"])
     captured = capsys.readouterr()
     report = json.loads(captured.out)
     (pair,) = report["pairs"]
     if report["semantic"].startswith("did not run"):  # the extra is not installed here
         assert code == 0 and pair["findings"] == [] and "semantic stage did not run" in captured.err
         return
-    assert code == 0 and pair["outcome"] == "waived: rewordings planted on purpose"
+    assert code == 1 and pair["outcome"] == "error"
     found = {(f["train_id"], f["eval_id"]): f for f in pair["findings"]}
     confirmed = found[("mbpp/10001", "HumanEval/24")]
-    assert confirmed["kind"] == "confirmed" and confirmed["outcome"] == "waived: rewordings planted on purpose"
+    assert (confirmed["kind"], confirmed["level"], confirmed["outcome"]) == ("confirmed", "error", "refused")
     assert set(confirmed["scores"]) == {"semantic"}
-    assert confirmed["confirmation"]["runs"][0] == {"solution": FORWARD, "verdict": "accepted",
-                                                     "passed": confirmed["confirmation"]["runs"][0]["total"],
-                                                     "total": confirmed["confirmation"]["runs"][0]["total"]}
+    (run,) = confirmed["confirmation"]["runs"]
+    assert run == {"solution": FORWARD, "verdict": "accepted", "passed": run["total"], "total": run["total"]}
     assert found[("mbpp/10003", "HumanEval/24")]["confirmation"]["runs"][1]["solution"] == BACKWARD
     assert "mbpp/10001 ≈ HumanEval/24" in captured.err and "kind confirmed" in captured.err
+
+
+def test_a_waived_pair_is_not_searched_by_meaning(tmp_path):
+    allow = 'allow:\n  - {rule: 3, datasets: [rows, bench], reason: "rewordings planted on purpose"}\n'
+    report = check_leakage(validate_spec(_spec(tmp_path, allow), content=False), cache=SketchCache(root=tmp_path / "c"),
+                           confirm=confirm_by_execution)
+    assert report.pairs[0].leaks == [] and report.warnings == []
+    assert report.semantic == "not needed: no pair of datasets to compare that is not waived"

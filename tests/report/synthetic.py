@@ -10,6 +10,7 @@ from pathlib import Path
 from engine.evaluate.records import Keys, SampleRecord, append
 from engine.evaluate.run import METRICS_FILE, DatasetMetrics, EvalOutput
 from engine.runs.lineage import (
+    LeakRecord,
     Metric,
     PlanRecords,
     RunRecord,
@@ -83,6 +84,13 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
         lineage.record_plan_records(PlanRecords(runs=runs))
         lineage.record_waivers([WaiverRecord(spec_name="synth", rule=3, what="2 problems of valid in train",
                                              reason="templated toy families", spec_line=7)])
+        lineage.record_leaks("synth", [
+            LeakRecord(spec_name="synth", train="train", evaluation="test", train_id="mbpp/10001", eval_id="HumanEval/24",
+                       kind="confirmed", level="error", similarity=0.95, scores_json='{"semantic": 0.95}',
+                       evidence="training → evaluation: accepted 3/3", outcome="waived: kept on purpose"),
+            LeakRecord(spec_name="synth", train="train", evaluation="test", train_id="mbpp/10003", eval_id="HumanEval/24",
+                       kind="semantic", level="warning", similarity=0.86, scores_json='{"semantic": 0.86}',
+                       evidence="training → evaluation: wrong_answer 0/3", outcome="warning")])
         for run in runs:
             lineage.set_state(run.id, RunState.queued)
             lineage.set_state(run.id, RunState.running)

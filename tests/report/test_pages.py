@@ -66,6 +66,13 @@ def test_the_index_says_in_bold_when_numbers_were_judged_unsandboxed(report, tmp
     assert "**Judged unsandboxed:" in text and "`rlvr-judge-1/local/cpu6s/mem1024MB/tokens/none`.**" in text
 
 
+def test_index_lists_rule_3_findings_with_their_evidence(report):
+    text = (report.dir / "index.md").read_text()
+    assert re.search(r"\| train: mbpp/10001 +\| test: HumanEval/24 +\| confirmed +\| semantic 0\.95 +\| "
+                     r"training → evaluation: accepted 3/3 +\| waived: kept on purpose", text)
+    assert re.search(r"\| semantic +\| semantic 0\.86 +\| training → evaluation: wrong_answer 0/3 +\| warning", text)
+
+
 def test_pages_are_byte_stable(report, tmp_path):
     build(tmp_path)
     [again] = write_reports(tmp_path)

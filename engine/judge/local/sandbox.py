@@ -486,11 +486,12 @@ DATA_ROOTS = ("/home", "/root", "/work", "/workspace", "/data", "/datasets", "/m
 def private_dirs(repo: str, extra: list[str]) -> list[str]:
     """Directories no sample may read: the data roots, home, the repository and its `shared/` sibling,
     and what the judge names in `extra` (its working directory, the run's directories), each also by
-    its real path. Interpreter directories inside them stay visible (`keep`); the root itself, or a
-    directory holding an interpreter directory, is never hidden whole."""
+    its real path. Interpreter directories inside them stay visible (`keep`); of `extra`, the root,
+    a directory holding an interpreter directory or one inside it is never hidden."""
     named = [*DATA_ROOTS, os.path.expanduser("~"), repo, os.path.join(os.path.dirname(repo), "shared")]
     keep = interpreter_dirs()
-    named += [p for p in extra if p and os.path.realpath(p) != "/" and not any(_under(k, p) for k in keep)]
+    named += [p for p in extra if p and os.path.realpath(p) != "/"
+              and not any(_under(k, p) or _under(p, k) for k in keep)]
     return sorted({q for p in named for q in (p, os.path.realpath(p))})
 
 
