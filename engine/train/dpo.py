@@ -17,9 +17,7 @@ from engine.errors import UserError
 from engine.evaluate.records import SampleRecord
 from engine.evaluate.score import score_model
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.judge.verdict import SampleResult, Verdict
-from engine.spec.model import JudgeSpec
 from engine.train import flywheel
 from engine.train.outcome import PAIRS_FILE
 from engine.train.pairs import PairsReport, PairsResult, build_pairs, report_path, write_pairs
@@ -61,7 +59,7 @@ def hard_negative_pairs(run: TrainRun) -> PairsResult:
     kept, harvested = flywheel.harvest(run.run_dir, wheel, {p.id: p for p in problems}, samples,
                                        run.run_dir if wheel.on is not None else source)
     choice = run.choice("rollout")
-    with Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(run.frozen.judge))) as judge:
+    with Judge(run.frozen.judge_config()) as judge:
         pairs, report = flywheel.hard_negatives(problems, kept, harvested, wheel.chosen,
                                                 lambda p: _plain(choice.prompt(p)), choice.response, judge)
     path = run.run_dir / PAIRS_FILE
