@@ -12,8 +12,6 @@ from typing import Any, Optional
 from engine.errors import UserError
 from engine.evaluate.run import Settings, _LazyBackend
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
-from engine.spec.model import JudgeSpec
 from engine.train import flywheel
 from engine.train.curriculum import ordered
 from engine.train.rows import sft_rows
@@ -53,7 +51,7 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
         decoding = flywheel.decoding_of_source(source)
         backend = _LazyBackend(Settings(), str(source / "model"))
         try:
-            with Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(run.frozen.judge))) as judge:
+            with Judge(run.frozen.judge_config()) as judge:
                 rows, report = flywheel.repair_rows(problems, kept, harvested, lambda p: _dumps(choice.prompt(p)),
                                                     backend, decoding, judge, share=wheel.share,
                                                     tries=max(1, decoding.n), corrected=wheel.corrected,
