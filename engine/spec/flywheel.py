@@ -76,6 +76,4 @@ def harvested(spec: Spec, wheel: Flywheel) -> list[str]:
         return []
     kind, fields = found
     used = getattr(fields, HARVESTABLE[kind])
-    if isinstance(used, FailuresSpec):  # a dpo of hard negatives harvests what its own source did
-        return harvested(spec, flywheel(fields)) if used.of != wheel.of else []  # type: ignore[arg-type]
-    return [used] if used is not None else []
+    return [used] if isinstance(used, str) else []  # a dpo of hard negatives judges no samples itself

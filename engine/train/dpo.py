@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from engine.errors import UserError
 from engine.evaluate.records import SampleRecord
@@ -20,7 +20,7 @@ from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult, Verdict
 from engine.train import flywheel
 from engine.train.outcome import PAIRS_FILE
-from engine.train.pairs import PairsReport, PairsResult, build_pairs, report_path, write_pairs
+from engine.train.pairs import PairsResult, PreferencePair, build_pairs, report_path, write_pairs
 from engine.train.selection import CheckpointScorer, choose
 from engine.train.session import TrainRun, load_model, run_main
 
@@ -43,7 +43,7 @@ def sample_pairs(run: TrainRun) -> PairsResult:
     return result
 
 
-def hard_negative_pairs(run: TrainRun) -> PairsResult:
+def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
     """The flywheel's pairs: the harvested run's failures on training problems as rejected answers
     (engine.train.flywheel), written to data/pairs.jsonl with their report."""
     wheel = run.frozen.flywheel
@@ -65,15 +65,16 @@ def hard_negative_pairs(run: TrainRun) -> PairsResult:
     path = run.run_dir / PAIRS_FILE
     flywheel.write_jsonl(path, pairs)
     flywheel.write_atomic(report_path(path), report.model_dump_json(indent=2) + "\n")
-    summary = PairsReport(problems=report.problems_with_failures, pairs=len(pairs), min_delta=0.0,
-                          samples=harvested.samples, judge_calls=0, dropped={"no chosen answer": len(report.no_chosen)},
-                          delta_histogram={}, chosen_verdicts={"ACCEPTED": len(pairs)},
-                          rejected_verdicts=report.pairs_by_class)
     print(f"harvest: {harvested.samples} judged training samples of {wheel.of} ({wheel.of_run}): "
           + ", ".join(f"{c} {n}" for c, n in harvested.harvested.items())
           + f"; pairs {len(pairs)} ({json.dumps(report.pairs_by_class)}), no chosen answer for "
           f"{len(report.no_chosen)} problem(s)", flush=True)
-    return PairsResult(pairs=pairs, report=summary)
+    if not pairs:
+        raise UserError(f"no hard-negative pairs: {report.problems_with_failures} problem(s) with harvested failures, "
+                        f"none with a chosen answer (see {report_path(path).name})\n"
+                        "  fix: add `reference` to pairs_from.chosen, declare more failure classes, or "
+                        "harvest a longer run")
+    return pairs
 
 
 def _result(record: SampleRecord) -> SampleResult:
@@ -86,7 +87,7 @@ def _plain(prompt: Any) -> Any:
     return prompt if isinstance(prompt, str) else [m.model_dump() for m in prompt]
 
 
-def dpo_dataset(result: PairsResult) -> Any:
+def dpo_dataset(pairs: Sequence[PreferencePair]) -> Any:
     from datasets import Dataset
 
     def turn(text: str) -> Any:
@@ -94,17 +95,17 @@ def dpo_dataset(result: PairsResult) -> Any:
 
     rows = [{"prompt": _plain(p.prompt), "chosen": turn(p.chosen), "rejected": turn(p.rejected)}
             if not isinstance(p.prompt, str) else {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}
-            for p in result.pairs]
+            for p in pairs]
     return Dataset.from_list(rows)
 
 
-def train_dpo(run: TrainRun, result: PairsResult) -> Any:
+def train_dpo(run: TrainRun, pairs: Sequence[PreferencePair]) -> Any:
     from trl import DPOConfig, DPOTrainer
 
     model, tokenizer = load_model(run.model)
     args = run.args(DPOConfig, learning_rate=5e-7, beta=0.1, max_length=1024)
     extra = [CheckpointScorer(run)] if run.frozen.uses("select", "early_stop") else []
-    trainer = DPOTrainer(model=model, args=args, train_dataset=dpo_dataset(result), processing_class=tokenizer,
+    trainer = DPOTrainer(model=model, args=args, train_dataset=dpo_dataset(pairs), processing_class=tokenizer,
                          callbacks=run.callbacks(*extra))
     run.train(trainer)
     return trainer
@@ -113,13 +114,7 @@ def train_dpo(run: TrainRun, result: PairsResult) -> Any:
 def main(argv: Optional[list[str]] = None) -> int:
     def body(run: TrainRun) -> None:
         if run.frozen.flywheel is not None:
-            result = hard_negative_pairs(run)
-            if not result.pairs:
-                raise UserError(f"no hard-negative pairs: {result.report.problems} problem(s) with harvested failures, "
-                                f"none with a chosen answer (see {report_path(run.run_dir / PAIRS_FILE).name})\n"
-                                "  fix: add `reference` to pairs_from.chosen, declare more failure classes, or "
-                                "harvest a longer run")
-            train_dpo(run, result)
+            train_dpo(run, hard_negative_pairs(run))
             run.hand_off(choose(run))
             return
         result = sample_pairs(run)
@@ -130,7 +125,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise UserError(f"no preference pairs from {report.samples} judged samples ({report.dropped})\n"
                             "  fix: start from a model that solves some problems (an SFT parent), raise pairs.k, "
                             "or lower pairs.min_delta")
-        train_dpo(run, result)
+        train_dpo(run, result.pairs)
         run.hand_off(choose(run))
 
     return run_main("python -m engine.train.dpo", argv, body)
