@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine.cli.views import StageProgress, console, eval_table
 from engine.evaluate.backends import BACKENDS
-from engine.evaluate.run import Settings, evaluate_run
+from engine.evaluate.eval_run import Settings, evaluate_run
 
 NAME = "evaluate"
 

@@ -16,8 +16,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from engine.evaluate.run import EvalOutput
-from engine.evaluate.runner import Progress as EvalProgress
+from engine.evaluate.eval_run import EvalOutput
+from engine.evaluate.stages import Progress as EvalProgress
 from engine.isolation.content import LeakageReport
 from engine.judge.report import JudgeSummary
 from engine.plan.model import Plan

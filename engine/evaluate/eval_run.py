@@ -15,13 +15,13 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from engine.evaluate import runner
+from engine.evaluate import stages
 from engine.evaluate.backends import default_backend, make_backend
 from engine.evaluate.backends.base import Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, summarize
 from engine.evaluate.records import GenerationRecord, Keys, read
-from engine.evaluate.runner import ProgressHandler, Task
+from engine.evaluate.stages import ProgressHandler, Task
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 from engine.plan.frozen import (
@@ -113,7 +113,7 @@ def _plain(prompt: Any) -> Any:
 
 
 def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
-                 on_progress: ProgressHandler = runner._quiet) -> EvalOutput:
+                 on_progress: ProgressHandler = stages._quiet) -> EvalOutput:
     run_dir = Path(run_dir).resolve()
     frozen = read_frozen_run(run_dir)
     if settings.generate_only:
@@ -127,13 +127,13 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
     backend = _LazyBackend(settings, model)
     results = []
     try:
-        gen_s = {t.dataset: runner.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
+        gen_s = {t.dataset: stages.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
                  for t in todo}
         with Judge(judge_config) as judge:
             for task in todo:
-                judge_s = runner.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
+                judge_s = stages.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
                 if rounds > 1:
-                    runner.repair(task, backend, judge, judge_config.version, rounds, on_progress)
+                    stages.repair(task, backend, judge, judge_config.version, rounds, on_progress)
                 results.append(_dataset_metrics(task, frozen, judge_config.version, gen_s[task.dataset], judge_s,
                                                 rounds, chosen.get(task.dataset)))
     finally:
@@ -145,7 +145,7 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
 
 def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: float, judge_s: float,
                      rounds: int, chosen: Optional[list[ChosenRecord]] = None) -> DatasetMetrics:
-    records = runner.samples(task)
+    records = stages.samples(task)
     first = [r for r in records if r.round == 1]
     metrics = summarize(first, ks=_ks(task.decoding.n), wall_generate_s=gen_s, wall_judge_s=judge_s)
     if rounds > 1:
@@ -170,7 +170,7 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Set
     try:
         todo = tasks(run_dir, model, frozen, use="generate")
         for task in todo:
-            runner.generate(task, backend, on_progress)
+            stages.generate(task, backend, on_progress)
     finally:
         backend.close()
     counts = {}
