@@ -1,4 +1,5 @@
-"""Where the files the package reads live: launch and report templates, the registry.
+"""Where what the package loads lives: launch and report templates, the registry, and the
+classes its string registries name (`load_object`, imported on first use).
 
 In the repository they are the top-level `templates/` and `registry/` folders (the layout users
 know and edit); a built wheel carries the same folders inside the package as `engine/_shipped/`.
@@ -6,7 +7,9 @@ know and edit); a built wheel carries the same folders inside the package as `en
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
 ENGINE_ROOT = Path(__file__).resolve().parent
 
@@ -19,3 +22,10 @@ def shipped(name: str) -> Path:
 
 TEMPLATES = shipped("templates")
 REWARD_FILE = ENGINE_ROOT / "reward.py"  # the file verl loads by path
+
+
+def load_object(target: str) -> Any:
+    """The object `module:attribute` names, imported now: registries of backends by name keep
+    strings so that choosing one never imports the others' machinery (torch, vllm, httpx)."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)

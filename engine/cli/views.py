@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from rich.console import Console, Group, RenderableType
 from rich.progress import (
@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.evaluate.eval_run import EvalOutput
+from engine.evaluate.stages import ModelLoaded
 from engine.evaluate.stages import Progress as EvalProgress
 from engine.isolation.content import LeakageReport
 from engine.judge.report import JudgeSummary
@@ -207,9 +208,15 @@ class StageProgress:
         if self.live:
             self.bars.stop()
 
-    def update(self, event: EvalProgress) -> None:
+    def update(self, event: Union[EvalProgress, ModelLoaded]) -> None:
         import time
 
+        if isinstance(event, ModelLoaded):  # one line each, on a terminal and in a log: loads are counted
+            shape = f" x{event.engines}" if event.engines > 1 else ""
+            tp = f" tp {event.tensor_parallel_size}" if event.tensor_parallel_size > 1 else ""
+            self.out.print(f"model load: {event.backend}{shape}{tp} {event.model} in {event.seconds:.1f}s",
+                           highlight=False)
+            return
         key = (event.stage, event.dataset)
         began = self.began.setdefault(key, time.perf_counter())
         elapsed = max(time.perf_counter() - began, 1e-9)

@@ -3,6 +3,10 @@
 Writes outputs/generations/, outputs/samples/ (one record per problem × sample) and
 outputs/metrics.json: per dataset, the metrics and the context that makes them comparable
 (protocol name and sha256, id-list sha256, judge version, seed, expected sample count).
+
+`evaluate_runs` evaluates several eval runs of one checkpoint in one process: the model is
+loaded once and the judge's workers warmed once for all of them, while each run keeps its
+own records, resume and metrics (the executor groups the evaluations that are ready together).
 """
 
 from __future__ import annotations
@@ -11,17 +15,25 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from pydantic import BaseModel
 
+from engine.errors import UserError
 from engine.evaluate import stages
-from engine.evaluate.backends import default_backend, make_backend
-from engine.evaluate.backends.base import Decoding
+from engine.evaluate.backends import (
+    Endpoint,
+    EngineShape,
+    GenerationSettings,
+    LazyGenerator,
+    engine_shape,
+    visible_devices,
+)
+from engine.evaluate.backends.base import Backend, Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, summarize
 from engine.evaluate.records import GenerationRecord, Keys, read
-from engine.evaluate.stages import ProgressHandler, Task
+from engine.evaluate.stages import ModelLoaded, ProgressHandler, Task
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 from engine.plan.frozen import (
@@ -56,12 +68,48 @@ class EvalOutput(BaseModel):
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    backend: str = "auto"  # hf | vllm | openai | auto (vllm where a GPU and vllm exist, else hf)
-    base_url: Optional[str] = None  # openai backend
-    batch_size: int = 16
+    """What the command line overrides; the rest comes from each run's config.yaml."""
+
+    backend: str = "auto"  # hf | vllm | auto: the config's `generation.backend`, else vllm where it runs, else hf
+    base_url: Optional[str] = None  # an OpenAI-compatible server serving --model, instead of a local engine
+    batch_size: Optional[int] = None  # hf prompts per batch (default: the config's, else by device)
     rejudge: bool = False
     generate_only: bool = False  # a best_of_n run: sample n per problem, choose one by the public tests
     samples: Optional[Path] = None  # score these chosen samples (a best_of_n parent's) instead of generating
+
+
+def generation_settings(frozen: FrozenRun, settings: Settings, model: str) -> GenerationSettings:
+    spec = dict(frozen.generation or {})
+    endpoint = frozen.endpoint
+    if settings.base_url:
+        endpoint = {"base_url": settings.base_url, "model": model}
+    return GenerationSettings(
+        backend=settings.backend if settings.backend != "auto" else spec.get("backend", "auto"),
+        batch_size=settings.batch_size or spec.get("batch_size"), concurrency=spec.get("concurrency"),
+        tensor_parallel_size=spec.get("tensor_parallel_size"),
+        gpu_memory_utilization=spec.get("gpu_memory_utilization"),
+        endpoint=Endpoint(**endpoint) if endpoint else None)
+
+
+def model_identity(frozen: FrozenRun, settings: Settings, model: str) -> str:
+    """What the records are keyed by: the checkpoint's content hash, or the endpoint and its model."""
+    if settings.base_url:
+        return f"{settings.base_url.rstrip('/')}#{model}"
+    if frozen.endpoint:
+        return f"{frozen.endpoint['base_url'].rstrip('/')}#{frozen.endpoint['model']}"
+    return checkpoint_hash(model)
+
+
+def generator_for(frozen: FrozenRun, settings: Settings, model: str,
+                  on_progress: ProgressHandler = stages._quiet) -> LazyGenerator:
+    """The engine(s) for this run on this process's devices, loaded on first use."""
+    shape = engine_shape(generation_settings(frozen, settings, model), model, visible_devices())
+
+    def loaded(shape: EngineShape, seconds: float) -> None:
+        on_progress(ModelLoaded(backend=shape.backend, model=str(shape.options.get("model")), engines=shape.engines,
+                                tensor_parallel_size=shape.tensor_parallel_size, seconds=seconds))
+
+    return LazyGenerator(shape, loaded)
 
 
 def checkpoint_hash(model: str) -> str:
@@ -88,13 +136,14 @@ def decoding_of(protocol: dict[str, Any]) -> Decoding:
 
 
 def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *,
-          datasets: Optional[list[str]] = None, out_dir: Optional[Path] = None) -> list[Task]:
+          datasets: Optional[list[str]] = None, out_dir: Optional[Path] = None,
+          settings: Settings = Settings()) -> list[Task]:
     """One task per dataset the run uses for `use` (evaluate, or generate for best_of_n), with the
     protocol frozen for `use`; `datasets` picks others (a training run scoring its checkpoints)."""
     registry = run_registry(run_dir)
     protocol = frozen.protocols[use]
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
-    model_hash = checkpoint_hash(model)
+    model_hash = model_identity(frozen, settings, model)
     names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []
     for name, entry in frozen.datasets.items():
@@ -114,40 +163,75 @@ def _plain(prompt: Any) -> Any:
 
 def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
                  on_progress: ProgressHandler = stages._quiet) -> EvalOutput:
-    run_dir = Path(run_dir).resolve()
-    frozen = read_frozen_run(run_dir)
+    [output] = evaluate_runs([run_dir], model, settings, on_progress)
+    return output
+
+
+class RunsFailed(UserError):
+    """Some of the runs evaluated together failed; the others' outputs are complete."""
+
+
+def evaluate_runs(run_dirs: Sequence[Path], model: str, settings: Settings = Settings(),
+                  on_progress: ProgressHandler = stages._quiet) -> list[EvalOutput]:
+    """Each run evaluated in turn, with one engine per distinct generation shape and one judge per
+    distinct judge config; a run that fails does not stop the others (each writes its own
+    metrics.json only when complete), and the failures are raised together at the end."""
+    frozen = {Path(d).resolve(): read_frozen_run(Path(d).resolve()) for d in run_dirs}
+    generators: dict[str, LazyGenerator] = {}
+    judges: dict[str, Judge] = {}
+    outputs, failed = [], []
+    try:
+        for run_dir, run in frozen.items():
+            shape = engine_shape(generation_settings(run, settings, model), model, visible_devices())
+            if repr(shape) not in generators:
+                generators[repr(shape)] = generator_for(run, settings, model, on_progress)
+            judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(run.judge))
+            if repr(judge_config) not in judges:
+                judges[repr(judge_config)] = Judge(judge_config)
+            try:
+                outputs.append(_evaluate(run_dir, run, model, settings, generators[repr(shape)],
+                                         judges[repr(judge_config)], on_progress))
+            except UserError as exc:
+                if len(frozen) == 1:
+                    raise
+                failed.append(f"{run_dir.name}: {exc}")
+    finally:
+        for generator in generators.values():
+            generator.close()
+        for judge in judges.values():
+            judge.close()
+    if failed:
+        raise RunsFailed(f"{len(failed)} of {len(frozen)} evaluations failed:\n" + "\n".join(failed))
+    return outputs
+
+
+def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, backend: Backend, judge: Judge,
+              on_progress: ProgressHandler) -> EvalOutput:
     if settings.generate_only:
-        return sample_best_of_n(run_dir, model, frozen, settings, on_progress)
-    todo = tasks(run_dir, model, frozen)
+        return sample_best_of_n(run_dir, model, frozen, backend, judge, on_progress)
+    todo = tasks(run_dir, model, frozen, settings=settings)
     chosen = {t.dataset: import_chosen(settings.samples / f"{t.dataset}.jsonl", t.generations, t.keys)
               for t in todo} if settings.samples else {}
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
-    protocol = frozen.protocols["evaluate"]
-    rounds = protocol.get("rounds") or 1
-    backend = _LazyBackend(settings, model)
+    version = judge.config.version
+    rounds = frozen.protocols["evaluate"].get("rounds") or 1
     results = []
-    try:
-        gen_s = {t.dataset: stages.generate(t, backend, on_progress) if _missing_generations(t) else 0.0
-                 for t in todo}
-        with Judge(judge_config) as judge:
-            for task in todo:
-                judge_s = stages.judge(task, judge, judge_config.version, on_progress, rejudge=settings.rejudge)
-                if rounds > 1:
-                    stages.repair(task, backend, judge, judge_config.version, rounds, on_progress)
-                results.append(_dataset_metrics(task, frozen, judge_config.version, gen_s[task.dataset], judge_s,
-                                                rounds, chosen.get(task.dataset)))
-    finally:
-        backend.close()
+    for task in todo:
+        timing = stages.generate_and_judge(task, backend if _missing_generations(task) else None, judge, version,
+                                           on_progress, rejudge=settings.rejudge)
+        if rounds > 1:
+            stages.repair(task, backend, judge, version, rounds, on_progress)
+        results.append(_dataset_metrics(task, frozen, version, timing, rounds, chosen.get(task.dataset)))
     output = EvalOutput(run_id=frozen.run_id, datasets=results)
     (run_dir / "outputs" / METRICS_FILE).write_text(output.model_dump_json(indent=2) + "\n")
     return output
 
 
-def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: float, judge_s: float,
+def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, timing: stages.Timing,
                      rounds: int, chosen: Optional[list[ChosenRecord]] = None) -> DatasetMetrics:
     records = stages.samples(task)
     first = [r for r in records if r.round == 1]
-    metrics = summarize(first, ks=_ks(task.decoding.n), wall_generate_s=gen_s, wall_judge_s=judge_s)
+    metrics = summarize(first, ks=_ks(task.decoding.n), wall_generate_s=timing.generate_s,
+                        wall_judge_s=timing.judge_s, wall_s=timing.wall_s)
     if rounds > 1:
         metrics.update({f"repair/{k}": v for k, v in repair_summary(records).items()})
     if chosen:
@@ -161,45 +245,21 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, gen_s: f
                           model=task.keys.model, metrics=metrics)
 
 
-def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, settings: Settings,
+def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, backend: Backend, judge: Judge,
                      on_progress: ProgressHandler) -> EvalOutput:
     """A best_of_n run: n samples per problem (resumable), then one chosen per problem by the public
     tests, written to outputs/samples/<dataset>.jsonl for the evaluations attached to this run."""
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
-    backend = _LazyBackend(settings, model)
-    try:
-        todo = tasks(run_dir, model, frozen, use="generate")
-        for task in todo:
-            stages.generate(task, backend, on_progress)
-    finally:
-        backend.close()
+    todo = tasks(run_dir, model, frozen, use="generate")
+    for task in todo:
+        stages.generate(task, backend, on_progress)
     counts = {}
-    with Judge(judge_config) as judge:
-        for task in todo:
-            generations = list(read(task.generations, GenerationRecord, task.keys))
-            write_chosen(task.samples, choose(task.problems, generations, judge))
-            counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
-                                    "generated": len(generations)}
+    for task in todo:
+        generations = list(read(task.generations, GenerationRecord, task.keys))
+        write_chosen(task.samples, choose(task.problems, generations, judge))
+        counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
+                                "generated": len(generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")
     return EvalOutput(run_id=frozen.run_id, datasets=[])
-
-
-class _LazyBackend:
-    """The generation backend, loaded only when something is generated (a resumed run may not need it)."""
-
-    name = "lazy"
-
-    def __init__(self, settings: Settings, model: str) -> None:
-        self.settings, self.model, self.loaded = settings, model, None
-
-    def generate(self, prompts, decoding):  # type: ignore[no-untyped-def]
-        if self.loaded is None:
-            self.loaded = make_backend(_backend_name(self.settings), **_backend_options(self.settings, self.model))
-        return self.loaded.generate(prompts, decoding)
-
-    def close(self) -> None:
-        if self.loaded is not None:
-            self.loaded.close()
 
 
 def _missing_generations(task: Task) -> bool:
@@ -208,16 +268,3 @@ def _missing_generations(task: Task) -> bool:
 
 def _ks(n: int) -> list[int]:
     return sorted({k for k in (1, 2, 5, 10, 20, 50, 100) if k <= n})
-
-
-def _backend_name(settings: Settings) -> str:
-    return default_backend() if settings.backend == "auto" else settings.backend
-
-
-def _backend_options(settings: Settings, model: str) -> dict[str, Any]:
-    name = _backend_name(settings)
-    if name == "openai":
-        return {"model": model, "base_url": settings.base_url or "http://127.0.0.1:8000/v1"}
-    if name == "hf":
-        return {"model": model, "batch_size": settings.batch_size}
-    return {"model": model}

@@ -15,7 +15,7 @@ from engine.evaluate import stages
 from engine.evaluate.backends.base import Backend
 from engine.evaluate.metrics import summarize
 from engine.evaluate.records import SampleRecord
-from engine.evaluate.eval_run import Settings, _LazyBackend, tasks
+from engine.evaluate.eval_run import Settings, generator_for, tasks
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 from engine.plan.frozen import FrozenRun
@@ -36,17 +36,15 @@ def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, 
     todo = tasks(run_dir, model, frozen, protocol, datasets=datasets, out_dir=out_dir)
     judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
     owned = backend is None
-    backend = backend or _LazyBackend(settings, model)
+    backend = backend or generator_for(frozen, settings, model, on_progress)
+    out = []
     try:
-        for task in todo:
-            stages.generate(task, backend, on_progress)
+        with Judge(judge_config) as judge:
+            for task in todo:
+                stages.generate_and_judge(task, backend, judge, judge_config.version, on_progress)
+                records = [r for r in stages.samples(task) if r.round == 1]
+                out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
     finally:
         if owned:
-            backend.close()  # type: ignore[union-attr]
-    out = []
-    with Judge(judge_config) as judge:
-        for task in todo:
-            stages.judge(task, judge, judge_config.version, on_progress)
-            records = [r for r in stages.samples(task) if r.round == 1]
-            out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
+            backend.close()
     return out

@@ -1,11 +1,13 @@
 """An evaluation in three resumable stages per dataset: generate → judge → aggregate.
 
-- generate appends one GenerationRecord per sample to outputs/generations/<dataset>.jsonl as
-  each batch finishes; a re-run generates only the samples a problem still lacks (sampled
-  protocols too: the missing samples get the seeds they would have had).
-- judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as
-  each chunk is judged; a re-run judges only what is not judged yet, and `rejudge` judges
-  every generation again without generating anything.
+- generate hands the backend every sample a dataset still lacks in one submission and appends
+  one GenerationRecord per sample to outputs/generations/<dataset>.jsonl the moment its request
+  finishes; a re-run generates only the samples a problem still lacks (sampled protocols too:
+  the missing samples get the seeds they would have had).
+- judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as it
+  is judged; a re-run judges only what is not judged yet, and `rejudge` judges every generation
+  again without generating anything. `generate_and_judge` runs both at once: samples are judged
+  while the rest are generated, so a dataset takes about the longer of the two, not their sum.
 - aggregate reads the samples back and computes the metrics.
 
 Records are keyed by content (checkpoint hash, protocol hash, id-list hash): records with
@@ -14,15 +16,18 @@ other keys in the same file are ignored, never resumed into.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt
+from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt, Request, generate as generate_all
 from engine.evaluate.records import (
     GEN_ERROR,
+    Appender,
     GenerationRecord,
     Keys,
     SampleRecord,
@@ -36,8 +41,7 @@ from engine.prompts.extract import extract_code
 from engine.repair.loop import Answer
 from engine.repair.loop import repair as repair_loop
 
-GENERATE_CHUNK = 8  # problems per generation call: each call's samples are on disk before the next
-JUDGE_CHUNK = 64  # samples per judge call
+JUDGE_CHUNK = 64  # samples per judge call at most (fewer when fewer are waiting)
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,18 @@ class Progress:
     tokens: int = 0  # completion tokens generated so far (generate)
 
 
-ProgressHandler = Callable[[Progress], None]
+@dataclass(frozen=True)
+class ModelLoaded:
+    """An engine was built (each one costs start-up: vLLM 14-60 s on a GPU)."""
+
+    backend: str
+    model: str
+    engines: int
+    tensor_parallel_size: int
+    seconds: float
+
+
+ProgressHandler = Callable[[Union[Progress, ModelLoaded]], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,38 +91,44 @@ class Task:
         return len(self.problems) * self.decoding.n
 
 
-def _quiet(progress: Progress) -> None:
+def _quiet(progress: Union[Progress, ModelLoaded]) -> None:
     return None
 
 
-def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet) -> float:
-    """Generate what is missing; returns the seconds spent."""
+def missing(task: Task) -> list[tuple[int, int, Request]]:
+    """(problem index, first missing sample, request for the rest) per problem still short of n."""
     have: dict[str, int] = {}
     for record in read(task.generations, GenerationRecord, task.keys):
         have[record.problem_id] = have.get(record.problem_id, 0) + 1
-    todo = [(i, have.get(p.id, 0)) for i, p in enumerate(task.problems) if have.get(p.id, 0) < task.decoding.n]
-    done, tokens, began = task.expected - sum(task.decoding.n - h for _, h in todo), 0, time.perf_counter()
-    on_progress(Progress("generate", task.dataset, done, task.expected))
-    for start in range(0, len(todo), GENERATE_CHUNK):
-        chunk = todo[start:start + GENERATE_CHUNK]
-        for group in _by_count(chunk):  # problems lacking the same number of samples share a call
-            first = group[0][1]
+    out = []
+    for i, problem in enumerate(task.problems):
+        first = have.get(problem.id, 0)
+        if first < task.decoding.n:
             decoding = replace(task.decoding, n=task.decoding.n - first, seed=task.decoding.seed + first)
-            outputs = backend.generate([task.prompts[i] for i, _ in group], decoding)
-            records = [_generation_record(task, task.problems[i], first + j, g)
-                       for (i, _), gens in zip(group, outputs) for j, g in enumerate(gens)]
-            append(task.generations, records)
+            out.append((i, first, Request(task.prompts[i], decoding)))
+    return out
+
+
+def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet,
+             on_records: Callable[[list[GenerationRecord]], None] = lambda records: None) -> float:
+    """Generate what is missing, every request in one submission, each request's records appended
+    (and handed to `on_records`) as it finishes; returns the seconds spent."""
+    todo = missing(task)
+    done = task.expected - sum(request.decoding.n for _, _, request in todo)
+    tokens, began = 0, time.perf_counter()
+    on_progress(Progress("generate", task.dataset, done, task.expected))
+    if not todo:
+        return 0.0
+    with Appender(task.generations) as out:
+        for index, gens in backend.stream([request for _, _, request in todo]):
+            i, first, _ = todo[index]
+            records = [_generation_record(task, task.problems[i], first + j, g) for j, g in enumerate(gens)]
+            out.write(records)
+            on_records(records)
             done += len(records)
             tokens += sum(r.completion_tokens for r in records)
             on_progress(Progress("generate", task.dataset, done, task.expected, tokens))
     return time.perf_counter() - began
-
-
-def _by_count(chunk: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for item in chunk:
-        groups.setdefault(item[1], []).append(item)
-    return list(groups.values())
 
 
 def _generation_record(task: Task, problem: Problem, sample: int, g: Generation) -> GenerationRecord:
@@ -120,18 +141,90 @@ def _generation_record(task: Task, problem: Problem, sample: int, g: Generation)
 def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHandler = _quiet, *,
           rejudge: bool = False) -> float:
     """Judge the generations not judged yet (all of them with `rejudge`); returns the seconds spent."""
+    return generate_and_judge(task, None, judge, judge_version, on_progress, rejudge=rejudge).judge_s
+
+
+@dataclass(frozen=True)
+class Timing:
+    generate_s: float  # generating (0 when nothing was missing)
+    judge_s: float  # judging, busy time
+    wall_s: float  # both, overlapped
+
+
+def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, judge_version: str,
+                       on_progress: ProgressHandler = _quiet, *, rejudge: bool = False) -> Timing:
+    """Generate what is missing (with a backend) while a second thread judges every generation not
+    judged yet, the earlier ones first; each verdict is appended as it is decided. A kill loses at
+    most the samples in flight: a re-run generates what has no generation record and judges what
+    has no sample record."""
     if rejudge and task.samples.exists():
         task.samples.rename(task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl"))
     judged = {r.uid for r in read(task.samples, SampleRecord, task.keys)}
-    todo = [g for g in read(task.generations, GenerationRecord, task.keys) if g.uid not in judged]
-    by_id = {p.id: p for p in task.problems}
-    total, began = len(judged) + len(todo), time.perf_counter()
-    on_progress(Progress("judge", task.dataset, len(judged), total))
-    for start in range(0, len(todo), JUDGE_CHUNK):
-        chunk = todo[start:start + JUDGE_CHUNK]
-        append(task.samples, judge_records(chunk, by_id, judge, judge_version))
-        on_progress(Progress("judge", task.dataset, len(judged) + start + len(chunk), total))
-    return time.perf_counter() - began
+    backlog = [g for g in read(task.generations, GenerationRecord, task.keys) if g.uid not in judged]
+    todo = missing(task) if backend is not None else []
+    total = len(judged) + len(backlog) + sum(request.decoding.n for _, _, request in todo)
+    waiting: queue.Queue[Optional[list[GenerationRecord]]] = queue.Queue()
+    waiting.put(backlog)
+    worker = _Judging(task, judge, judge_version, waiting, on_progress, done=len(judged), total=total)
+    began, gen_s = time.perf_counter(), 0.0
+    worker.start()
+    try:
+        if todo:
+            gen_s = generate(task, backend, on_progress, on_records=waiting.put)  # type: ignore[arg-type]
+    finally:
+        waiting.put(None)  # no more: judge what is queued (or, on an error, what was already handed over)
+        worker.join()
+    if worker.error is not None:
+        raise worker.error
+    return Timing(generate_s=gen_s, judge_s=worker.busy_s, wall_s=time.perf_counter() - began)
+
+
+class _Judging(threading.Thread):
+    """Judges generation records as they are queued, in chunks of what is waiting (at most
+    JUDGE_CHUNK); stops at None."""
+
+    def __init__(self, task: Task, judge: Judge, judge_version: str, waiting: queue.Queue,
+                 on_progress: ProgressHandler, *, done: int, total: int) -> None:
+        super().__init__(name=f"judge-{task.dataset}", daemon=True)
+        self.task, self.judge, self.version, self.waiting = task, judge, judge_version, waiting
+        self.on_progress, self.done, self.total = on_progress, done, total
+        self.by_id = {p.id: p for p in task.problems}
+        self.busy_s = 0.0
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
+        pending: list[GenerationRecord] = []
+        finished = False
+        with Appender(self.task.samples) as out:
+            while not (finished and not pending):
+                if not pending:
+                    item = self.waiting.get()
+                    if item is None:
+                        finished = True
+                        continue
+                    pending.extend(item)
+                while not finished:  # take everything already waiting, without blocking
+                    try:
+                        item = self.waiting.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        finished = True
+                    else:
+                        pending.extend(item)
+                chunk, pending = pending[:JUDGE_CHUNK], pending[JUDGE_CHUNK:]
+                if self.error is not None or not chunk:
+                    continue
+                began = time.perf_counter()
+                try:
+                    out.write(judge_records(chunk, self.by_id, self.judge, self.version))
+                except BaseException as exc:  # noqa: BLE001 (raised in the caller's thread)
+                    self.error = exc
+                    continue
+                self.busy_s += time.perf_counter() - began
+                self.done += len(chunk)
+                self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
 
 
 def judge_records(generations: Sequence[GenerationRecord], problems: dict[str, Problem], judge: Judge,
@@ -180,7 +273,7 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
                             result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
                             generation=x) for x in parents[start:start + JUDGE_CHUNK]]
             chains = repair_loop(first, judge=judge, rounds=r, text=lambda g: g.text,
-                                 generate=lambda convs: [gens[0] for gens in backend.generate(convs, decoding)])
+                                 generate=lambda convs: [gens[0] for gens in generate_all(backend, convs, decoding)])
             parent_of = {a.key: a.generation for a in first}
             append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
                                   if a.round == r])

@@ -8,7 +8,6 @@ workers on this machine, `engine.judge.local.pool`) or `sandbox_fusion` (HTTP,
 
 from __future__ import annotations
 
-import importlib
 from typing import Callable, Sequence
 
 from engine.judge.cache import ResultCache, job_key
@@ -16,6 +15,7 @@ from engine.judge.config import JudgeBackend, JudgeConfig, JudgeJob, test_count
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.prompts.extract import extract_code
+from engine.resources import load_object
 
 # Backends by name, imported on first use (each pulls in its own machinery).
 BACKENDS = {
@@ -25,8 +25,7 @@ BACKENDS = {
 
 
 def make_backend(config: JudgeConfig) -> JudgeBackend:
-    module, _, name = BACKENDS[config.backend].partition(":")
-    return getattr(importlib.import_module(module), name)(config)
+    return load_object(BACKENDS[config.backend])(config)
 
 
 class Judge:

@@ -84,6 +84,9 @@ class FrozenRun(BaseModel):
     repair_return: Optional[Literal["last", "sum"]] = None
     round_penalty: Optional[float] = None
     pairs: Optional[PairsSpec] = None
+    # Evaluation runs: how they generate (the spec's `generation:`), or the endpoint that serves the model.
+    generation: Optional[dict[str, Any]] = None
+    endpoint: Optional[dict[str, Any]] = None
 
     def uses(self, *wanted: str) -> list[str]:
         """Names of the datasets used for any of `wanted` (train, select, early_stop, monitor, ...)."""
