@@ -37,12 +37,12 @@ _RAFT_ONLY = ("cycles", "samples_per_prompt")
 _REPAIR_ONLY = ("repair_return", "round_penalty")
 FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
     PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds"),
-    PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds"),
-    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.dpo: ("train", "reward", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.grpo: ("pairs_from", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.repair: ("pairs_from", "n", *_RAFT_ONLY),
-    PhaseKind.raft: ("pairs_from", "n", "rounds", *_REPAIR_ONLY),
+    PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds", "endpoint"),
+    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "endpoint"),
+    PhaseKind.dpo: ("train", "reward", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "endpoint"),
+    PhaseKind.grpo: ("pairs_from", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "endpoint"),
+    PhaseKind.repair: ("pairs_from", "n", *_RAFT_ONLY, "endpoint"),
+    PhaseKind.raft: ("pairs_from", "n", "rounds", *_REPAIR_ONLY, "endpoint"),
 }
 _EXAMPLE = {"trainer": "verl", "train": "<a train dataset>", "pairs_from": "<a train dataset>",
             "reward": "dense", "rollout": "<a protocol, e.g. rollout>", "protocol": "<a protocol>",
@@ -157,6 +157,9 @@ def _kind_errors(section: str, name: str, kind: PhaseKind, fields: PhaseFields, 
         if getattr(own, bad) is not None:
             yield at((section, name, bad), f"`{bad}` has no meaning for {_article(kind)} phase and would be ignored",
                      f"remove `{bad}` (or change the phase's kind)")
+    if own.endpoint is not None and fields.from_ is not None:
+        yield at((section, name, "endpoint"), f"an eval phase with an endpoint evaluates the model the endpoint "
+                 f"serves, not phase {fields.from_!r}", "remove `from:` (or the endpoint)")
     if kind in (PhaseKind.dpo, PhaseKind.raft) and fields.trainer == "verl":
         what = "offline DPO" if kind == PhaseKind.dpo else "RAFT"
         yield at((section, name, "trainer"), f"verl has no {what} trainer", f"use `trainer: trl` for {kind.value}",

@@ -91,6 +91,7 @@ class Server:
 class _Handler(BaseHTTPRequestHandler):
     server_state: Server
     protocol_version = "HTTP/1.1"  # keep-alive: a client's pooled connections are reused, as with a real server
+    disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart (delayed ACK)
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -133,7 +133,8 @@ def open_generator(shape: EngineShape) -> Backend:
     if shape.engines > 1:
         from engine.evaluate.backends.parallel import DataParallel
 
-        return DataParallel(backend=shape.backend, options=shape.options, devices=shape.device_groups)
+        return DataParallel(name=shape.backend, target=GENERATORS[shape.backend], options=shape.options,
+                            devices=shape.device_groups)
     return make_generator(shape.backend, **shape.options)
 
 

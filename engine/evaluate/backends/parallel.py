@@ -18,17 +18,19 @@ from typing import Any, Iterator, Sequence
 
 from engine.errors import UserError
 from engine.evaluate.backends.base import Finished, Request
+from engine.resources import load_object
 
 _READY, _DONE, _FAILED = "ready", "done", "failed"
 
 
 class DataParallel:
-    def __init__(self, *, backend: str, options: dict[str, Any], devices: Sequence[str]) -> None:
-        self.name = f"{backend}x{len(devices)}"
+    def __init__(self, *, name: str, target: str, options: dict[str, Any], devices: Sequence[str]) -> None:
+        """`target`: the backend class as `module:attribute` (each worker imports it itself)."""
+        self.name = f"{name}x{len(devices)}"
         context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
         self.results: Any = context.Queue()
         self.inboxes = [context.Queue() for _ in devices]
-        self.workers = [context.Process(target=_worker, args=(backend, options, device, inbox, self.results, rank),
+        self.workers = [context.Process(target=_worker, args=(target, options, device, inbox, self.results, rank),
                                         name=f"engine-{rank}", daemon=True)
                         for rank, (device, inbox) in enumerate(zip(devices, self.inboxes))]
         for worker in self.workers:
@@ -70,12 +72,10 @@ class DataParallel:
                 worker.kill()
 
 
-def _worker(backend: str, options: dict[str, Any], device: str, inbox: Any, results: Any, rank: int) -> None:
+def _worker(target: str, options: dict[str, Any], device: str, inbox: Any, results: Any, rank: int) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = device
-    from engine.evaluate.backends import make_generator
-
     try:
-        engine = make_generator(backend, **options)
+        engine = load_object(target)(**options)
     except UserError as exc:
         results.put((_FAILED, str(exc), True))
         return
