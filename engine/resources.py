@@ -1,5 +1,6 @@
-"""Where what the package loads lives: launch and report templates, the registry, and the
-classes its string registries name (`load_object`, imported on first use).
+"""Where what the package uses lives: launch and report templates, the registry, the classes
+its string registries name (`load_object`, imported on first use), and the GPUs this process
+may use (`visible_gpus`).
 
 In the repository they are the top-level `templates/` and `registry/` folders (the layout users
 know and edit); a built wheel carries the same folders inside the package as `engine/_shipped/`.
@@ -8,6 +9,7 @@ know and edit); a built wheel carries the same folders inside the package as `en
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,3 +31,14 @@ def load_object(target: str) -> Any:
     strings so that choosing one never imports the others' machinery (torch, vllm, httpx)."""
     module, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module), attribute)
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when it is set (empty: none), else the
+    NVIDIA devices the machine shows (/dev/nvidia0, ...; none on a CPU machine). No CUDA runtime is
+    loaded to find out."""
+    preset = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if preset is not None:
+        return [g.strip() for g in preset.split(",") if g.strip() and g.strip() != "-1"]
+    found = [p.name[len("nvidia"):] for p in Path("/dev").glob("nvidia[0-9]*")]
+    return sorted(found, key=int)

@@ -31,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="experiment-matrix spec (YAML)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
-    p.add_argument("--gpus", type=int, default=0, help="GPUs available to the local executor")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the local executor may use (default: every GPU this machine shows, within "
+                        "CUDA_VISIBLE_DEVICES when it is set; 0 on a CPU machine)")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots (default: all cores)")
     p.add_argument("--executor", choices=("local", "ray"), default=None,
                    help="where runs execute (default: the spec's executor.kind, else local)")
@@ -43,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    if args.gpus < 0 or (args.cpus is not None and args.cpus < 1):
+    if (args.gpus is not None and args.gpus < 0) or (args.cpus is not None and args.cpus < 1):
         raise UserError("--gpus must be >= 0 and --cpus >= 1")
     view = _View(args.runs_dir)
     try:

@@ -27,7 +27,6 @@ from engine.evaluate.backends import (
     GenerationSettings,
     LazyGenerator,
     engine_shape,
-    visible_devices,
 )
 from engine.evaluate.backends.base import Backend, Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
@@ -43,6 +42,7 @@ from engine.plan.frozen import (
     run_registry,
 )
 from engine.prompts.templates import PromptChoice
+from engine.resources import visible_gpus
 from engine.spec.model import JudgeSpec
 
 METRICS_FILE = "metrics.json"
@@ -103,7 +103,7 @@ def model_identity(frozen: FrozenRun, settings: Settings, model: str) -> str:
 def generator_for(frozen: FrozenRun, settings: Settings, model: str,
                   on_progress: ProgressHandler = stages._quiet) -> LazyGenerator:
     """The engine(s) for this run on this process's devices, loaded on first use."""
-    shape = engine_shape(generation_settings(frozen, settings, model), model, visible_devices())
+    shape = engine_shape(generation_settings(frozen, settings, model), model, visible_gpus())
 
     def loaded(shape: EngineShape, seconds: float) -> None:
         on_progress(ModelLoaded(backend=shape.backend, model=str(shape.options.get("model")), engines=shape.engines,
@@ -182,7 +182,7 @@ def evaluate_runs(run_dirs: Sequence[Path], model: str, settings: Settings = Set
     outputs, failed = [], []
     try:
         for run_dir, run in frozen.items():
-            shape = engine_shape(generation_settings(run, settings, model), model, visible_devices())
+            shape = engine_shape(generation_settings(run, settings, model), model, visible_gpus())
             if repr(shape) not in generators:
                 generators[repr(shape)] = generator_for(run, settings, model, on_progress)
             judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(run.judge))

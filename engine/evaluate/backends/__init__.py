@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from engine.errors import UserError
 from engine.evaluate.backends.base import Backend, Finished, Request
-from engine.resources import load_object
+from engine.resources import load_object, visible_gpus
 
 GENERATORS = {
     "hf": "engine.evaluate.backends.hf:HFBackend",
@@ -84,18 +84,6 @@ class EngineShape:
     tensor_parallel_size: int
     options: dict[str, Any]
     device_groups: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES of each engine (data parallel)
-
-
-def visible_devices() -> list[str]:
-    """The GPUs this process may use: CUDA_VISIBLE_DEVICES as the executor set it (empty: none)."""
-    preset = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if preset is not None:
-        return [d.strip() for d in preset.split(",") if d.strip()]
-    if importlib.util.find_spec("torch") is None:
-        return []
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def engine_shape(settings: GenerationSettings, model: str, devices: Sequence[str]) -> EngineShape:
