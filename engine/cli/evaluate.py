@@ -13,11 +13,8 @@ from pathlib import Path
 from engine.cli.views import StageProgress, console, eval_table
 from engine.evaluate.eval_run import Settings, evaluate_runs
 
-NAME = "evaluate"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="evaluate a run directory's model on its datasets (what an eval run's launch.sh runs)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", type=Path, required=True, action="append", dest="run_dirs",
                    help="an eval run's directory (runs/<spec>/<run-id>/); repeat it to evaluate several runs of "
                         "one model with one model load")

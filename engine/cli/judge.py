@@ -18,11 +18,8 @@ from engine.errors import UserError
 from engine.judge.batch import judge_file
 from engine.judge.config import JudgeConfig
 
-NAME = "judge"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="judge completions against problems' tests")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problems", required=True, help="problems file (HumanEval/MBPP/CodeContests raw or normalized)")
     p.add_argument("--samples", required=True, help="JSONL with problem_id and completion")
     p.add_argument("--out", required=True, help="verdict records (JSONL)")

@@ -9,11 +9,8 @@ from engine.errors import UserError
 from engine.report.generate import write_reports
 from engine.runs.status import spec_name_of
 
-NAME = "report"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="write the result pages (Markdown + PNG) from lineage")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", help="a spec file or name (default: every spec that ran)")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.set_defaults(func=command)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from rich.console import Console, Group, RenderableType
 from rich.progress import (
@@ -16,16 +16,18 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from engine.evaluate.eval_run import EvalOutput
-from engine.evaluate.stages import ModelLoaded
-from engine.evaluate.stages import Progress as EvalProgress
-from engine.isolation.content import LeakageReport
-from engine.judge.report import JudgeSummary
-from engine.plan.model import Plan
 from engine.runs.lineage import FINISHED, RunState, parse_iso
-from engine.runs.status import StatusReport
-from engine.spec.validated import AppliedWaiver
-from engine.verify.problems import VerifyReport
+
+if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
+    from engine.evaluate.eval_run import EvalOutput
+    from engine.evaluate.stages import ModelLoaded
+    from engine.evaluate.stages import Progress as EvalProgress
+    from engine.isolation.content import LeakageReport
+    from engine.judge.report import JudgeSummary
+    from engine.plan.model import Plan
+    from engine.runs.status import StatusReport
+    from engine.spec.validated import AppliedWaiver
+    from engine.verify.problems import VerifyReport
 
 PIPE_WIDTH = 132  # rich assumes 80 columns off a terminal, which folds plan and status tables
 STATE_STYLES = {"new": "cyan", "planned": "cyan", "queued": "blue", "running": "yellow",
@@ -211,6 +213,8 @@ class StageProgress:
     def update(self, event: Union[EvalProgress, ModelLoaded]) -> None:
         import time
 
+        from engine.evaluate.stages import ModelLoaded
+
         if isinstance(event, ModelLoaded):  # one line each, on a terminal and in a log: loads are counted
             shape = f" x{event.engines}" if event.engines > 1 else ""
             tp = f" tp {event.tensor_parallel_size}" if event.tensor_parallel_size > 1 else ""
@@ -244,3 +248,63 @@ def eval_table(output: EvalOutput) -> Table:
                            if k.startswith("errors/") and v)
         table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in HEADLINE), errors)
     return table
+
+
+# ---------------------------------------------------------------- price
+def _hours(q) -> str:
+    return f"{q.p50:,.1f} [{q.p10:,.1f}–{q.p90:,.1f}]"
+
+
+def _span(q) -> str:
+    return f"{format_duration(q.p50)} [{format_duration(q.p10)}–{format_duration(q.p90)}]"
+
+
+def describe_price(priced) -> RenderableType:
+    """The dry run's forecast (engine.price.study.StudyPrice): hours per phase, wall time, critical path,
+    cost, and the smallest difference each comparison can detect."""
+    f = priced.forecast
+    unit = f"{f.slot}-h"
+    phases = Table(title=f"forecast of {f.study} on {f.slots} {f.profile} {f.slot}(s)"
+                         + (f" over {f.nodes} nodes" if f.nodes > 1 else "") + f" (P50 [P10–P90], {f.draws} draws)",
+                   title_justify="left")
+    for column in ("phase", "runs", f"{unit}", "longest run", "steps"):
+        phases.add_column(column, justify="left" if column == "phase" else "right")
+    steps = {r.unit: r.steps for r in f.runs if r.steps}
+    longest: dict[str, float] = {}
+    for r in f.runs:
+        longest[r.unit] = max(longest.get(r.unit, 0.0), r.seconds.p50)
+    for g in f.phases:
+        phases.add_row(g.name, str(g.runs), _hours(g.slot_hours), format_duration(longest.get(g.name)),
+                       str(steps.get(g.name, "")))
+    lines = [phases,
+             Text(f"total: {_hours(f.slot_hours)} {unit}" + (f" · cost {f.cost.p50:,.0f} [{f.cost.p10:,.0f}–{f.cost.p90:,.0f}]"
+                                                            f" at {f.price_per_hour:g} per {unit}" if f.cost else "")),
+             Text(f"wall time on {f.slots} {f.slot}(s): {_span(f.wall_s)} (lower bound {format_duration(f.lower_bound_s)})"),
+             Text(f"critical path: {_span(f.critical_path_s)}: {' → '.join(f.critical_path)}"),
+             Text(f"not included: {f.contingency}", style="dim")]
+    lines += [Text(f"assumed: {note}", style="dim") for note in f.notes]
+    if priced.comparisons:
+        table = Table(title="smallest difference in accepted@1 each comparison detects (80 % power, 5 % two-sided)",
+                      title_justify="left")
+        for column in ("comparison", "dataset", "problems × samples × seeds", "MDD"):
+            table.add_column(column)
+        for c in priced.comparisons:
+            table.add_row(f"{c.unit} vs {c.control}", c.dataset, f"{c.problems} × {c.samples} × {c.seeds}", f"{c.mdd:.3f}")
+        lines.append(table)
+    lines += [Text(f"warning: {w}", style="yellow") for w in priced.warnings]
+    return Group(*lines)
+
+
+def render_versus(v) -> RenderableType:
+    """Forecast against actual (engine.price.study.Versus), per run kind and for the whole study."""
+    table = Table(title=f"{v.study}: forecast ({v.profile}, {v.slots} slot(s)) against actual, "
+                        f"{v.finished} of {v.total} runs finished", title_justify="left")
+    for column in ("kind", "runs", "forecast", "actual", "error"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for k in v.kinds:
+        table.add_row(k.kind, str(k.runs), format_duration(k.forecast_s), format_duration(k.actual_s), f"{k.error:+.0%}")
+    whole = (f"study wall time: forecast {format_duration(v.forecast_wall_s)} "
+             f"[{format_duration(v.forecast_wall_band[0])}–{format_duration(v.forecast_wall_band[1])}], actual "
+             + (f"{format_duration(v.actual_wall_s)} ({v.wall_error:+.0%})" if v.actual_wall_s else
+                "— (not every run has succeeded)"))
+    return Group(table, Text(whole))

@@ -30,7 +30,7 @@ from engine.evaluate.backends import (
 )
 from engine.evaluate.backends.base import Backend, Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
-from engine.evaluate.metrics import repair_summary, summarize
+from engine.evaluate.metrics import repair_summary, reported_ks, summarize
 from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.stages import ModelLoaded, ProgressHandler, Task
 from engine.judge.api import Judge
@@ -58,7 +58,14 @@ class DatasetMetrics(BaseModel):
     seed: Optional[int]
     expected_samples: int
     model: str  # checkpoint hash
+    decoding_seed: int = 0
     metrics: dict[str, float]
+
+    @property
+    def keys(self) -> Keys:
+        """The full keys of the records these metrics were computed from."""
+        return Keys(model=self.model, protocol=self.protocol_sha256, idlist=self.idlist_sha256,
+                    decoding_seed=self.decoding_seed)
 
 
 class EvalOutput(BaseModel):
@@ -128,11 +135,22 @@ def protocol_sha256(protocol: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()
 
 
-def decoding_of(protocol: dict[str, Any]) -> Decoding:
+def decoding_of(protocol: dict[str, Any], run_seed: Optional[int] = None) -> Decoding:
     return Decoding(temperature=protocol.get("temperature") or 0.0, top_p=protocol.get("top_p") or 1.0,
                     top_k=protocol.get("top_k") if protocol.get("top_k") is not None else -1,
                     max_tokens=protocol.get("max_tokens") or 512, n=protocol.get("n") or 1,
-                    stop=tuple(protocol.get("stop") or ()), seed=protocol.get("seed") or 0)
+                    stop=tuple(protocol.get("stop") or ()), seed=decoding_seed(protocol, run_seed))
+
+
+def decoding_seed(protocol: dict[str, Any], run_seed: Optional[int]) -> int:
+    """The seed a sampled evaluation draws from: independent per training seed, derived from the
+    protocol's seed and the run's, so the seeds' evaluations are independent draws of decoding
+    randomness (what the report's bootstrap assumes when it resamples seeds), while a variant and
+    its control of one seed share theirs. Greedy decoding, and an unseeded run, keep the protocol's."""
+    base = protocol.get("seed") or 0
+    if not protocol.get("temperature") or run_seed is None:
+        return base
+    return int.from_bytes(hashlib.sha256(f"decoding/{base}/{run_seed}".encode()).digest()[:4], "big") >> 1
 
 
 def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *,
@@ -150,10 +168,11 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
         if name not in names:
             continue
         loaded = load_frozen_dataset(name, entry, registry, frozen.judge)
+        decoding = decoding_of(protocol, frozen.seed)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
-                    idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint)
+                    idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint, decoding_seed=decoding.seed)
         out.append(Task(dataset=name, problems=loaded.problems, prompts=[_plain(choice.prompt(p)) for p in loaded.problems],
-                        keys=keys, decoding=decoding_of(protocol), out_dir=out_dir or run_dir / "outputs"))
+                        keys=keys, decoding=decoding, out_dir=out_dir or run_dir / "outputs"))
     return out
 
 
@@ -230,7 +249,7 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, timing: 
                      rounds: int, chosen: Optional[list[ChosenRecord]] = None) -> DatasetMetrics:
     records = stages.samples(task)
     first = [r for r in records if r.round == 1]
-    metrics = summarize(first, ks=_ks(task.decoding.n), wall_generate_s=timing.generate_s,
+    metrics = summarize(first, ks=reported_ks(task.decoding.n), wall_generate_s=timing.generate_s,
                         wall_judge_s=timing.judge_s, wall_s=timing.wall_s)
     if rounds > 1:
         metrics.update({f"repair/{k}": v for k, v in repair_summary(records).items()})
@@ -242,7 +261,7 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, timing: 
     return DatasetMetrics(dataset=task.dataset, protocol=protocol.get("name", "evaluate"),
                           protocol_sha256=task.keys.protocol, idlist_sha256=task.keys.idlist,
                           judge_version=judge_version, seed=frozen.seed, expected_samples=task.expected,
-                          model=task.keys.model, metrics=metrics)
+                          model=task.keys.model, decoding_seed=task.keys.decoding_seed, metrics=metrics)
 
 
 def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, backend: Backend, judge: Judge,
@@ -266,5 +285,3 @@ def _missing_generations(task: Task) -> bool:
     return sum(1 for _ in read(task.generations, GenerationRecord, task.keys)) < task.expected
 
 
-def _ks(n: int) -> list[int]:
-    return sorted({k for k in (1, 2, 5, 10, 20, 50, 100) if k <= n})

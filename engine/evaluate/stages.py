@@ -2,12 +2,16 @@
 
 - generate hands the backend every sample a dataset still lacks in one submission and appends
   one GenerationRecord per sample to outputs/generations/<dataset>.jsonl the moment its request
-  finishes; a re-run generates only the samples a problem still lacks (sampled protocols too:
-  the missing samples get the seeds they would have had).
-- judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as it
-  is judged; a re-run judges only what is not judged yet, and `rejudge` judges every generation
-  again without generating anything. `generate_and_judge` runs both at once: samples are judged
-  while the rest are generated, so a dataset takes about the longer of the two, not their sum.
+  finishes; a re-run generates only the samples a problem still lacks, and again those that
+  failed on the server (GEN_ERROR) — sampled protocols too: the samples get the seeds they
+  would have had.
+- judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as its
+  verdict is known; a re-run judges only what is not judged yet, and again the samples the
+  judge failed on (INTERNAL_ERROR) or whose generation has since been made again; and
+  `rejudge` judges every generation again without generating anything. A record written again
+  replaces the earlier one of its uid (`records.read`: the last one wins). `generate_and_judge`
+  runs both at once: samples are judged while the rest are generated, so a dataset takes about
+  the longer of the two, not their sum.
 - aggregate reads the samples back and computes the metrics.
 
 Records are keyed by content (checkpoint hash, protocol hash, id-list hash): records with
@@ -27,11 +31,13 @@ from engine.errors import UserError
 from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt, Request, generate as generate_all
 from engine.evaluate.records import (
     GEN_ERROR,
+    INTERNAL_ERROR,
     Appender,
     GenerationRecord,
     Keys,
     SampleRecord,
     append,
+    is_fault,
     read,
 )
 from engine.judge.api import Judge
@@ -96,17 +102,14 @@ def _quiet(progress: Union[Progress, ModelLoaded]) -> None:
 
 
 def missing(task: Task) -> list[tuple[int, int, Request]]:
-    """(problem index, first missing sample, request for the rest) per problem still short of n."""
-    have: dict[str, int] = {}
+    """(problem index, first sample, request) for each run of consecutive samples a problem lacks
+    (never generated, or failed on the server); a run's samples get the seeds they would have had."""
+    have: dict[str, set[int]] = {}
     for record in read(task.generations, GenerationRecord, task.keys):
-        have[record.problem_id] = have.get(record.problem_id, 0) + 1
-    out = []
-    for i, problem in enumerate(task.problems):
-        first = have.get(problem.id, 0)
-        if first < task.decoding.n:
-            decoding = replace(task.decoding, n=task.decoding.n - first, seed=task.decoding.seed + first)
-            out.append((i, first, Request(task.prompts[i], decoding)))
-    return out
+        if not is_fault(record):
+            have.setdefault(record.problem_id, set()).add(record.sample)
+    return [(i, first, Request(task.prompts[i], replace(task.decoding, n=count, seed=task.decoding.seed + first)))
+            for i, p in enumerate(task.problems) for first, count in _missing_runs(have.get(p.id, set()), task.decoding.n)]
 
 
 def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet,
@@ -129,6 +132,17 @@ def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet
             tokens += sum(r.completion_tokens for r in records)
             on_progress(Progress("generate", task.dataset, done, task.expected, tokens))
     return time.perf_counter() - began
+
+
+def _missing_runs(have: set[int], n: int) -> list[tuple[int, int]]:
+    """The samples 0..n-1 not in `have`, as runs (first, count) of consecutive indices."""
+    runs: list[tuple[int, int]] = []
+    for s in (s for s in range(n) if s not in have):
+        if runs and runs[-1][0] + runs[-1][1] == s:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((s, 1))
+    return runs
 
 
 def _generation_record(task: Task, problem: Problem, sample: int, g: Generation) -> GenerationRecord:
@@ -159,29 +173,40 @@ def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, jud
     has no sample record."""
     if rejudge and task.samples.exists():
         task.samples.rename(task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl"))
-    judged = {r.uid for r in read(task.samples, SampleRecord, task.keys)}
-    backlog = [g for g in read(task.generations, GenerationRecord, task.keys) if g.uid not in judged]
+    judged = {r.uid: r for r in read(task.samples, SampleRecord, task.keys)}
+    backlog = [g for g in read(task.generations, GenerationRecord, task.keys)
+               if g.uid not in judged or _judge_again(judged[g.uid], g)]  # type: ignore[arg-type]
     todo = missing(task) if backend is not None else []
-    total = len(judged) + len(backlog) + sum(request.decoding.n for _, _, request in todo)
-    waiting: queue.Queue[Optional[list[GenerationRecord]]] = queue.Queue()
+    coming = {f"{task.dataset}/{task.problems[i].id}/{first + j}/r1"
+              for i, first, request in todo for j in range(request.decoding.n)} | {g.uid for g in backlog}
+    settled = sum(1 for uid, r in judged.items() if r.round == 1 and uid not in coming)
+    waiting: queue.Queue = queue.Queue()
     waiting.put(backlog)
-    worker = _Judging(task, judge, judge_version, waiting, on_progress, done=len(judged), total=total)
+    worker = _Judging(task, judge, judge_version, waiting, on_progress, done=settled,
+                      total=settled + len(coming))
     began, gen_s = time.perf_counter(), 0.0
     worker.start()
     try:
         if todo:
             gen_s = generate(task, backend, on_progress, on_records=waiting.put)  # type: ignore[arg-type]
+    except BaseException:
+        waiting.put(_ABANDON)  # stop: what is in the judge's hands finishes, the rest waits for a re-run
+        raise
     finally:
-        waiting.put(None)  # no more: judge what is queued (or, on an error, what was already handed over)
+        waiting.put(None)  # nothing more comes: judge what is queued
         worker.join()
     if worker.error is not None:
         raise worker.error
     return Timing(generate_s=gen_s, judge_s=worker.busy_s, wall_s=time.perf_counter() - began)
 
 
+_ABANDON = object()
+
+
 class _Judging(threading.Thread):
-    """Judges generation records as they are queued, in chunks of what is waiting (at most
-    JUDGE_CHUNK); stops at None."""
+    """Judges the generation records queued to it as they come (`Judge.judge_stream` reads them
+    lazily, so its workers start on each sample as soon as it is generated) and appends each
+    verdict as it is known; ends at None, or at _ABANDON without starting anything more."""
 
     def __init__(self, task: Task, judge: Judge, judge_version: str, waiting: queue.Queue,
                  on_progress: ProgressHandler, *, done: int, total: int) -> None:
@@ -189,42 +214,49 @@ class _Judging(threading.Thread):
         self.task, self.judge, self.version, self.waiting = task, judge, judge_version, waiting
         self.on_progress, self.done, self.total = on_progress, done, total
         self.by_id = {p.id: p for p in task.problems}
-        self.busy_s = 0.0
+        self.handed: list[GenerationRecord] = []  # what judge_stream's indices refer to
+        self.busy_s, self.idle_s = 0.0, 0.0
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
-        self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
-        pending: list[GenerationRecord] = []
-        finished = False
-        with Appender(self.task.samples) as out:
-            while not (finished and not pending):
-                if not pending:
-                    item = self.waiting.get()
-                    if item is None:
-                        finished = True
-                        continue
-                    pending.extend(item)
-                while not finished:  # take everything already waiting, without blocking
-                    try:
-                        item = self.waiting.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        finished = True
-                    else:
-                        pending.extend(item)
-                chunk, pending = pending[:JUDGE_CHUNK], pending[JUDGE_CHUNK:]
-                if self.error is not None or not chunk:
-                    continue
-                began = time.perf_counter()
-                try:
-                    out.write(judge_records(chunk, self.by_id, self.judge, self.version))
-                except BaseException as exc:  # noqa: BLE001 (raised in the caller's thread)
-                    self.error = exc
-                    continue
-                self.busy_s += time.perf_counter() - began
-                self.done += len(chunk)
+        began = time.perf_counter()
+        try:
+            with Appender(self.task.samples) as self.out:
                 self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
+                for index, result in self.judge.judge_stream(self._items()):
+                    g = self.handed[index]
+                    self._write(_sample_record(g, result, self.by_id[g.problem_id], self.version))
+        except BaseException as exc:  # noqa: BLE001 (raised in the caller's thread)
+            self.error = exc
+            while self.waiting.get() is not None:  # the producer never blocks on a dead consumer
+                pass
+        self.busy_s = time.perf_counter() - began - self.idle_s
+
+    def _items(self) -> Iterator[tuple[Problem, str]]:
+        while True:
+            waited = time.perf_counter()
+            batch = self.waiting.get()
+            self.idle_s += time.perf_counter() - waited
+            if batch is None or batch is _ABANDON:
+                return
+            for g in batch:
+                if g.finish_reason == "error":  # nothing to judge: a visible GEN_ERROR sample at once
+                    self._write(_sample_record(g, None, self.by_id[g.problem_id], self.version))
+                    continue
+                self.handed.append(g)
+                yield self.by_id[g.problem_id], g.completion
+
+    def _write(self, record: SampleRecord) -> None:
+        self.out.write([record])
+        self.done += 1
+        self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
+
+
+def _judge_again(sample: SampleRecord, generation: GenerationRecord) -> bool:
+    """A judge fault is judged again; so is a sample judged from a generation made again since."""
+    if sample.verdict == INTERNAL_ERROR:
+        return True
+    return sample.completion != generation.completion or sample.finish_reason != generation.finish_reason
 
 
 def judge_records(generations: Sequence[GenerationRecord], problems: dict[str, Problem], judge: Judge,
@@ -266,8 +298,10 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
     began, decoding = time.perf_counter(), replace(task.decoding, n=1)
     for r in range(2, rounds + 1):
         records = samples(task)
-        done = {x.parent for x in records if x.round == r}
-        parents = [x for x in records if x.round == r - 1 and not x.accepted and x.uid not in done]
+        # A fault is neither answered nor repaired: a faulty round is made again, and a faulty
+        # parent waits until a re-run has generated or judged it again.
+        done = {x.parent for x in records if x.round == r and not is_fault(x)}
+        parents = [x for x in records if x.round == r - 1 and not x.accepted and not is_fault(x) and x.uid not in done]
         for start in range(0, len(parents), JUDGE_CHUNK):
             first = [Answer(key=x.uid, problem=by_id[x.problem_id], completion=x.completion, round=r - 1,
                             result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
@@ -282,8 +316,7 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
 
 
 def _result_of(record: SampleRecord) -> SampleResult:
-    verdict = Verdict.INTERNAL_ERROR if record.verdict == GEN_ERROR else Verdict(record.verdict)
-    return SampleResult(problem_id=record.problem_id, verdict=verdict, accepted=record.accepted,
+    return SampleResult(problem_id=record.problem_id, verdict=Verdict(record.verdict), accepted=record.accepted,
                         passed=record.passed, total=record.total, pass_ratio=record.pass_ratio,
                         failures=record.tests)
 

@@ -192,6 +192,13 @@ def example_chunks(statement: str) -> list[list[str]]:
             if (tokens := [token for chunk in statement_chunks(match.group(0)) for token in chunk])]
 
 
+def without_examples(statement: str) -> str:
+    """The statement with its worked examples (`example_chunks`' blocks) cut out."""
+    if ">>>" not in statement and not any(mark in statement for mark in _RESULT_MARKS):
+        return statement
+    return _EXAMPLE.sub(" ", statement)
+
+
 def normalized_statement(problem: Problem) -> str:
     """The normalized text whose hash decides exact duplicates: the statement without signatures."""
     return "\n".join(" ".join(chunk) for chunk in statement_chunks(fingerprint_parts(problem)[0]))

@@ -8,7 +8,8 @@ workers on this machine, `engine.judge.local.pool`) or `sandbox_fusion` (HTTP,
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import collections
+from typing import Callable, Iterable, Iterator, Sequence
 
 from engine.judge.cache import ResultCache, job_key
 from engine.judge.config import JudgeBackend, JudgeConfig, JudgeJob, test_count
@@ -60,43 +61,80 @@ class Judge:
         code_is_program: bool = False,
         progress: Callable[[int], None] | None = None,
     ) -> list[SampleResult]:
-        """Judge every (problem, completion); results in input order. `progress(n)` reports n more done.
+        """Judge every (problem, completion); results in input order. `progress(n)` reports n more done."""
+        results: list[SampleResult | None] = [None] * len(items)
+        for i, result in self.judge_stream(items, stop_on_first_failure=stop_on_first_failure,
+                                           code_is_program=code_is_program):
+            results[i] = result
+            if progress:
+                progress(1)
+        return results  # type: ignore[return-value]
+
+    def judge_stream(
+        self,
+        items: Iterable[tuple[Problem, str]],
+        *,
+        stop_on_first_failure: bool | None = None,
+        code_is_program: bool = False,
+    ) -> Iterator[tuple[int, SampleResult]]:
+        """Yield `(index, result)` for every (problem, completion) of `items` as its verdict is known.
+
+        The order is completion order, not input order: results without a program (NO_CODE) and
+        cache hits come at once, fresh verdicts as workers finish them, so one slow sample never
+        holds back the others. Every index of `items` is yielded exactly once.
+
+        `items` may be any iterable. A sequence (list, tuple) is read a few items ahead of the
+        workers; any other iterable only when a worker is free to start the next item, so a
+        generator that blocks until the next completion is generated lets judging overlap
+        generation (verdicts that finish while it blocks come out when it yields). The local
+        backend reads lazily; `sandbox_fusion` reads the whole iterable first. Closing the iterator
+        early (break, `.close()`) stops judging the rest; workers busy with abandoned jobs are
+        replaced.
 
         What is derived from a problem's tests (plans, cache keys) is kept per problem object:
         treat a Problem as immutable once judged (build a new one for other tests)."""
         sparse = self.config.stop_on_first_failure if stop_on_first_failure is None else stop_on_first_failure
-        results: list[SampleResult | None] = [None] * len(items)
-        pending: dict[str, list[int]] = {}  # cache key → indices waiting for it
-        jobs: list[JudgeJob] = []
-        formats: list[bool] = []
-        for i, (problem, completion) in enumerate(items):
-            program, format_ok = self._program(problem, completion, code_is_program)
-            formats.append(format_ok)
-            if not program:
-                results[i] = _no_code(problem)
-                continue
-            job = JudgeJob(problem=problem, program=program, stop_on_first_failure=sparse)
-            key = job_key(job, self.config)
-            hit = self._cache.get(key)
-            if hit is not None:
-                results[i] = hit.model_copy(update={"problem_id": problem.id, "cached": True})
-            elif key in pending:
-                pending[key].append(i)
-            else:
-                pending[key] = [i]
-                jobs.append(job)
-        if progress and len(items) - sum(len(v) for v in pending.values()):
-            progress(len(items) - sum(len(v) for v in pending.values()))
-        fresh = self.backend.run_many(jobs, progress=None) if jobs else []
-        for (key, indices), result in zip(pending.items(), fresh, strict=True):
+        ready: collections.deque[tuple[int, SampleResult]] = collections.deque()  # known without a backend
+        waiting: dict[str, list[int]] = {}  # cache key → indices of this stream waiting for its job
+        known: dict[str, SampleResult] = {}  # this stream's fresh results (the cache may be off or full)
+        keys: list[str] = []  # the key of each job handed to the backend, by job index
+        problems: dict[int, Problem] = {}
+        formats: dict[int, bool] = {}
+
+        def jobs() -> Iterator[JudgeJob]:
+            for i, (problem, completion) in enumerate(items):
+                program, formats[i] = self._program(problem, completion, code_is_program)
+                if not program:
+                    ready.append((i, _fit(_no_code(problem), formats.pop(i))))
+                    continue
+                job = JudgeJob(problem=problem, program=program, stop_on_first_failure=sparse)
+                key = job_key(job, self.config)
+                hit = known.get(key) or self._cache.get(key)
+                if hit is not None:
+                    ready.append((i, _fit(hit.model_copy(update={"problem_id": problem.id, "cached": True}),
+                                          formats.pop(i))))
+                elif key in waiting:
+                    waiting[key].append(i)
+                    problems[i] = problem
+                else:
+                    waiting[key] = [i]
+                    problems[i] = problem
+                    keys.append(key)
+                    yield job
+
+        for j, result in self.backend.run_stream(jobs(), read_ahead=isinstance(items, Sequence)):
+            while ready:
+                yield ready.popleft()
+            key = keys[j]
             if result.verdict is not Verdict.INTERNAL_ERROR:
                 self._cache.put(key, result)
-            for n, i in enumerate(indices):
-                results[i] = result if n == 0 else result.model_copy(update={"problem_id": items[i][0].id, "cached": True})
-            if progress:
-                progress(len(indices))
-        return [r if r.format_ok == formats[i] else r.model_copy(update={"format_ok": formats[i]})  # type: ignore[union-attr]
-                for i, r in enumerate(results)]
+                known[key] = result
+            for n, i in enumerate(waiting.pop(key)):
+                problem = problems.pop(i)
+                same = result if n == 0 else result.model_copy(update={"problem_id": problem.id, "cached": True})
+                yield i, _fit(same, formats.pop(i))
+        while ready:
+            yield ready.popleft()
 
     def _program(self, problem: Problem, completion: str, code_is_program: bool) -> tuple[str, bool]:
         if code_is_program:
@@ -106,6 +144,11 @@ class Judge:
 
     def stats(self) -> dict[str, object]:
         return {**self._cache.stats(), "isolation": self.backend.isolation(), "backend": self.config.backend}
+
+
+def _fit(result: SampleResult, format_ok: bool) -> SampleResult:
+    """The result with this completion's own format flag (a cached result carries another's)."""
+    return result if result.format_ok == format_ok else result.model_copy(update={"format_ok": format_ok})
 
 
 def _no_code(problem: Problem) -> SampleResult:

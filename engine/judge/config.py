@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional, Protocol, Sequence
+from typing import Iterable, Iterator, Literal, Optional, Protocol
 
 from engine.judge.verdict import SampleResult
 from engine.problem import Problem
@@ -93,7 +93,10 @@ class JudgeBackend(Protocol):
 
     def isolation(self) -> str: ...
 
-    def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]: ...
+    def run_stream(self, jobs: Iterable[JudgeJob], *, read_ahead: bool = True) -> Iterator[tuple[int, SampleResult]]:
+        """(index in `jobs`, result) for every job, as each ends. `jobs` is read lazily; without
+        `read_ahead` only when the next job can start at once (reading may block)."""
+        ...
 
     def close(self) -> None: ...
 

@@ -46,9 +46,12 @@ from engine.plan.model import (
     RunDataset,
     run_id,
 )
+from engine.spec.flywheel import Flywheel, flywheel, harvested
 from engine.spec.model import (
     EvalSchedule,
+    FailuresSpec,
     PairsSpec,
+    PhaseFields,
     PhaseKind,
     ProtocolSpec,
     Resources,
@@ -78,6 +81,7 @@ class _Planner:
     # unit name → seed → id of the run holding that unit's model (None: base model)
     model_runs: dict[str, dict[Optional[int], Optional[str]]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
+    harvested: set[str] = field(default_factory=set)  # units whose failures a flywheel harvests
 
     def add(self, run: Run) -> None:
         if run.id not in self.seen:  # identical evaluations collapse into one run
@@ -131,11 +135,12 @@ def unit_order(units: dict[str, Unit]) -> list[Unit]:
         if state.get(name) == 1:
             raise UserError(f"cycle in from: {' -> '.join(chain + (name,))}")
         state[name] = 1
-        parent = units[name].fields.get("from_")
-        if parent and parent != BASE:
-            if parent not in units:
-                raise UserError(f"{name}: from: {parent!r} is neither `base`, a phase, nor a variant")
-            visit(parent, chain + (name,))
+        wheel = unit_flywheel(units[name])
+        for parent in (units[name].fields.get("from_"), wheel.of if wheel else None):
+            if parent and parent != BASE:
+                if parent not in units:
+                    raise UserError(f"{name}: {parent!r} is neither `base`, a phase, nor a variant")
+                visit(parent, chain + (name,))
         state[name] = 2
         order.append(units[name])
 
@@ -144,13 +149,19 @@ def unit_order(units: dict[str, Unit]) -> list[Unit]:
     return order
 
 
+def unit_flywheel(unit: Unit) -> Optional[Flywheel]:
+    return flywheel(PhaseFields.model_construct(**{k: v for k, v in unit.fields.items() if k in PhaseFields.model_fields}))
+
+
 def plan(validated: ValidatedSpec) -> Plan:
     """Expand a validated spec into its DAG of runs (pure: reads nothing, writes nothing)."""
     spec = validated.spec
     planner = _Planner(spec=spec, idlist_hashes=dict(validated.idlist_hashes),
                        fingerprints=dict(validated.dataset_fingerprints),
                        files=dataset_files(validated))
-    for unit in unit_order(resolve_units(spec)):
+    units = resolve_units(spec)
+    planner.harvested = {w.of for u in units.values() if (w := unit_flywheel(u)) is not None}
+    for unit in unit_order(units):
         _plan_unit(planner, unit)
     loaded = validated.loaded
     return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path.resolve()),
@@ -198,19 +209,50 @@ def _plan_unit(planner: _Planner, unit: Unit) -> None:
     else:
         for seed in seeds:
             parent = upstream[seed] if upstream else None
-            run = _phase_run(planner, unit, seed, parent)
+            run = _phase_run(planner, unit, seed, parent, _harvest_source(planner, unit, seed))
             planner.add(run)
             _attach_evaluations(planner, unit, run.id, seed, evaluated_kind=unit.kind)
             runs_of[seed] = run.id if unit.kind in MODEL_KINDS else parent
     planner.model_runs[unit.name] = runs_of
 
 
-def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str]) -> Run:
+def _harvest_source(planner: _Planner, unit: Unit, seed: int) -> Optional[tuple[Flywheel, str]]:
+    """The flywheel a unit declares and the run (same seed) whose failures it harvests."""
+    wheel = unit_flywheel(unit)
+    if wheel is None:
+        return None
+    source = planner.model_runs.get(wheel.of, {}).get(seed)
+    if source is None:
+        raise UserError(f"{unit.name}: {wheel.field}.{wheel.of_key}: {wheel.of!r} has no run for seed {seed}")
+    return wheel, source
+
+
+def _flywheel_config(planner: _Planner, unit: Unit, wheel: Flywheel, source: str) -> dict[str, Any]:
+    """What a flywheel run's config records about its harvest (its id depends on all of it,
+    and on the source run's id, a parent of the run)."""
+    source_run = next(r for r in planner.runs if r.id == source)
+    out: dict[str, Any] = {"use": wheel.field, "of": wheel.of, "of_run": source, "of_kind": source_run.kind.value,
+                           "classes": list(wheel.classes), "on": wheel.on,
+                           "datasets": harvested(planner.spec, wheel)}
+    pairs_from = unit.fields.get("pairs_from")
+    if isinstance(pairs_from, FailuresSpec):
+        out["chosen"] = list(pairs_from.chosen)
+    mix = unit.fields.get("mix")
+    if mix is not None and wheel.field == "mix":
+        out["share"] = mix.share
+    return out
+
+
+def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
+               harvest: Optional[tuple[Flywheel, str]] = None) -> Run:
     f = unit.fields
     uses: dict[str, list[str]] = {}
     for key, use in DATASET_USES.items():
-        if f.get(key):
+        if isinstance(f.get(key), str):
             uses.setdefault(f[key], []).append(use)
+    if harvest is not None:
+        for name in harvested(planner.spec, harvest[0]):
+            uses.setdefault(name, []).append("harvest")
     if unit.kind == PhaseKind.best_of_n:
         for name in _schedule_datasets(planner.spec, unit):
             uses.setdefault(name, []).append("generate")
@@ -226,10 +268,14 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str]) 
     extra.update({k: _dump(f[k]) for k in TRAINING_EXTRAS if f.get(k) is not None})
     if unit.kind in MODEL_KINDS and planner.spec.tracking is not None:
         extra["tracking"] = _dump(planner.spec.tracking)
+    if harvest is not None:
+        extra["flywheel"] = _flywheel_config(planner, unit, *harvest)
+    if unit.name in planner.harvested:  # it keeps every judged rollout for the flywheel
+        extra["harvested"] = True
     flows = ["checkpoint", "pairs"] if unit.kind == PhaseKind.dpo else ["checkpoint"]
     return _make_run(planner, unit, kind=unit.kind, seed=seed, trainer=trainer, schedule=None,
                      parent=parent, flows=flows, evaluates=None, uses=uses, protocols=protocols,
-                     extra=extra)
+                     extra=extra, harvest_from=harvest[1] if harvest else None)
 
 
 TRAINING_EXTRAS = ("pairs", "select_metric", "early_stop", "cycles", "samples_per_prompt", "repair_return",
@@ -325,7 +371,9 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
               trainer: Optional[str], schedule: Optional[str], parent: Optional[str],
               flows: list[str], evaluates: Optional[str], uses: dict[str, list[str]],
               protocols: dict[str, str | ProtocolSpec], extra: dict[str, Any],
-              resources: Optional[Resources] = None) -> Run:
+              resources: Optional[Resources] = None, harvest_from: Optional[str] = None) -> Run:
+    """`harvest_from`: a second parent, the run whose failures this one harvests (the flywheel);
+    its id is then part of this run's, like the parent whose model it starts from."""
     spec = planner.spec
     datasets = _run_datasets(planner, uses, unit.name)
     resolved_protocols = {_protocol_name(p, use): p if isinstance(p, ProtocolSpec) else _protocol(spec, p, unit.name)
@@ -345,10 +393,14 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
         **extra,
     }
     parents = [parent] if parent else []
+    flows_of = {p: list(flows) for p in parents}
+    if harvest_from is not None:
+        flows_of.setdefault(harvest_from, []).append("failures")
+        parents = list(flows_of)
     rid = run_id(config, parents)
     return Run(id=rid, spec_name=spec.name, phase=unit.phase, variant=unit.variant, seed=seed,
                kind=kind, trainer=trainer, schedule=schedule, parents=parents,
-               edges=[Edge(parent=p, child=rid, flows=flows) for p in parents], evaluates=evaluates,
+               edges=[Edge(parent=p, child=rid, flows=flows_of[p]) for p in parents], evaluates=evaluates,
                datasets=datasets, protocols=resolved_protocols,
                idlist_hashes={n: d.ids_sha256 for n, d in datasets.items() if d.ids_sha256},
                resources=resources, config=config)

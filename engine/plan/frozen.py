@@ -56,6 +56,22 @@ class FrozenDataset(BaseModel):
                                 "  fix: re-plan the spec so the run's config records its files")
 
 
+class FrozenFlywheel(BaseModel):
+    """config.yaml's `flywheel:` (the planner's `_flywheel_config`): whose failures this run harvests."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    use: Literal["pairs_from", "mix"]
+    of: str
+    of_run: str
+    of_kind: str
+    classes: list[str]
+    on: Optional[str] = None
+    datasets: list[str] = []
+    chosen: list[str] = ["harvest"]
+    share: Optional[float] = None
+
+
 class FrozenRun(BaseModel):
     """config.yaml of a run directory (the fields the stages after planning read)."""
 
@@ -84,6 +100,8 @@ class FrozenRun(BaseModel):
     repair_return: Optional[Literal["last", "sum"]] = None
     round_penalty: Optional[float] = None
     pairs: Optional[PairsSpec] = None
+    flywheel: Optional[FrozenFlywheel] = None
+    harvested: bool = False  # a flywheel harvests its failures: every judged rollout is kept
     # Evaluation runs: how they generate (the spec's `generation:`), or the endpoint that serves the model.
     generation: Optional[dict[str, Any]] = None
     endpoint: Optional[dict[str, Any]] = None

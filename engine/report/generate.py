@@ -8,6 +8,7 @@ never sees half a page. A page whose data is missing says so instead of failing 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from engine.evaluate.metrics import mean_pass_at_k
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
+from engine.report.flywheel import errors_section, flywheel_units, harvest_table, shift_table
 from engine.report.main_table import (
     Column,
     column,
@@ -91,7 +93,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
         "results": lambda: {"headline": report.headline,
                             "versus_parent": versus_parent(study, columns).markdown(),
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
-        "ablations": lambda: {"ablations": [(t, table.markdown(), w) for t, table, w in ablation_tables(study, columns)]},
+        "ablations": lambda: _ablations(study, columns),
         "matched-cost": lambda: _matched(study, columns, out, report),
         "errors": lambda: _errors(study, columns, out, report),
         "cost": lambda: {"eval": [(c.dataset, cost_table(study, c).markdown()) for c in columns if c.cells],
@@ -128,12 +130,20 @@ def _index(study: Study) -> dict[str, Any]:
                           r.reason or ""] for r in study.runs if r.state.value in ("failed", "blocked", "cancelled")])
     waivers = Table(headers=["rule", "what", "reason", "spec line"],
                     rows=[[str(w.rule), w.what, w.reason, str(w.spec_line or "—")] for w in study.waivers])
+    leaks = Table(headers=["training", "evaluation", "kind", "scores", "test run", "outcome"],
+                  rows=[[f"{k.train}: {k.train_id}", f"{k.evaluation}: {k.eval_id}", k.kind, _scores(k.scores_json),
+                         k.evidence or "—", k.outcome] for k in study.leaks])
     data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
             "waivers": waivers.markdown(), "datasets": data.markdown(),
+            "leaks": leaks.markdown() if study.leaks else "",
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}
+
+
+def _scores(scores_json: str) -> str:
+    return ", ".join(f"{name} {value:.2f}" for name, value in json.loads(scores_json or "{}").items()) or "—"
 
 
 def _matched(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:
@@ -163,6 +173,25 @@ def _n(cell: Any) -> int:
     return int(cell.metrics.get("samples", 0) / problems) if problems else 1
 
 
+def _ablations(study: Study, columns: list[Column]) -> dict[str, Any]:
+    """Each variant against its control; a flywheel variant also with the shift of its failure classes."""
+    wheels = flywheel_units(study)
+    out = []
+    for title, table, warnings in ablation_tables(study, columns):
+        variant, _, phase = title.partition(" vs ")
+        unit = f"{phase}/{variant}"
+        shift = (shift_table(columns, unit, phase, list(wheels[unit]["classes"])).markdown()
+                 if unit in wheels else "")
+        out.append((title, table.markdown(), warnings, shift))
+    return {"ablations": out}
+
+
+def _flywheel(study: Study, columns: list[Column]) -> dict[str, Any]:
+    if not flywheel_units(study):
+        return {}
+    return {"harvest": harvest_table(study).markdown(), "shifts": errors_section(study, columns)}
+
+
 def _errors(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:
     panels = []
     for col in columns:
@@ -173,7 +202,7 @@ def _errors(study: Study, columns: list[Column], out: Path, report: Report) -> d
                                      list(shares.values()))
         report.images.append(image)
         panels.append((col.dataset, error_table(study, col).markdown(), image.relative_to(out).as_posix()))
-    return {"panels": panels}
+    return {"panels": panels, "flywheel": _flywheel(study, columns)}
 
 
 def _curves(study: Study, out: Path, report: Report) -> dict[str, Any]:

@@ -82,6 +82,7 @@ class UnverifiedData(UserError):
 class RunOutcome:
     plan: Plan
     result: Optional[ExecutionResult] = None  # None for a dry run
+    validated: Optional[ValidatedSpec] = None  # what the plan came from (a dry run prices it)
 
     @property
     def exit_code(self) -> int:
@@ -119,7 +120,7 @@ def run_spec(
     unmet = unmet_runs(the_plan, states, gpus=gpus)
     on_event(Planned(plan=the_plan, states=states, unmet=unmet, gpus=gpus, dry_run=dry_run))
     if real is None:
-        return RunOutcome(plan=the_plan)
+        return RunOutcome(plan=the_plan, validated=validated)
     if unmet and not skip_unmet:
         raise UnmetResources(unmet, gpus)
     if validated.unverified:

@@ -154,6 +154,38 @@ class PairsSpec(StrictModel):
     min_delta: float = Field(default=0.3, gt=0, le=1)  # keep a pair when chosen − rejected pass_ratio ≥ this
 
 
+# What the flywheel can harvest: a failing sample's class is its judge verdict, or `truncated` when
+# generation hit the token limit (the cause, whatever the judge then made of the cut-off code).
+ERROR_CLASSES = ("WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "OUTPUT_LIMIT",
+                 "NO_CODE", "truncated")
+ErrorClass = Literal["WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "OUTPUT_LIMIT",
+                     "NO_CODE", "truncated"]
+
+
+class FailuresSpec(StrictModel):
+    """dpo `pairs_from:` as hard negatives: the failures of another run's policy on its training
+    problems (engine.train.flywheel). `of` names the phase or variant whose judged training samples
+    are harvested (GRPO / repair rollout traces, DPO / RAFT samples); `on`, a harvest pass of its
+    model over this train dataset instead."""
+
+    failures: list[ErrorClass] = Field(min_length=1)
+    of: str
+    on: Optional[str] = None
+    # where the accepted answer of a pair comes from, in order: an accepted sample of the same problem
+    # in the harvest, or the dataset's reference solution (judged first)
+    chosen: list[Literal["harvest", "reference"]] = Field(default=["harvest"], min_length=1)
+
+
+class RepairMixSpec(StrictModel):
+    """sft `mix:` of format-repair rows: a failing answer of `repair_of`'s policy on a training
+    problem, its public-test feedback, and the corrected answer the repair loop obtained from that
+    policy; they make up `share` of the phase's training rows."""
+
+    repair_of: str
+    classes: list[ErrorClass] = Field(min_length=1)
+    share: float = Field(gt=0, lt=1)
+
+
 class EarlyStopSpec(StrictModel):
     """When training stops before its last step (the metric comes from `early_stop_on`)."""
 
@@ -170,7 +202,7 @@ class PhaseFields(StrictModel):
     from_: Optional[str] = Field(default=None, alias="from")
     trainer: Optional[Literal["verl", "trl"]] = None
     train: Optional[str] = None
-    pairs_from: Optional[str] = None
+    pairs_from: Optional[Union[str, FailuresSpec]] = None  # a train dataset, or failures (the flywheel)
     select_on: Optional[str] = None
     early_stop_on: Optional[str] = None
     evaluate: Optional[list[str]] = None
@@ -194,6 +226,7 @@ class PhaseFields(StrictModel):
     round_penalty: Optional[float] = Field(default=None, ge=0)
     # Rollouts kept in traces/rollouts.jsonl per training step: a number, or `all`.
     traces: Optional[Union[int, Literal["all"]]] = None
+    mix: Optional[RepairMixSpec] = None  # sft: format-repair rows from another run's failures
     endpoint: Optional[EndpointSpec] = None  # eval phases: the model is served elsewhere
 
 
@@ -242,6 +275,13 @@ class LeakageSpec(StrictModel):
     # and on the real HumanEval × MBPP × CodeContests pairs (docs/data-trust.md).
     containment: float = Field(default=0.85, gt=0, le=1)  # share of the smaller statement's shingles in the other
     reworded: float = Field(default=0.5, gt=0, le=1)  # mean of the content-word cosine and the shingle containment
+    # By meaning (engine.isolation.semantic, the `semantic` extra): each evaluation problem's top
+    # training neighbours and every pair at or above `semantic_review` are run against each other's
+    # tests; a confirmed pair is a leak, one not confirmed at or above `semantic_warn` a warning.
+    semantic: bool = True
+    semantic_top_k: int = Field(default=5, ge=0, le=100)
+    semantic_review: float = Field(default=0.7, gt=0, le=1)  # embedding cosine
+    semantic_warn: float = Field(default=0.85, gt=0, le=1)
 
 
 class TrackingSpec(StrictModel):
@@ -276,6 +316,13 @@ class ExecutorSpec(StrictModel):
     shared_dir: Optional[str] = None
 
 
+class DetectSpec(StrictModel):
+    """What the study must be able to see: `validate` warns when a declared comparison's minimum
+    detectable difference in accepted@1 (80 % power, 5 % two-sided) is larger than this."""
+
+    min_effect: float = Field(gt=0, lt=1)
+
+
 class Spec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_model: Union[str, ModelRef]
@@ -290,3 +337,4 @@ class Spec(StrictModel):
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)
     tracking: Optional[TrackingSpec] = None
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    detect: Optional[DetectSpec] = None

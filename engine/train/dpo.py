@@ -9,15 +9,20 @@ reuses the judged samples (resumable records under pairs/).
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any, Optional
 
 from engine.errors import UserError
 from engine.evaluate.records import SampleRecord
 from engine.evaluate.score import score_model
+from engine.judge.api import Judge
+from engine.judge.config import JudgeConfig
 from engine.judge.verdict import SampleResult, Verdict
+from engine.spec.model import JudgeSpec
+from engine.train import flywheel
 from engine.train.outcome import PAIRS_FILE
-from engine.train.pairs import PairsResult, build_pairs, report_path, write_pairs
+from engine.train.pairs import PairsReport, PairsResult, build_pairs, report_path, write_pairs
 from engine.train.selection import CheckpointScorer, choose
 from engine.train.session import TrainRun, load_model, run_main
 
@@ -38,6 +43,39 @@ def sample_pairs(run: TrainRun) -> PairsResult:
                          prompt_for=lambda p: _plain(choice.prompt(p)))
     write_pairs(result, run.run_dir / PAIRS_FILE)
     return result
+
+
+def hard_negative_pairs(run: TrainRun) -> PairsResult:
+    """The flywheel's pairs: the harvested run's failures on training problems as rejected answers
+    (engine.train.flywheel), written to data/pairs.jsonl with their report."""
+    wheel = run.frozen.flywheel
+    assert wheel is not None
+    source = flywheel.source_dir(run.run_dir, wheel)
+    problems = [p for loaded in run.datasets("harvest") for p in loaded.problems]
+    if wheel.on is not None:  # a harvest pass of the source run's model over a train dataset
+        score_model(run.run_dir, str(source / "model"), run.frozen, protocol="rollout", datasets=[wheel.on],
+                    out_dir=run.run_dir / "harvest")
+        samples = flywheel.record_samples(run.run_dir, [run.run_dir / "harvest"])
+    else:
+        samples = flywheel.source_samples(source, wheel.of_kind)
+    kept, harvested = flywheel.harvest(run.run_dir, wheel, {p.id: p for p in problems}, samples,
+                                       run.run_dir if wheel.on is not None else source)
+    choice = run.choice("rollout")
+    with Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(run.frozen.judge))) as judge:
+        pairs, report = flywheel.hard_negatives(problems, kept, harvested, wheel.chosen,
+                                                lambda p: _plain(choice.prompt(p)), choice.response, judge)
+    path = run.run_dir / PAIRS_FILE
+    flywheel.write_jsonl(path, pairs)
+    flywheel.write_atomic(report_path(path), report.model_dump_json(indent=2) + "\n")
+    summary = PairsReport(problems=report.problems_with_failures, pairs=len(pairs), min_delta=0.0,
+                          samples=harvested.samples, judge_calls=0, dropped={"no chosen answer": len(report.no_chosen)},
+                          delta_histogram={}, chosen_verdicts={"ACCEPTED": len(pairs)},
+                          rejected_verdicts=report.pairs_by_class)
+    print(f"harvest: {harvested.samples} judged training samples of {wheel.of} ({wheel.of_run}): "
+          + ", ".join(f"{c} {n}" for c, n in harvested.harvested.items())
+          + f"; pairs {len(pairs)} ({json.dumps(report.pairs_by_class)}), no chosen answer for "
+          f"{len(report.no_chosen)} problem(s)", flush=True)
+    return PairsResult(pairs=pairs, report=summary)
 
 
 def _result(record: SampleRecord) -> SampleResult:
@@ -76,6 +114,16 @@ def train_dpo(run: TrainRun, result: PairsResult) -> Any:
 
 def main(argv: Optional[list[str]] = None) -> int:
     def body(run: TrainRun) -> None:
+        if run.frozen.flywheel is not None:
+            result = hard_negative_pairs(run)
+            if not result.pairs:
+                raise UserError(f"no hard-negative pairs: {result.report.problems} problem(s) with harvested failures, "
+                                f"none with a chosen answer (see {report_path(run.run_dir / PAIRS_FILE).name})\n"
+                                "  fix: add `reference` to pairs_from.chosen, declare more failure classes, or "
+                                "harvest a longer run")
+            train_dpo(run, result)
+            run.hand_off(choose(run))
+            return
         result = sample_pairs(run)
         report = result.report
         print(f"pairs: {report.pairs} of {report.problems} problems ({report.samples} samples judged; "

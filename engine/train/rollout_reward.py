@@ -1,7 +1,7 @@
 """The RL reward of a trl run: the project's judge through `engine.judge.reward.compute_score`
 (the function verl calls), per completion, with what a reviewer needs kept beside it.
 
-Per step it logs judge time, timeout rate and acceptance into the metric log (trl's
+Per step it logs judge time, timeout rate, judge-fault rate and acceptance into the metric log (trl's
 `log_metric`), and appends the step's rollouts (all, or the first N, as the phase's
 `traces:` says) to `traces/rollouts.jsonl`: problem, completion, reward, verdict, tokens.
 """
@@ -51,6 +51,7 @@ class JudgeReward:
         rewards = self.shape(results, extra) if self.shape else [r["score"] for r in results]
         n = max(1, len(results))
         self.last = {"judge_s": judge_s, "timeout_rate": sum(r["verdict"] == "TIMEOUT" for r in results) / n,
+                     "judge_fault_rate": sum(r["verdict"] == "INTERNAL_ERROR" for r in results) / n,
                      "accepted_rate": sum(r["acc"] for r in results) / n}
         for name, value in self.last.items():
             if log_metric is not None:

@@ -218,8 +218,9 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
     }
     if not has_valid:
         values["trainer.test_freq"] = -1
-    if _timeout_rate(run) is not None:  # the watcher reads each step's verdicts from there
-        values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
+    # The watcher reads each step's verdicts from there (judge faults always, timeouts if asked);
+    # a flywheel harvests its failures from there.
+    values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
     if run.kind == PhaseKind.repair:
         values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
         values["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = _rounds(run)
@@ -262,12 +263,9 @@ def loggers(run: Run) -> list[str]:
 
 
 def watched(run: Run) -> bool:
-    """Whether a verl run's command goes through `engine.train.verl_watch`: it declares early stopping."""
-    return any("early_stop" in d.uses for d in run.datasets.values()) or _timeout_rate(run) is not None
-
-
-def _timeout_rate(run: Run) -> Optional[float]:
-    return (run.config.get("early_stop") or {}).get("timeout_rate")
+    """Whether a verl run's command goes through `engine.train.verl_watch`: it declares early
+    stopping, or it is rewarded by the judge (whose faults fail it)."""
+    return run.kind in (PhaseKind.grpo, PhaseKind.repair) or any("early_stop" in d.uses for d in run.datasets.values())
 
 
 def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:

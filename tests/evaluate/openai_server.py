@@ -84,7 +84,7 @@ class Server:
         choices = [{"index": i, "finish_reason": g.finish_reason,
                     **({"message": {"role": "assistant", "content": g.text}} if chat else {"text": g.text})}
                    for i, g in enumerate(gens)]
-        usage = {"prompt_tokens": gens[0].prompt_tokens, "completion_tokens": sum(g.completion_tokens for g in gens)}
+        usage = {"prompt_tokens": sum(g.prompt_tokens for g in gens), "completion_tokens": sum(g.completion_tokens for g in gens)}
         return 200, {"object": "chat.completion" if chat else "text_completion", "choices": choices, "usage": usage}
 
 

@@ -174,3 +174,18 @@ def test_tensor_parallel_wider_than_the_gpus_given_is_refused(tmp_path):
         engine_shape(GenerationSettings(backend="vllm", tensor_parallel_size=4), str(tmp_path), ["0", "1"])
     shape = engine_shape(GenerationSettings(backend="vllm", tensor_parallel_size=2), str(tmp_path), list("0123"))
     assert (shape.engines, shape.device_groups) == (2, ("0,1", "2,3"))
+
+
+def test_openai_counts_a_prompt_once_for_its_n_samples(tiny_model):
+    [[one]] = generate(make_generator("hf", model=str(tiny_model)), [CHAT], Decoding(max_tokens=4))
+    with Server(str(tiny_model)) as server:
+        [gens] = generate(make_generator("openai", model="tiny", base_url=server.base_url), [CHAT],
+                          Decoding(max_tokens=4, n=3, temperature=1.0))
+    assert len(gens) == 3 and sum(g.prompt_tokens for g in gens) == one.prompt_tokens
+
+
+def test_vllm_renders_chat_messages_with_the_chat_template_and_counts_a_prompt_once(fake_vllm):
+    out = generate(make_generator("vllm", model="m"), ["def add(a, b):", CHAT], Decoding(n=2))
+    added = [e["prompt"] for e in fake_vllm() if e["event"] == "add"]
+    assert added == ["def add(a, b):", "<user>Write a function add(a, b).<assistant>"]
+    assert [sum(g.prompt_tokens for g in gens) for gens in out] == [3, 5]  # the fake's tokens: words

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 from engine.evaluate.records import Keys, SampleRecord, append
+from engine.evaluate.eval_run import METRICS_FILE, DatasetMetrics, EvalOutput
 from engine.runs.lineage import (
     Metric,
     PlanRecords,
@@ -67,6 +68,11 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
                       "prompt_tokens_mean": 100.0, "output_tokens_mean": 50.0, "total_tokens": 150.0 * problems,
                       "judge_s_mean": 0.01, "timeout_rate": 0.05, **{f"errors/{v}": float(sum(r.verdict == v for r in records))
                                                                     for v in VERDICTS[1:]}}
+            summary = DatasetMetrics(dataset=dataset, protocol="greedy", protocol_sha256=keys.protocol,
+                                     idlist_sha256=keys.idlist, judge_version="judge-v1", seed=seed,
+                                     expected_samples=problems, model=keys.model, metrics=values)
+            (Path(run.run_dir) / "outputs" / METRICS_FILE).write_text(
+                EvalOutput(run_id=rid, datasets=[summary]).model_dump_json())
             for name, value in values.items():
                 metrics.append(Metric(run_id=rid, dataset=dataset, protocol="greedy", seed=seed, name=name, value=value,
                                       protocol_sha256=keys.protocol, idlist_sha256=keys.idlist, judge_version="judge-v1"))

@@ -38,7 +38,7 @@ class Generation:
     """One sample: its text and the facts of how it was produced."""
 
     text: str
-    prompt_tokens: int
+    prompt_tokens: int  # this sample's share of its prompt (`prompt_share`): n samples count it once
     completion_tokens: int
     finish_reason: FinishReason  # "length": cut at max_tokens; "error": no text after every retry
     latency_s: float
@@ -73,6 +73,12 @@ def generate(backend: Backend, prompts: Sequence[Prompt], decoding: Decoding) ->
     for index, gens in backend.stream([Request(p, decoding) for p in prompts]):
         out[index] = gens
     return out
+
+
+def prompt_share(tokens: int, n: int, index: int) -> int:
+    """Sample `index`'s share of a prompt of `tokens` that its n samples share: the prompt is read
+    once per request (one usage figure, one prefill), so the shares of the n samples sum to it."""
+    return tokens // n + (index < tokens % n)
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

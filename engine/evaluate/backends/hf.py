@@ -9,7 +9,15 @@ from dataclasses import replace
 from typing import Iterator, Sequence
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Decoding, Finished, Generation, Prompt, Request, cut_at_stop
+from engine.evaluate.backends.base import (
+    Decoding,
+    Finished,
+    Generation,
+    Prompt,
+    Request,
+    cut_at_stop,
+    prompt_share,
+)
 
 
 class HFBackend:
@@ -53,7 +61,8 @@ class HFBackend:
         import torch
 
         if decoding.greedy and decoding.n > 1:  # greedy samples are all the same: decode once
-            return [gens * decoding.n for gens in self._batch(texts, replace(decoding, n=1))]
+            return [[replace(g, prompt_tokens=prompt_share(g.prompt_tokens, decoding.n, j)) for j, g in enumerate(gens * decoding.n)]
+                    for gens in self._batch(texts, replace(decoding, n=1))]
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         torch.manual_seed(decoding.seed)
         sampling = {} if decoding.greedy else {"do_sample": True, "temperature": decoding.temperature,
@@ -67,7 +76,8 @@ class HFBackend:
         latency = (time.perf_counter() - began) / max(1, len(texts) * decoding.n)
         new = ids[:, enc["input_ids"].shape[1]:]
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-        gens = [self._generation(row, prompt_lens[i // decoding.n], decoding, latency) for i, row in enumerate(new)]
+        gens = [self._generation(row, prompt_share(prompt_lens[i // decoding.n], decoding.n, i % decoding.n), decoding,
+                                 latency) for i, row in enumerate(new)]
         return [gens[i * decoding.n:(i + 1) * decoding.n] for i in range(len(texts))]
 
     def _generation(self, row, prompt_tokens: int, decoding: Decoding, latency: float) -> Generation:

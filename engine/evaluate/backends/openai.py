@@ -14,7 +14,15 @@ from typing import Any, Iterator, Sequence, Union
 
 import httpx
 
-from engine.evaluate.backends.base import Decoding, Finished, Generation, Prompt, Request, cut_at_stop
+from engine.evaluate.backends.base import (
+    Decoding,
+    Finished,
+    Generation,
+    Prompt,
+    Request,
+    cut_at_stop,
+    prompt_share,
+)
 
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
 
@@ -107,10 +115,11 @@ def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float)
     choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
     per_choice = usage.get("completion_tokens", 0) // max(1, len(choices))
     out = []
-    for choice in choices:
+    for i, choice in enumerate(choices):
         text = choice["message"]["content"] if chat else choice["text"]
         text, stopped = cut_at_stop(text or "", decoding.stop)
         finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
-        out.append(Generation(text=text, prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=per_choice,
+        prompt_tokens = prompt_share(usage.get("prompt_tokens", 0), len(choices), i)  # usage counts it once
+        out.append(Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=per_choice,
                               finish_reason=finish, latency_s=latency / max(1, len(choices)), seed=decoding.seed))
     return out

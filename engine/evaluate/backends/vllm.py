@@ -13,7 +13,7 @@ import time
 from typing import Any, Iterator, Optional, Sequence
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Decoding, Finished, Generation, Prompt, Request
+from engine.evaluate.backends.base import Decoding, Finished, Generation, Prompt, Request, prompt_share
 
 
 class VLLMBackend:
@@ -70,6 +70,7 @@ def _params(decoding: Decoding) -> Any:
 
 
 def _generations(out: Any, decoding: Decoding, latency: float) -> list[Generation]:
-    return [Generation(text=c.text, prompt_tokens=len(out.prompt_token_ids), completion_tokens=len(c.token_ids),
+    return [Generation(text=c.text, prompt_tokens=prompt_share(len(out.prompt_token_ids), len(out.outputs), i),
+                       completion_tokens=len(c.token_ids),
                        finish_reason="length" if c.finish_reason == "length" else "stop", latency_s=latency,
-                       seed=decoding.seed) for c in out.outputs]
+                       seed=decoding.seed) for i, c in enumerate(out.outputs)]

@@ -2,8 +2,8 @@
 uses (`LLM`, its `llm_engine` with add_request / step / abort_request, `SamplingParams`),
 answering with canned text. It records the call shapes a test checks, one JSON line per event
 in $FAKE_VLLM_LOG: each engine load (model, tensor_parallel_size, gpu_memory_utilization, the
-CUDA_VISIBLE_DEVICES it saw, its process id), each step (requests running and waiting), each
-abort. A request takes 1-4 steps (from its prompt's hash); a step runs up to max_num_seqs
+CUDA_VISIBLE_DEVICES it saw, its process id), each request added (its prompt), each step
+(requests running and waiting), each abort. A request takes 1-4 steps (from its prompt's hash); a step runs up to max_num_seqs
 requests and may sleep $FAKE_VLLM_STEP_S seconds.
 
 Put tests/fakes on sys.path (or PYTHONPATH, for the processes a test starts) to import it as `vllm`.
@@ -67,6 +67,7 @@ class _Engine:
 
     def add_request(self, request_id: str, prompt: Any, params: SamplingParams, **_: Any) -> None:
         assert isinstance(prompt, str), "the fake takes text prompts"
+        _log({"event": "add", "prompt": prompt})
         steps = 1 + int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % 4
         self.waiting.append(_Request(request_id, prompt, params, steps))
 
