@@ -67,9 +67,14 @@ def command(args: argparse.Namespace) -> int:
         result = outcome.result
         counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
-        for report in write_reports(args.runs_dir, outcome.plan.spec_name):
+        reports = write_reports(args.runs_dir, outcome.plan.spec_name)
+        for report in reports:
             console.print(report.headline, highlight=False, markup=False)
             console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)
+        failed = [f"{page}.md ({why})" for r in reports for page, why in r.failed.items()]
+        if failed and outcome.exit_code == 0:
+            raise UserError(f"result pages that could not be built: {'; '.join(failed)}\n"
+                            "  fix: repair what the error names and run `rlvr-run report` again")
     return outcome.exit_code
 
 

@@ -31,10 +31,10 @@ from engine.evaluate.backends import (
 from engine.evaluate.backends.base import Backend, Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
+from engine.evaluate.model_key import model_key
 from engine.evaluate.records import GenerationRecord, Keys, read
 from engine.evaluate.stages import ModelLoaded, ProgressHandler, Task
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.plan.frozen import (
     FrozenRun,
     load_frozen_dataset,
@@ -43,10 +43,9 @@ from engine.plan.frozen import (
 )
 from engine.prompts.templates import PromptChoice
 from engine.resources import visible_gpus
-from engine.spec.model import JudgeSpec
 
 METRICS_FILE = "metrics.json"
-BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected and generated
+BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected, generated and failed
 
 
 class DatasetMetrics(BaseModel):
@@ -104,7 +103,7 @@ def model_identity(frozen: FrozenRun, settings: Settings, model: str) -> str:
         return f"{settings.base_url.rstrip('/')}#{model}"
     if frozen.endpoint:
         return f"{frozen.endpoint['base_url'].rstrip('/')}#{frozen.endpoint['model']}"
-    return checkpoint_hash(model)
+    return model_key(model)
 
 
 def generator_for(frozen: FrozenRun, settings: Settings, model: str,
@@ -117,18 +116,6 @@ def generator_for(frozen: FrozenRun, settings: Settings, model: str,
                                 tensor_parallel_size=shape.tensor_parallel_size, seconds=seconds))
 
     return LazyGenerator(shape, loaded)
-
-
-def checkpoint_hash(model: str) -> str:
-    """A content hash of a model folder (every file's name, size and first MiB); a hub id as written."""
-    root = Path(model)
-    if not root.is_dir():
-        return model
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        with path.open("rb") as handle:
-            digest.update(f"{path.relative_to(root)}\0{path.stat().st_size}\0".encode() + handle.read(1 << 20))
-    return digest.hexdigest()
 
 
 def protocol_sha256(protocol: dict[str, Any]) -> str:
@@ -167,7 +154,7 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     for name, entry in frozen.datasets.items():
         if name not in names:
             continue
-        loaded = load_frozen_dataset(name, entry, registry, frozen.judge)
+        loaded = load_frozen_dataset(name, entry, registry, frozen.judge, run_dir)
         decoding = decoding_of(protocol, frozen.seed)
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
                     idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint, decoding_seed=decoding.seed)
@@ -204,9 +191,10 @@ def evaluate_runs(run_dirs: Sequence[Path], model: str, settings: Settings = Set
             shape = engine_shape(generation_settings(run, settings, model), model, visible_gpus())
             if repr(shape) not in generators:
                 generators[repr(shape)] = generator_for(run, settings, model, on_progress)
-            judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(run.judge))
+            judge_config = run.judge_config()
             if repr(judge_config) not in judges:
                 judges[repr(judge_config)] = Judge(judge_config)
+                judges[repr(judge_config)].require_isolation()  # before generating: a judge that may not judge wastes no GPU
             try:
                 outputs.append(_evaluate(run_dir, run, model, settings, generators[repr(shape)],
                                          judges[repr(judge_config)], on_progress))
@@ -231,7 +219,7 @@ def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, 
     todo = tasks(run_dir, model, frozen, settings=settings)
     chosen = {t.dataset: import_chosen(settings.samples / f"{t.dataset}.jsonl", t.generations, t.keys)
               for t in todo} if settings.samples else {}
-    version = judge.config.version
+    version = judge.version
     rounds = frozen.protocols["evaluate"].get("rounds") or 1
     results = []
     for task in todo:
@@ -256,7 +244,9 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, timing: 
     if chosen:
         metrics.update({"best_of_n/candidates": float(chosen[0].candidates),
                         "best_of_n/cost_tokens_mean": sum(c.cost_tokens for c in chosen) / len(chosen),
-                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen))})
+                        "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen)),
+                        # declared `without_public: first`: problems whose answer is their first sample
+                        "best_of_n/without_public": float(sum(c.public_pass_ratio is None for c in chosen))})
     protocol = frozen.protocols["evaluate"]
     return DatasetMetrics(dataset=task.dataset, protocol=protocol.get("name", "evaluate"),
                           protocol_sha256=task.keys.protocol, idlist_sha256=task.keys.idlist,
@@ -274,9 +264,11 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, backend: Back
     counts = {}
     for task in todo:
         generations = list(read(task.generations, GenerationRecord, task.keys))
-        write_chosen(task.samples, choose(task.problems, generations, judge))
+        write_chosen(task.samples, choose(task.problems, task.prompts, generations, judge,
+                                          without_public=frozen.without_public, dataset=task.dataset))
         counts[task.dataset] = {"problems": len(task.problems), "expected_samples": task.expected,
-                                "generated": len(generations)}
+                                "generated": len(generations),
+                                "failed": sum(g.finish_reason == "error" for g in generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")
     return EvalOutput(run_id=frozen.run_id, datasets=[])
 

@@ -17,9 +17,7 @@ from engine.evaluate.metrics import summarize
 from engine.evaluate.records import SampleRecord
 from engine.evaluate.eval_run import Settings, generator_for, tasks
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.plan.frozen import FrozenRun
-from engine.spec.model import JudgeSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,14 +32,14 @@ def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, 
                 on_progress: stages.ProgressHandler = stages._quiet) -> list[Scored]:
     """Generate with the run's `protocol` on `datasets`, judge, summarize (resumes from `out_dir`)."""
     todo = tasks(run_dir, model, frozen, protocol, datasets=datasets, out_dir=out_dir)
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     owned = backend is None
     backend = backend or generator_for(frozen, settings, model, on_progress)
     out = []
     try:
         with Judge(judge_config) as judge:
             for task in todo:
-                stages.generate_and_judge(task, backend, judge, judge_config.version, on_progress)
+                stages.generate_and_judge(task, backend, judge, judge.version, on_progress)
                 records = [r for r in stages.samples(task) if r.round == 1]
                 out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
     finally:

@@ -8,7 +8,7 @@
 - judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as its
   verdict is known; a re-run judges only what is not judged yet, and again the samples the
   judge failed on (INTERNAL_ERROR) or whose generation has since been made again; and
-  `rejudge` judges every generation again without generating anything. A record written again
+  `rejudge` judges every answer again, repair rounds included, without generating anything. A record written again
   replaces the earlier one of its uid (`records.read`: the last one wins). `generate_and_judge`
   runs both at once: samples are judged while the rest are generated, so a dataset takes about
   the longer of the two, not their sum.
@@ -154,7 +154,12 @@ def _generation_record(task: Task, problem: Problem, sample: int, g: Generation)
 
 def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHandler = _quiet, *,
           rejudge: bool = False) -> float:
-    """Judge the generations not judged yet (all of them with `rejudge`); returns the seconds spent."""
+    """Judge the generations not judged yet (all of them with `rejudge`); returns the seconds spent.
+
+    With `rejudge` the repair rounds are judged again too: their answers exist only in the samples
+    file (the generations file holds first answers), so they are carried over from the replaced
+    file and re-judged, round by round, as long as their parent still fails (an answer whose
+    parent now passes would never have been asked for). `repair` then asks only what is missing."""
     return generate_and_judge(task, None, judge, judge_version, on_progress, rejudge=rejudge).judge_s
 
 
@@ -170,9 +175,12 @@ def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, jud
     """Generate what is missing (with a backend) while a second thread judges every generation not
     judged yet, the earlier ones first; each verdict is appended as it is decided. A kill loses at
     most the samples in flight: a re-run generates what has no generation record and judges what
-    has no sample record."""
+    has no sample record. `rejudge`: as `judge` says."""
+    carried: list[GenerationRecord] = []
     if rejudge and task.samples.exists():
-        task.samples.rename(task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl"))
+        replaced = task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl")
+        task.samples.rename(replaced)
+        carried = [_generation_of(r) for r in read(replaced, SampleRecord, task.keys) if r.round > 1]
     judged = {r.uid: r for r in read(task.samples, SampleRecord, task.keys)}
     backlog = [g for g in read(task.generations, GenerationRecord, task.keys)
                if g.uid not in judged or _judge_again(judged[g.uid], g)]  # type: ignore[arg-type]
@@ -197,7 +205,15 @@ def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, jud
         worker.join()
     if worker.error is not None:
         raise worker.error
-    return Timing(generate_s=gen_s, judge_s=worker.busy_s, wall_s=time.perf_counter() - began)
+    rounds_began = time.perf_counter()
+    by_id = {p.id: p for p in task.problems}
+    for r in sorted({g.round for g in carried}):
+        failing = {x.uid for x in read(task.samples, SampleRecord, task.keys) if x.round == r - 1 and not x.accepted}
+        again = [g for g in carried if g.round == r and g.parent in failing]
+        for start in range(0, len(again), JUDGE_CHUNK):
+            append(task.samples, judge_records(again[start:start + JUDGE_CHUNK], by_id, judge, judge_version))
+    judge_s = worker.busy_s + time.perf_counter() - rounds_began
+    return Timing(generate_s=gen_s, judge_s=judge_s, wall_s=time.perf_counter() - began)
 
 
 _ABANDON = object()
@@ -250,6 +266,10 @@ class _Judging(threading.Thread):
         self.out.write([record])
         self.done += 1
         self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
+
+
+def _generation_of(record: SampleRecord) -> GenerationRecord:
+    return GenerationRecord.model_validate(record.model_dump(include=set(GenerationRecord.model_fields)))
 
 
 def _judge_again(sample: SampleRecord, generation: GenerationRecord) -> bool:

@@ -212,7 +212,7 @@ def check_leakage(
     so); `encoder` replaces the semantic model's loader."""
     spec, leakage = validated.spec, validated.spec.leakage
     cache = cache or SketchCache()
-    load = load or _registry_loader(validated, on_step)
+    load = load or registry_loader(validated, on_step)
     report = LeakageReport(settings=leakage)
     train_side, eval_side = dataset_sides(spec)
     sketches: dict[str, Sketch] = {}
@@ -233,22 +233,24 @@ def check_leakage(
         problems[name], fingerprints[name] = list(loaded.problems), loaded.fingerprint
         report.sizes[name] = len(loaded.problems)
         report.fingerprints[name] = loaded.fingerprint
-    vectors = _semantic_vectors(report, problems, fingerprints, VectorCache(root=cache.root), encoder or load_encoder,
-                                on_step, wanted=leakage.semantic and bool(train_side) and bool(eval_side))
-    for train in train_side:
-        for evaluation in eval_side:
-            if train != evaluation:  # one dataset on both sides is rule 1/2's error, not a leak
-                if on_step:
-                    on_step(f"comparing {train} × {evaluation}")
-                pair = _check_pair(validated, train, evaluation, sketches, failures)
-                if pair.unchecked is None and vectors:
-                    if on_step:
-                        on_step(f"confirming {train} × {evaluation} by execution")
-                    pair.leaks = semantic_leaks(problems[train], problems[evaluation], vectors[train],
-                                                vectors[evaluation], leakage, pair.leaks,
-                                                functools.partial(confirm, validated) if confirm else None)
-                pair.leaks = [dataclasses.replace(leak, train=train, evaluation=evaluation) for leak in pair.leaks]
-                report.pairs.append(pair)
+    # one dataset on both sides is rule 1/2's error, not a leak
+    compared = [(train, evaluation) for train in train_side for evaluation in eval_side if train != evaluation]
+    # A pair waived for rule 3 overlaps on purpose: looking for more of it by meaning would only add noise.
+    by_meaning = [(t, e) for t, e in compared if _waiver_for(spec.allow, t, e) is None and {t, e} <= problems.keys()]
+    used = {name: problems[name] for pair in by_meaning for name in pair}
+    vectors = _semantic_vectors(report, used, fingerprints, VectorCache(root=cache.root), encoder or load_encoder,
+                                on_step, wanted=leakage.semantic and bool(by_meaning))
+    for train, evaluation in compared:
+        if on_step:
+            on_step(f"comparing {train} × {evaluation}")
+        pair = _check_pair(validated, train, evaluation, sketches, failures)
+        if pair.unchecked is None and vectors and (train, evaluation) in by_meaning:
+            if on_step:
+                on_step(f"confirming {train} × {evaluation} by execution")
+            pair.leaks = semantic_leaks(problems[train], problems[evaluation], vectors[train], vectors[evaluation],
+                                        leakage, pair.leaks, functools.partial(confirm, validated) if confirm else None)
+        pair.leaks = [dataclasses.replace(leak, train=train, evaluation=evaluation) for leak in pair.leaks]
+        report.pairs.append(pair)
     if vectors and confirm is None:
         report.semantic += "; confirmation by execution did not run (no judge given): candidates are warnings at most"
     _conclude(validated, report)
@@ -261,7 +263,8 @@ def _semantic_vectors(report: LeakageReport, problems: dict[str, list[Problem]],
     """Every loaded dataset's vectors, or none, with what the stage did (or why it did not run)
     in `report.semantic` and, when it did not run, a warning."""
     if not wanted:
-        report.semantic = "off (leakage.semantic: false)" if not report.settings.semantic else "nothing to compare"
+        report.semantic = ("off (leakage.semantic: false)" if not report.settings.semantic
+                           else "not needed: no pair of datasets to compare that is not waived")
         return {}
     try:
         model = encoder()
@@ -294,7 +297,7 @@ def _reason(exc: UserError) -> str:
     return str(exc).splitlines()[0]
 
 
-def _registry_loader(validated: ValidatedSpec, on_step: Optional[Callable[[str], None]] = None) -> Loader:
+def registry_loader(validated: ValidatedSpec, on_step: Optional[Callable[[str], None]] = None) -> Loader:
     def load(name: str) -> LoadedDataset:
         def on_row(number: int) -> None:
             if on_step and number % ROWS_PER_UPDATE == 0:
@@ -344,21 +347,23 @@ def _conclude(validated: ValidatedSpec, report: LeakageReport) -> None:
             report.unchecked_pairs.append((pair.train, pair.evaluation))
             report.unverified.append(f"rule 3 for {pair.train}×{pair.evaluation}")
             continue
-        if pair.warned:
+        if not pair.leaks:
+            continue
+        index = _waiver_for(allow, pair.train, pair.evaluation)
+        if index is None and pair.warned:
             shown = "; ".join(describe(leak) for leak in pair.warned[:SHOWN_IN_ERROR])
             more = f"; … {len(pair.warned) - SHOWN_IN_ERROR} more" if len(pair.warned) > SHOWN_IN_ERROR else ""
             report.warnings.append(
                 f"rule 3: {_count(pair.warned)} of {pair.evaluation} resemble training-side {pair.train} by meaning, "
                 f"not confirmed by execution: {shown}{more} (`rlvr-run data leakage` lists them with their evidence)")
-        if not pair.errors:
-            pair.leaks = [dataclasses.replace(leak, outcome="warning") for leak in pair.leaks]
-            report.leaks += pair.leaks
-            continue
-        index = _waiver_for(allow, pair.train, pair.evaluation)
-        if index is None:
+        if index is None and pair.errors:
             pair.leaks = [dataclasses.replace(leak, outcome="refused" if leak.level == "error" else "warning")
                           for leak in pair.leaks]
             report.errors.append(_diagnostic(validated, pair))
+            continue
+        if index is None:
+            pair.leaks = [dataclasses.replace(leak, outcome="warning") for leak in pair.leaks]
+            report.leaks += pair.leaks
             continue
         line, col = validated.loaded.locate("allow", index)
         pair.waiver = AppliedWaiver(

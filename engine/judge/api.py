@@ -12,7 +12,8 @@ import collections
 from typing import Callable, Iterable, Iterator, Sequence
 
 from engine.judge.cache import ResultCache, job_key
-from engine.judge.config import JudgeBackend, JudgeConfig, JudgeJob, test_count
+from engine.errors import UserError
+from engine.judge.config import JudgeBackend, JudgeConfig, JudgeJob, missing_isolation, test_count
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.prompts.extract import extract_code
@@ -29,13 +30,21 @@ def make_backend(config: JudgeConfig) -> JudgeBackend:
     return load_object(BACKENDS[config.backend])(config)
 
 
+class UnsandboxedJudge(UserError):
+    """The judge cannot isolate untrusted code and was not allowed to judge without."""
+
+
 class Judge:
-    """Judges completions; a context manager owning the backend's workers."""
+    """Judges completions; a context manager owning the backend's workers.
+
+    It refuses to judge (`UnsandboxedJudge`, on first use) where the backend could not isolate
+    the network and the filesystem, unless `config.allow_unsandboxed`."""
 
     def __init__(self, config: JudgeConfig | None = None, *, backend: JudgeBackend | None = None) -> None:
         self.config = config or JudgeConfig()
         self.backend = backend or make_backend(self.config)
-        self._cache = ResultCache(enabled=self.config.cache)
+        self._cache = ResultCache(enabled=self.config.cache, size=self.config.cache_size)
+        self._checked = False
 
     def __enter__(self) -> "Judge":
         return self
@@ -45,6 +54,28 @@ class Judge:
 
     def close(self) -> None:
         self.backend.close()
+
+    @property
+    def version(self) -> str:
+        """The version recorded with every number: the config's (limits) and the isolation obtained.
+        Numbers judged at different isolation levels are never put side by side."""
+        return f"{self.config.version}/{self.backend.isolation_level()}"
+
+    def require_isolation(self) -> None:
+        """Raise `UnsandboxedJudge` unless the network and the filesystem are isolated (or allowed not to be)."""
+        if self._checked or self.config.allow_unsandboxed:
+            return
+        missing = missing_isolation(self.backend.isolation_level())
+        if missing:
+            raise UnsandboxedJudge(
+                f"the {self.config.backend} judge cannot isolate {' and '.join(missing)} on this machine "
+                f"(obtained: {self.backend.isolation()}); the policy's programs would reach "
+                f"{'the network and ' if 'the network' in missing else ''}the run's files, tests included\n"
+                "  fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; on Ubuntu "
+                "24.04 also kernel.apparmor_restrict_unprivileged_userns=0), or use `judge: {backend: "
+                "sandbox_fusion, url: ...}`, or accept unsandboxed numbers with `judge: {allow_unsandboxed: "
+                "true}` in the spec (`--allow-unsandboxed` for `rlvr-run judge`)")
+        self._checked = True
 
     def judge(
         self, problem: Problem, completion: str, *, stop_on_first_failure: bool | None = None, code_is_program: bool = False
@@ -93,6 +124,7 @@ class Judge:
 
         What is derived from a problem's tests (plans, cache keys) is kept per problem object:
         treat a Problem as immutable once judged (build a new one for other tests)."""
+        self.require_isolation()
         sparse = self.config.stop_on_first_failure if stop_on_first_failure is None else stop_on_first_failure
         ready: collections.deque[tuple[int, SampleResult]] = collections.deque()  # known without a backend
         waiting: dict[str, list[int]] = {}  # cache key → indices of this stream waiting for its job
@@ -143,7 +175,8 @@ class Judge:
         return found.code, found.format_ok
 
     def stats(self) -> dict[str, object]:
-        return {**self._cache.stats(), "isolation": self.backend.isolation(), "backend": self.config.backend}
+        return {**self._cache.stats(), "isolation": self.backend.isolation(),
+                "isolation_level": self.backend.isolation_level(), "backend": self.config.backend}
 
 
 def _fit(result: SampleResult, format_ok: bool) -> SampleResult:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from pydantic import BaseModel
 
@@ -50,6 +50,7 @@ from engine.spec.flywheel import Flywheel, flywheel, harvested
 from engine.spec.model import (
     EvalSchedule,
     FailuresSpec,
+    ModelRef,
     PairsSpec,
     PhaseFields,
     PhaseKind,
@@ -57,6 +58,7 @@ from engine.spec.model import (
     Resources,
     Spec,
 )
+from engine.spec.registry import Registry
 from engine.spec.validated import ValidatedSpec
 
 
@@ -77,6 +79,7 @@ class _Planner:
     idlist_hashes: dict[str, str]
     fingerprints: dict[str, str]
     files: dict[str, dict[str, str]] = field(default_factory=dict)  # see `dataset_files`
+    registry: Optional[Registry] = None  # the entries a run consumes are frozen into its config
     runs: list[Run] = field(default_factory=list)
     # unit name → seed → id of the run holding that unit's model (None: base model)
     model_runs: dict[str, dict[Optional[int], Optional[str]]] = field(default_factory=dict)
@@ -158,7 +161,7 @@ def plan(validated: ValidatedSpec) -> Plan:
     spec = validated.spec
     planner = _Planner(spec=spec, idlist_hashes=dict(validated.idlist_hashes),
                        fingerprints=dict(validated.dataset_fingerprints),
-                       files=dataset_files(validated))
+                       files=dataset_files(validated), registry=validated.registry)
     units = resolve_units(spec)
     planner.harvested = {w.of for u in units.values() if (w := unit_flywheel(u)) is not None}
     for unit in unit_order(units):
@@ -240,6 +243,7 @@ def _flywheel_config(planner: _Planner, unit: Unit, wheel: Flywheel, source: str
     mix = unit.fields.get("mix")
     if mix is not None and wheel.field == "mix":
         out["share"] = mix.share
+        out["corrected"] = list(mix.corrected)
     return out
 
 
@@ -279,7 +283,7 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
 
 
 TRAINING_EXTRAS = ("pairs", "select_metric", "early_stop", "cycles", "samples_per_prompt", "repair_return",
-                   "round_penalty", "traces")
+                   "round_penalty", "traces", "without_public")
 
 
 def _add_training_evaluation(spec: Spec, unit: Unit, uses: dict[str, list[str]],
@@ -392,6 +396,8 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
         "resources": resources.model_dump(exclude_none=True),
         **extra,
     }
+    if planner.registry is not None:
+        config["registry"] = frozen_registry(planner.registry, spec, datasets, resolved_protocols.values())
     parents = [parent] if parent else []
     flows_of = {p: list(flows) for p in parents}
     if harvest_from is not None:
@@ -404,6 +410,24 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
                datasets=datasets, protocols=resolved_protocols,
                idlist_hashes={n: d.ids_sha256 for n, d in datasets.items() if d.ids_sha256},
                resources=resources, config=config)
+
+
+def frozen_registry(registry: Registry, spec: Spec, datasets: dict[str, RunDataset],
+                    protocols: Iterable[ProtocolSpec]) -> dict[str, Any]:
+    """The registry entries a run consumes, as they are now: its datasets' sources and the prompt
+    templates it can render (those its protocols name, the defaults for the base model's style and
+    the fragments they include). They enter the run's config, so its id, and the run reads them
+    from there (`engine.plan.frozen.run_registry`): an edited registry makes new runs, never old
+    records resumed with new inputs."""
+    sources = sorted({spec.datasets[n].source for n in datasets})
+    named = {p.prompt for p in protocols if p.prompt}
+    model = spec.base_model
+    style = "chat" if not isinstance(model, ModelRef) or model.chat else "completion"
+    prompts = {name: entry for name, entry in registry.prompts.items()
+               if name in named or name.startswith("_")
+               or any(sel.split("/")[1:2] == [style] for sel in entry.default_for)}
+    return {"datasets": {n: _dump(registry.datasets[n]) for n in sources if n in registry.datasets},
+            "prompts": {n: _dump(e) for n, e in prompts.items()}}
 
 
 def _protocol_name(protocol: str | ProtocolSpec, use: str) -> str:

@@ -38,9 +38,16 @@ def config_diff(study: Study, variant: str, phase: str) -> tuple[list[str], list
     return differ, declared
 
 
+# Config keys a declared spec field shows up under besides its own name: a flywheel's harvest
+# (`pairs_from: {failures}`, `mix`) is `flywheel` in the config, and dataset uses are listed per dataset.
+COVERED_BY = {"flywheel": ("pairs_from", "mix"),
+              "datasets": ("train", "pairs_from", "select_on", "early_stop_on", "evaluate", "mix")}
+
+
 def _declared_covers(key: str, declared: list[str]) -> bool:
     top = key.split(".")[0]
-    return top in declared or (key == "from" and "from" in declared) or top == "parents"
+    return (top in declared or (key == "from" and "from" in declared) or top == "parents"
+            or any(field in declared for field in COVERED_BY.get(top, ())))
 
 
 def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Table, list[str]]]:

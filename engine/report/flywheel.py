@@ -48,10 +48,13 @@ def harvest_table(study: Study) -> Table:
             rows.append([study.unit(run), _seed(run.seed), f"{wheel['of']} ({wheel['of_run']})", "—", "—", "—",
                          f"— ({run.state.value})"])
             continue
-        missing = (f"{int(counts.get('no_chosen', 0))} without a chosen answer" if built == "pairs"
-                   else f"{int(counts.get('no_public_tests', 0))} on problems without public tests")
-        total = f"{int(counts.get(built, 0))} {built}" + (
-            f" ({int(counts.get('mixed_rows', 0))} in the mix, share {fmt(counts.get('achieved_share'))})"
+        missing = (f"{int(counts.get('no_chosen', 0))} problem(s) without a chosen answer" if built == "pairs"
+                   else f"{int(counts.get('no_public_tests', 0))} on problems without public tests, "
+                        f"{int(counts.get('not_corrected', 0))} not corrected")
+        sources = ", ".join(f"{k.split('/', 1)[1]} {int(v)}" for k, v in sorted(counts.items())
+                            if k.startswith(("chosen_from/", "corrected_from/")))
+        total = f"{int(counts.get(built, 0))} {built}" + (f" ({sources})" if sources else "") + (
+            f", {int(counts.get('mixed_rows', 0))} in the mix (share {fmt(counts.get('achieved_share'))})"
             if built == "rows" else "")
         rows.append([study.unit(run), _seed(run.seed), f"{wheel['of']} ({wheel['of_run']})",
                      f"{int(counts.get('samples', 0))}", harvested, f"{total}: {made or 'none'}", missing])

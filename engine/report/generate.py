@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import jinja2
 
 from engine.evaluate.metrics import mean_pass_at_k
+from engine.judge.config import judged_unsandboxed
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
@@ -63,6 +64,7 @@ class Report:
     images: list[Path] = field(default_factory=list)
     seconds: float = 0.0
     headline: str = ""  # the main table (Markdown), for the console at the end of a study
+    failed: dict[str, str] = field(default_factory=dict)  # page → why it could not be built
 
 
 @functools.lru_cache(maxsize=2)
@@ -106,8 +108,9 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     for page, build in builders.items():
         try:
             context, error = build(), None
-        except Exception as exc:  # partial data must not take the other pages down
+        except Exception as exc:  # partial data must not take the other pages down (the caller says it failed)
             context, error = {}, f"{type(exc).__name__}: {exc}"
+            report.failed[page] = error
         text = (env.get_template(f"{page}.md.j2").render(study=study.name, pages=PAGES, **context) if error is None
                 else f"# {page}\n\nThis page could not be built from the data there is: {error}\n")
         report.pages.append(_write(out / f"{page}.md", text))
@@ -136,7 +139,10 @@ def _index(study: Study) -> dict[str, Any]:
     data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
+    unsandboxed = sorted({m.judge_version for ms in study.metrics.values() for m in ms
+                          if m.judge_version and judged_unsandboxed(m.judge_version)})
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
+            "unsandboxed": unsandboxed,
             "waivers": waivers.markdown(), "datasets": data.markdown(),
             "leaks": leaks.markdown() if study.leaks else "",
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}

@@ -28,7 +28,7 @@ BEST_OF_N = "outputs/best_of_n.json"
 
 # Faults (GEN_ERROR: the server gave no text; INTERNAL_ERROR: the judge failed) are not the
 # model's answers: an evaluation keeping more than this share of them after a run publishes no
-# number (docs/evaluation.md, "Faults").
+# number (docs/numbers.md).
 FAULT_SHARE = 0.01
 FAULT_NAMES = {GEN_ERROR: "generations failed on the server (GEN_ERROR)",
                INTERNAL_ERROR: "judge faults (INTERNAL_ERROR)"}
@@ -154,6 +154,10 @@ def _sampled(run_dir: Path) -> Optional[str]:
         if counts["generated"] < counts["expected_samples"]:
             problems.append(f"{dataset}: {counts['expected_samples'] - counts['generated']} of "
                             f"{counts['expected_samples']} samples missing")
+        elif counts.get("failed", 0) > FAULT_SHARE * counts["expected_samples"]:
+            problems.append(f"{dataset}: {counts['failed']} of {counts['expected_samples']} samples are "
+                            f"{FAULT_NAMES[GEN_ERROR]}, more than the {FAULT_SHARE:.0%} a choice may be made without; "
+                            "re-run it to generate them again")
         elif lines < counts["problems"]:
             problems.append(f"{dataset}: {counts['problems'] - lines} of {counts['problems']} problems have no choice")
     return "; ".join(problems) or None

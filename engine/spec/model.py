@@ -89,6 +89,9 @@ class JudgeSpec(StrictModel):
     concurrency: Optional[int] = Field(default=None, gt=0)
     compare: Literal["tokens", "exact", "float"] = "tokens"
     float_tol: float = Field(default=1e-6, ge=0)
+    # true: judge (evaluate, reward) even where the local judge cannot isolate the network and the
+    # filesystem; the pages then say so in bold. Unset (the default) refuses instead.
+    allow_unsandboxed: Optional[bool] = None
 
 
 class Resources(StrictModel):
@@ -184,6 +187,9 @@ class RepairMixSpec(StrictModel):
     repair_of: str
     classes: list[ErrorClass] = Field(min_length=1)
     share: float = Field(gt=0, lt=1)
+    # where the corrected answer comes from, in order: the repair loop (the harvested policy asked
+    # again with the public-test feedback), or the problem's reference solution (judged first)
+    corrected: list[Literal["repair", "reference"]] = Field(default=["repair"], min_length=1)
 
 
 class EarlyStopSpec(StrictModel):
@@ -210,6 +216,9 @@ class PhaseFields(StrictModel):
     rollout: Optional[str] = None  # protocol name used for RL rollouts / sampling
     protocol: Optional[str] = None  # protocol name for eval / best_of_n generation
     n: Optional[int] = Field(default=None, gt=0)  # best_of_n samples per problem
+    # best_of_n on a problem whose prompt shows no public test (engine.isolation.public): unset,
+    # validation refuses the dataset; `first` takes its first sample, and the pages say how many did.
+    without_public: Optional[Literal["first"]] = None
     rounds: Optional[int] = Field(default=None, ge=1)  # repair rounds
     curriculum: Optional[Literal["none", "difficulty"]] = None
     hparams: Optional[dict[str, Scalar]] = None

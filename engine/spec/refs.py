@@ -37,13 +37,14 @@ _TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on"
 _RAFT_ONLY = ("cycles", "samples_per_prompt")
 _REPAIR_ONLY = ("repair_return", "round_penalty")
 FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
-    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "mix"),
+    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "mix", "without_public"),
     PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds", "mix", "endpoint"),
-    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "endpoint"),
-    PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "endpoint"),
-    PhaseKind.grpo: ("pairs_from", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "endpoint"),
-    PhaseKind.repair: ("pairs_from", "n", "mix", *_RAFT_ONLY, "endpoint"),
-    PhaseKind.raft: ("pairs_from", "n", "rounds", "mix", *_REPAIR_ONLY, "endpoint"),
+    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public",
+                    "endpoint"),
+    PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public", "endpoint"),
+    PhaseKind.grpo: ("pairs_from", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public", "endpoint"),
+    PhaseKind.repair: ("pairs_from", "n", "mix", *_RAFT_ONLY, "without_public", "endpoint"),
+    PhaseKind.raft: ("pairs_from", "n", "rounds", "mix", *_REPAIR_ONLY, "without_public", "endpoint"),
 }
 _EXAMPLE = {"trainer": "verl", "train": "<a train dataset>", "pairs_from": "<a train dataset>",
             "reward": "dense", "rollout": "<a protocol, e.g. rollout>", "protocol": "<a protocol>",

@@ -15,6 +15,7 @@ from typing import Optional
 
 from engine.spec.model import EarlyStopSpec
 from engine.train.outcome import TrainingOutcome
+from engine.train.select_metric import metric_value
 
 
 def stalled(values: list[float], what: str, stop: EarlyStopSpec, *, lower: bool = False) -> Optional[str]:
@@ -36,7 +37,8 @@ def early_stop_reason(outcome: TrainingOutcome, datasets: list[str], metric: str
     """`stalled` over the scored checkpoints of a trl run, on the first early_stop_on dataset."""
     if not datasets:
         return None
-    values = [c.metrics.get(datasets[0], {}).get(metric, 0.0) for c in sorted(outcome.checkpoints, key=lambda c: c.step)]
+    values = [metric_value(c.metrics, datasets[0], metric, c.step)
+              for c in sorted(outcome.checkpoints, key=lambda c: c.step)]
     return stalled(values, f"{metric} on {datasets[0]}", stop)
 
 

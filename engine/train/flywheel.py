@@ -41,8 +41,9 @@ from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import SampleResult, Verdict
 from engine.plan.frozen import FrozenFlywheel, FrozenRun, read_frozen_run
 from engine.problem import Problem
+from engine.isolation.public import public_view
+from engine.repair.feedback import feedback
 from engine.repair.loop import Answer, repair
-from engine.repair.public import public_view
 from engine.train.pairs import PreferencePair
 
 HARVEST_FILE = "data/harvest.jsonl"
@@ -285,10 +286,12 @@ class RepairRowsReport(BaseModel):
     """data/repair_rows.report.json of a flywheel sft run."""
 
     failures: int  # harvested failures of the declared classes
-    no_public_tests: int  # failures of problems without public tests: no feedback, no row
+    no_public_tests: int  # failures of problems whose prompt shows no public test: no feedback, no row
     problems_without_public_tests: list[str]
-    tried: int  # failures the repair loop was run on
+    tried: int  # failures with public tests, each asked again `tries` times (with `repair` in corrected)
     repaired: int  # failures with a corrected answer (one row each)
+    corrected_from: dict[str, int] = Field(default_factory=dict)  # repair | reference → rows
+    not_corrected: int = 0  # failures with public tests and no corrected answer
     rows_by_class: dict[str, int]
     tries: int  # repair attempts per failure
     share: float  # declared
@@ -300,42 +303,73 @@ class RepairRowsReport(BaseModel):
 
 def repair_rows(problems: dict[str, Problem], kept: Sequence[Harvested], report: HarvestReport,
                 prompt_for: Callable[[Problem], Any], backend: Backend, decoding: Any, judge: Judge,
-                share: float, tries: int) -> tuple[list[dict[str, Any]], RepairRowsReport]:
-    """One prompt/completion row per repaired failure: [prompt, failing answer, feedback] → corrected answer."""
+                share: float, tries: int, corrected: Sequence[str] = ("repair",),
+                respond: Optional[Respond] = None) -> tuple[list[dict[str, Any]], RepairRowsReport]:
+    """One prompt/completion row per corrected failure: [prompt, failing answer, public-test feedback]
+    → the corrected answer (the repair loop's first accepted try, or the judged reference solution)."""
     failures = [h for h in kept if h.error_class != ACCEPTED]
-    with_public = [h for h in failures if public_view(problems[h.problem_id]) is not None]
-    lacking = sorted({h.problem_id for h in failures} - {h.problem_id for h in with_public})
-    first: list[Answer] = []
-    for i, h in enumerate(with_public):
+    asked: list[tuple[Harvested, list[dict[str, str]], Problem]] = []  # (failure, prompt, public view)
+    for h in failures:
         problem = problems[h.problem_id]
         prompt = prompt_for(problem)
         if isinstance(prompt, str):
             raise UserError(f"{problem.id}: repair rows need a chat prompt (the feedback is a user turn)\n"
-                            "  fix: use a chat prompt template for the harvested phase's rollout protocol")
+                            "  fix: use a chat prompt template")
+        view = public_view(problem, prompt)
+        if view is not None:
+            asked.append((h, list(prompt), view))
+    lacking = sorted({h.problem_id for h in failures} - {h.problem_id for h, _, _ in asked})
+    # the feedback each failure gets: its verdict on the public tests its prompt showed
+    results = judge.judge_many([(view, h.completion) for h, _, view in asked])
+    conversations = [prompt + [{"role": "assistant", "content": h.completion},
+                               {"role": "user", "content": feedback(result)}]
+                     for (h, prompt, _), result in zip(asked, results)]
+    repaired = _repair_tries(asked, problems, backend, decoding, judge, tries) if "repair" in corrected else {}
+    rows: list[dict[str, Any]] = []
+    by_class: Counter[str] = Counter()
+    used: Counter[str] = Counter()
+    for i, ((h, _, _), conversation) in enumerate(zip(asked, conversations)):
+        answer, source = None, ""
+        for source in corrected:
+            if source == "repair":
+                answer = repaired.get(i)
+            elif respond is not None and problems[h.problem_id].solutions:
+                candidate = respond(problems[h.problem_id], problems[h.problem_id].solutions[0])
+                answer = candidate if judge.judge(problems[h.problem_id], candidate).accepted else None
+            if answer is not None:
+                break
+        if answer is None:
+            continue
+        by_class[h.error_class] += 1
+        used[source] += 1
+        rows.append({"problem_id": h.problem_id, "error_class": h.error_class, "corrected_from": source,
+                     "prompt": conversation, "completion": [{"role": "assistant", "content": answer}]})
+    out = RepairRowsReport(failures=len(failures), no_public_tests=len(failures) - len(asked),
+                           problems_without_public_tests=lacking, tried=len(asked) if "repair" in corrected else 0,
+                           repaired=len(rows), corrected_from=dict(used), not_corrected=len(asked) - len(rows),
+                           rows_by_class={c: by_class[c] for c in report.classes}, tries=tries, share=share,
+                           harvest=report)
+    return rows, out
+
+
+def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem]], problems: dict[str, Problem],
+                  backend: Backend, decoding: Any, judge: Judge, tries: int) -> dict[int, str]:
+    """Failure index → the first accepted answer the repair loop got from the policy in `tries` tries."""
+    first = []
+    for i, (h, prompt, _) in enumerate(asked):
         failed = SampleResult(problem_id=h.problem_id, verdict=_verdict(h.verdict), accepted=False, passed=0,
                               total=0, pass_ratio=h.pass_ratio)
-        first += [Answer(key=f"{i}/{t}", problem=problem, conversation=list(prompt), completion=h.completion,
+        first += [Answer(key=f"{i}/{t}", problem=problems[h.problem_id], conversation=prompt, completion=h.completion,
                          result=failed) for t in range(tries)]
     one = replace(decoding, n=1)
     chains = repair(first, generate=lambda convs: [g[0] for g in generate(backend, convs, one)],
                     text=lambda g: g.text, judge=judge, rounds=2)
-    rows: list[dict[str, Any]] = []
-    done: set[str] = set()
-    by_class: Counter[str] = Counter()
+    out: dict[int, str] = {}
     for answer in chains.rounds[1] if len(chains.rounds) > 1 else []:
-        failure = answer.parent.split("/")[0] if answer.parent else ""
-        if not answer.result.accepted or failure in done:
-            continue
-        done.add(failure)
-        h = with_public[int(failure)]
-        by_class[h.error_class] += 1
-        rows.append({"problem_id": h.problem_id, "error_class": h.error_class,
-                     "prompt": answer.conversation, "completion": [{"role": "assistant", "content": answer.completion}]})
-    out = RepairRowsReport(failures=len(failures), no_public_tests=len(failures) - len(with_public),
-                           problems_without_public_tests=lacking, tried=len(with_public), repaired=len(rows),
-                           rows_by_class={c: by_class[c] for c in report.classes}, tries=tries, share=share,
-                           harvest=report)
-    return rows, out
+        index = int((answer.parent or "").split("/")[0])
+        if answer.result.accepted and index not in out:
+            out[index] = answer.completion
+    return out
 
 
 def mix(base: list[dict[str, Any]], repaired: list[dict[str, Any]], report: RepairRowsReport) -> list[dict[str, Any]]:
@@ -343,9 +377,9 @@ def mix(base: list[dict[str, Any]], repaired: list[dict[str, Any]], report: Repa
     if not repaired:
         raise UserError(f"no format-repair rows: {report.failures} failures of {', '.join(report.harvest.classes)} "
                         f"harvested, {report.no_public_tests} on problems without public tests, "
-                        f"{report.tried - report.repaired} not repaired in {report.tries} tries\n"
-                        "  fix: harvest more failures (a longer parent run, `traces: all`), declare more classes, "
-                        "or drop the mix")
+                        f"{report.not_corrected} with no corrected answer ({report.tries} repair tries each)\n"
+                        "  fix: harvest more failures (a longer parent run), declare more classes, add `reference` "
+                        "to mix.corrected, or drop the mix")
     wanted = max(1, round(report.share * len(base) / (1 - report.share)))
     rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in repaired]
     mixed = [rows[i % len(rows)] for i in range(wanted)]
@@ -395,6 +429,8 @@ def flywheel_counts(run_dir: Path) -> dict[str, float]:
                         **{f"chosen_from/{k}": n for k, n in report.chosen_from.items()}})
         else:
             out.update({"rows": report.repaired, "no_public_tests": report.no_public_tests,
+                        "not_corrected": report.not_corrected,
+                        **{f"corrected_from/{k}": n for k, n in report.corrected_from.items()},
                         "mixed_rows": report.mixed_rows, "achieved_share": report.achieved_share,
                         **{f"rows/{c}": n for c, n in report.rows_by_class.items()}})
     return out

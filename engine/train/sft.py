@@ -56,14 +56,16 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
             with Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(run.frozen.judge))) as judge:
                 rows, report = flywheel.repair_rows(problems, kept, harvested, lambda p: _dumps(choice.prompt(p)),
                                                     backend, decoding, judge, share=wheel.share,
-                                                    tries=max(1, decoding.n))
+                                                    tries=max(1, decoding.n), corrected=wheel.corrected,
+                                                    respond=choice.response)
         finally:
             backend.close()
         flywheel.write_jsonl(rows_path, rows)
     mixed = flywheel.mix(base, rows, report)
     flywheel.write_atomic(report_path, report.model_dump_json(indent=2) + "\n")
-    print(f"repair mix: {report.repaired} of {report.failures} harvested failures repaired "
-          f"({report.no_public_tests} on problems without public tests); {report.mixed_rows} repair rows in "
+    print(f"repair mix: {report.repaired} of {report.failures} harvested failures corrected "
+          f"({json.dumps(report.corrected_from)}; {report.no_public_tests} on problems without public tests); "
+          f"{report.mixed_rows} repair rows in "
           f"{len(mixed)} (share {report.achieved_share:.3f}, declared {report.share})", flush=True)
     return mixed
 

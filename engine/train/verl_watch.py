@@ -33,7 +33,8 @@ from typing import Any, Optional
 from engine.plan.frozen import FrozenRun, read_frozen_run
 from engine.spec.model import EarlyStopSpec
 from engine.train.early_stop import judge_fault_reason, stalled, timeout_reason
-from engine.train.verl_finish import STOP_FILE, headline, headline_name, validated_checkpoints
+from engine.train.select_metric import MissingMetric
+from engine.train.verl_finish import STOP_FILE, headline, ranking, validated_checkpoints
 
 POLL_S = 5.0
 GRACE_S = 60.0
@@ -44,7 +45,7 @@ class Watch:
     """The early-stop rules a verl run declares, checked against what it has written so far."""
 
     def __init__(self, run_dir: Path, frozen: FrozenRun) -> None:
-        self.run_dir, self.kind = run_dir, frozen.kind
+        self.run_dir, self.ranking = run_dir, ranking(frozen)
         self.stop: EarlyStopSpec = frozen.early_stop or EarlyStopSpec()
         self.on_metric = bool(frozen.uses("early_stop"))
         self.seen: set[str] = set()  # rollout files already read
@@ -59,9 +60,12 @@ class Watch:
     def _metric(self) -> Optional[str]:
         if not self.on_metric:
             return None
-        lower = self.kind == "sft"
-        values = [headline(c, lower) for c in validated_checkpoints(self.run_dir)]
-        return stalled(values, f"{headline_name(self.kind)} on the validation data", self.stop, lower=lower)
+        name, lower = self.ranking
+        try:
+            values = [headline(c, name) for c in validated_checkpoints(self.run_dir)]
+        except MissingMetric as exc:  # stop now: the hand-off would refuse to rank these checkpoints
+            return f"early stopping cannot read its metric: {exc}"
+        return stalled(values, f"{name} on the validation data", self.stop, lower=lower)
 
     def _read_rollouts(self) -> None:
         folder = self.run_dir / ROLLOUTS_DIR

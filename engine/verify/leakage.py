@@ -39,20 +39,21 @@ FORWARD, BACKWARD = "training → evaluation", "evaluation → training"
 def adapted(solution_of: Problem, tests_of: Problem) -> tuple[Optional[str], str]:
     """(program, "") running `solution_of`'s first solution as `tests_of` expects it, or
     (None, why not)."""
-    if not solution_of.solutions:
+    solutions = [code for code in solution_of.solutions if code.strip()]
+    if not solutions:
         return None, f"{solution_of.id} has no solution"
     if tests_of.kind == "stdio":
         if not tests_of.stdio_tests:
             return None, f"{tests_of.id} has no tests"
         if solution_of.kind != "stdio":
             return None, f"{solution_of.id} is a function problem, {tests_of.id} reads stdin"
-        return solution_of.solutions[0], ""
+        return solutions[0], ""
     tests = tests_of.function_tests
     if tests is None or not (tests.asserts or tests.check):
         return None, f"{tests_of.id} has no tests"
     if solution_of.kind != "function":
         return None, f"{solution_of.id} reads stdin, {tests_of.id} calls a function"
-    code = solution_of.solutions[0]
+    code = solutions[0]
     name = _defined_function(code, solution_of.entry_point)
     target = tests_of.entry_point
     if name is None or target is None:

@@ -14,6 +14,8 @@ from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.pipeline import run_spec
 from engine.train.flywheel import sha256_file
 
+pytestmark = pytest.mark.timeout(1500)  # SFT, GRPO, two flywheel phases and four evaluations on a CPU
+
 TRAIN = "toy/plus_k_12\ntoy/times_k_10\ntoy/mod_k_10\ntoy/sum_plus_k_10\n"
 VALID = "toy/plus_k_10\ntoy/times_k_5\ntoy/mod_k_4\ntoy/sum_plus_k_2\n"
 CLASSES = "[WRONG_ANSWER, RUNTIME_ERROR, SYNTAX_ERROR, TIMEOUT, NO_CODE, truncated]"
@@ -31,7 +33,8 @@ phases:
     kind: sft
     trainer: trl
     train: toy_train
-    hparams: {learning_rate: 5.0e-3, max_steps: 60, per_device_train_batch_size: 4, save_steps: 60}
+    hparams: {learning_rate: 5.0e-3, max_steps: 120, per_device_train_batch_size: 4, save_steps: 120,
+              lr_scheduler_type: constant}
   grpo:
     kind: grpo
     from: sft
@@ -52,7 +55,7 @@ phases:
     from: grpo
     trainer: trl
     train: toy_train
-    mix: {repair_of: grpo, classes: CLASSES, share: 0.5}
+    mix: {repair_of: grpo, classes: CLASSES, share: 0.5, corrected: [repair, reference]}
     hparams: {learning_rate: 1.0e-3, max_steps: 2, per_device_train_batch_size: 4}
 seeds: [1]
 evaluate:
@@ -119,10 +122,15 @@ def test_repair_rows_are_failing_answer_feedback_and_a_corrected_answer(study):
     run_dir = _dir(runs_dir, runs["sft_repair@1"])
     rows = [json.loads(x) for x in (run_dir / "data" / "repair_rows.jsonl").read_text().splitlines()]
     report = json.loads((run_dir / "data" / "repair_rows.report.json").read_text())
-    assert rows and report["repaired"] == len(rows)
-    for row in rows:
+    assert rows and report["repaired"] == len(rows) == sum(report["corrected_from"].values())
+    assert report["tried"] == report["failures"] - report["no_public_tests"] > 0  # the repair loop ran on each
+    traces = [json.loads(x) for x in (_dir(runs_dir, runs["grpo@1"]) / "traces" / "rollouts.jsonl").read_text().splitlines()]
+    failing = {(t["problem_id"], t["completion"]) for t in traces if t["verdict"] != "ACCEPTED"}
+    for row in rows:  # [prompt, the failing rollout, its public-test feedback] -> the corrected answer
         roles = [m["role"] for m in row["prompt"]]
         assert roles[-2:] == ["assistant", "user"] and "public tests" in row["prompt"][-1]["content"]
+        assert (row["problem_id"], row["prompt"][-2]["content"]) in failing
+        assert row["corrected_from"] in ("repair", "reference")
     assert report["mixed_rows"] / (report["base_rows"] + report["mixed_rows"]) == pytest.approx(0.5, abs=0.1)
 
 

@@ -237,6 +237,7 @@ seeds: [1]
 evaluate:
   every_phase: {{datasets: [mbpp_reg], protocol: greedy}}
   final: {{datasets: [he_test], protocol: greedy}}
+leakage: {{semantic: false}}  # the lexical stages alone; tests/isolation/test_semantic.py has the other
 {allow}"""
 
 

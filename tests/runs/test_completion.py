@@ -3,6 +3,7 @@ records of the summary's full keys counted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from engine.evaluate.records import Keys, SampleRecord, append
@@ -49,3 +50,15 @@ def test_records_of_other_keys_do_not_count(tmp_path):
     other = Keys(model="m", protocol="p", idlist="i", decoding_seed=4)  # sampled with another seed
     samples = [_sample(i) for i in range(199)] + [_sample(199, keys=other)]
     assert check_completion("eval", _run(tmp_path, samples)) == "d: 1 of 200 samples missing"
+
+
+def test_a_best_of_n_choice_among_failed_generations_is_refused(tmp_path):
+    (tmp_path / "outputs" / "samples").mkdir(parents=True)
+    (tmp_path / "outputs" / "samples" / "d.jsonl").write_text("{}\n" * 10)
+    counts = {"d": {"problems": 10, "expected_samples": 100, "generated": 100, "failed": 7}}
+    (tmp_path / "outputs" / "best_of_n.json").write_text(json.dumps(counts))
+    reason = check_completion("best_of_n", tmp_path)
+    assert reason.startswith("d: 7 of 100 samples are generations failed on the server (GEN_ERROR)")
+    counts["d"]["failed"] = 1
+    (tmp_path / "outputs" / "best_of_n.json").write_text(json.dumps(counts))
+    assert check_completion("best_of_n", tmp_path) is None

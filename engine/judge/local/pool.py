@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
 from engine.judge.cases import Plan, function_plan, stdio_plan
-from engine.judge.config import JudgeConfig, JudgeJob, test_count
+from engine.judge.config import JudgeConfig, JudgeJob, given_cpus, test_count
 from engine.judge.local import wire
 from engine.judge.local.worker import REPO
 from engine.judge.verdict import SampleResult, TestResult, Verdict
@@ -50,20 +50,34 @@ def sandbox_uid() -> int:
     return BASE_UID + (os.getpid() % UID_BLOCKS) * SLOTS + next(_slots) % SLOTS
 
 
+# The run's own directories: a sample must not read the exported training data (its tests) or
+# anything else the run wrote. The judge's working directory is hidden too.
+RUN_DIRS_ENV = ("RLVR_RUN_DIR", "RLVR_RUN_CACHE_DIR", "RLVR_RUN_DATA_MIRROR")
+
+
+def hidden_dirs() -> list[str]:
+    """Directories of this process that its sandboxes must not see, beyond the worker's own list."""
+    return [os.getcwd(), *(os.environ[name] for name in RUN_DIRS_ENV if os.environ.get(name))]
+
+
 def worker_cpus(config: JudgeConfig) -> list[int] | None:
     """The CPU of each worker slot, or None when workers float (see `JudgeConfig.pin_workers`)."""
     allowed = sorted(os.sched_getaffinity(0))
-    pin = config.pin_workers if config.pin_workers is not None else config.workers >= len(allowed)
+    pin = config.pin_workers if config.pin_workers is not None else (
+        given_cpus() is None and config.workers >= len(allowed))
     return [allowed[slot % len(allowed)] for slot in range(config.workers)] if pin else None
 
 
 class _WorkerProcess:
-    def __init__(self, slot: int, cpu: int | None) -> None:
+    def __init__(self, slot: int, cpu: int | None, python: str) -> None:
         self.slot, self.cpu = slot, cpu
+        # A session of its own: a sample that signals its parent's process group (where no PID
+        # namespace hides it) reaches this worker, never the judge's caller.
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid()), str(-1 if cpu is None else cpu)],
+            [python, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid()), str(-1 if cpu is None else cpu),
+             json.dumps(hidden_dirs())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
-            close_fds=True,
+            close_fds=True, start_new_session=True,
         )
         self.plans: collections.OrderedDict[int, int] = collections.OrderedDict()  # held: id → bytes sent
         self.plan_bytes = 0
@@ -71,6 +85,7 @@ class _WorkerProcess:
         if hello is None:
             raise RuntimeError("sandbox worker failed to start")
         self.isolation: str = hello["hello"]
+        self.level: str = hello["level"]
         self.pid: int = hello["pid"]
 
     def send(self, head: dict, plan: Plan) -> None:
@@ -117,7 +132,7 @@ class LocalBackend:
         self._idle: queue.Queue[_WorkerProcess] = queue.Queue()
         self._all: list[_WorkerProcess] = []
         self._lock = threading.Lock()
-        self._isolation = ""
+        self._isolation = self._level = ""
         self._cpus = worker_cpus(config)
 
     def _start(self) -> None:
@@ -129,14 +144,18 @@ class LocalBackend:
             for w in started:
                 self._all.append(w)
                 self._idle.put(w)
-            self._isolation = started[0].isolation
+            self._isolation, self._level = started[0].isolation, started[0].level
 
     def _spawn(self, slot: int) -> _WorkerProcess:
-        return _WorkerProcess(slot, self._cpus[slot] if self._cpus else None)
+        return _WorkerProcess(slot, self._cpus[slot] if self._cpus else None, self.config.python or sys.executable)
 
     def isolation(self) -> str:
         self._start()
         return self._isolation
+
+    def isolation_level(self) -> str:
+        self._start()
+        return self._level
 
     def run_stream(self, jobs: Iterable[JudgeJob], *, read_ahead: bool = True) -> Iterator[tuple[int, SampleResult]]:
         """(job index, result) as each job ends, every job on the first idle worker, from this one

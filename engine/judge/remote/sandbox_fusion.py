@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.errors import UserError
 from engine.judge.checkers import get_checker
 from engine.judge.compare import outputs_match
-from engine.judge.config import JudgeConfig, JudgeJob, test_count
+from engine.judge.config import REMOTE_LEVEL, JudgeConfig, JudgeJob, test_count
 from engine.judge.remote import harness
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 from engine.problem import Problem
@@ -341,6 +341,9 @@ class SandboxFusionBackend:
 
     def isolation(self) -> str:
         return ISOLATION
+
+    def isolation_level(self) -> str:
+        return REMOTE_LEVEL
 
     def close(self) -> None:
         self.runner.close()
