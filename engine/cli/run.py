@@ -29,9 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="experiment-matrix spec (YAML)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
-    p.add_argument("--gpus", type=int, default=0,
-                   help="GPUs available to the local executor; with --dry-run, the GPUs the forecast packs the "
-                        "study on (default: one node)")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the local executor may use (default: every GPU this machine shows, within "
+                        "CUDA_VISIBLE_DEVICES when it is set; 0 on a CPU machine); with --dry-run, the GPUs "
+                        "the forecast packs the study on (default: one node)")
     p.add_argument("--nodes", type=int, default=1, help="with --dry-run: nodes the --gpus are spread over")
     p.add_argument("--gpu-type", default=None,
                    help="with --dry-run: hardware profile from registry/hardware.yaml (default: h100, or cpu "
@@ -49,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    if args.gpus < 0 or (args.cpus is not None and args.cpus < 1):
+    if (args.gpus is not None and args.gpus < 0) or (args.cpus is not None and args.cpus < 1):
         raise UserError("--gpus must be >= 0 and --cpus >= 1")
     if args.json and not args.dry_run:
         raise UserError("--json goes with --dry-run (a run's progress is `rlvr-run status --json`)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from rich.console import Console, Group, RenderableType
 from rich.progress import (
@@ -19,8 +19,9 @@ from rich.text import Text
 from engine.runs.lineage import FINISHED, RunState, parse_iso
 
 if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
-    from engine.evaluate.run import EvalOutput
-    from engine.evaluate.runner import Progress as EvalProgress
+    from engine.evaluate.eval_run import EvalOutput
+    from engine.evaluate.stages import ModelLoaded
+    from engine.evaluate.stages import Progress as EvalProgress
     from engine.isolation.content import LeakageReport
     from engine.judge.report import JudgeSummary
     from engine.plan.model import Plan
@@ -209,9 +210,17 @@ class StageProgress:
         if self.live:
             self.bars.stop()
 
-    def update(self, event: EvalProgress) -> None:
+    def update(self, event: Union[EvalProgress, ModelLoaded]) -> None:
         import time
 
+        from engine.evaluate.stages import ModelLoaded
+
+        if isinstance(event, ModelLoaded):  # one line each, on a terminal and in a log: loads are counted
+            shape = f" x{event.engines}" if event.engines > 1 else ""
+            tp = f" tp {event.tensor_parallel_size}" if event.tensor_parallel_size > 1 else ""
+            self.out.print(f"model load: {event.backend}{shape}{tp} {event.model} in {event.seconds:.1f}s",
+                           highlight=False)
+            return
         key = (event.stage, event.dataset)
         began = self.began.setdefault(key, time.perf_counter())
         elapsed = max(time.perf_counter() - began, 1e-9)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -67,7 +67,7 @@ def error_breakdown(records: Sequence[SampleRecord]) -> dict[str, int]:
 
 
 def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_generate_s: float = 0.0,
-              wall_judge_s: float = 0.0) -> dict[str, float]:
+              wall_judge_s: float = 0.0, wall_s: Optional[float] = None) -> dict[str, float]:
     """The panel for one dataset: quality, reliability and cost (empty records give {})."""
     if not records:
         return {}
@@ -111,10 +111,10 @@ def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_g
                             "  fix: re-run the evaluation (it generates the missing samples)")
     out.update({f"pass@{k}": mean_pass_at_k(records, k) for k in ks})
     if wall_generate_s + wall_judge_s > 0:
-        wall = wall_generate_s + wall_judge_s
+        wall = wall_s or wall_generate_s + wall_judge_s  # judging overlaps generation: their wall is not the sum
         out.update({"problems_per_s": len(problems) / wall, "samples_per_s": n / wall,
                     "tests_per_s": tests / wall_judge_s if wall_judge_s else 0.0,
-                    "generate_s": wall_generate_s, "judge_s": wall_judge_s})
+                    "generate_s": wall_generate_s, "judge_s": wall_judge_s, "wall_s": wall})
     return out
 
 

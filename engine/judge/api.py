@@ -9,7 +9,6 @@ workers on this machine, `engine.judge.local.pool`) or `sandbox_fusion` (HTTP,
 from __future__ import annotations
 
 import collections
-import importlib
 from typing import Callable, Iterable, Iterator, Sequence
 
 from engine.judge.cache import ResultCache, job_key
@@ -18,6 +17,7 @@ from engine.judge.config import JudgeBackend, JudgeConfig, JudgeJob, missing_iso
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.prompts.extract import extract_code
+from engine.resources import load_object
 
 # Backends by name, imported on first use (each pulls in its own machinery).
 BACKENDS = {
@@ -27,8 +27,7 @@ BACKENDS = {
 
 
 def make_backend(config: JudgeConfig) -> JudgeBackend:
-    module, _, name = BACKENDS[config.backend].partition(":")
-    return getattr(importlib.import_module(module), name)(config)
+    return load_object(BACKENDS[config.backend])(config)
 
 
 class UnsandboxedJudge(UserError):

@@ -342,9 +342,14 @@ def _attach_evaluations(planner: _Planner, unit: Unit, target: Optional[str], se
         protocol = _protocol(spec, schedule.protocol, unit.name)
         eval_seed = seed if target is not None or _samples(protocol) else None
         uses = {name: ["evaluate"] for name in schedule.datasets}
+        # Entered only when set, so the ids of specs that do not use them stay; an endpoint and its
+        # served model are part of the run's identity (another server or model is another run).
+        extra = {"generation": _dump(schedule.generation)} if schedule.generation else {}
+        if unit.fields.get("endpoint"):
+            extra["endpoint"] = _dump(unit.fields["endpoint"])
         run = _make_run(planner, unit, kind=PhaseKind.eval, seed=eval_seed, trainer=None,
                         schedule=schedule_name, parent=target, flows=flows, evaluates=target,
-                        uses=uses, protocols={"evaluate": schedule.protocol}, extra={},
+                        uses=uses, protocols={"evaluate": schedule.protocol}, extra=extra,
                         resources=schedule.resources or _eval_resources(unit))
         planner.add(run)
 

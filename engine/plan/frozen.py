@@ -110,6 +110,9 @@ class FrozenRun(BaseModel):
     # The registry entries the run consumes, frozen at planning (`engine.plan.expand.frozen_registry`).
     registry: dict[str, dict[str, Any]] = {}
     without_public: Optional[Literal["first"]] = None  # best_of_n: see PhaseFields.without_public
+    # Evaluation runs: how they generate (the spec's `generation:`), or the endpoint that serves the model.
+    generation: Optional[dict[str, Any]] = None
+    endpoint: Optional[dict[str, Any]] = None
 
     def uses(self, *wanted: str) -> list[str]:
         """Names of the datasets used for any of `wanted` (train, select, early_stop, monitor, ...)."""

@@ -6,7 +6,8 @@ the executor is a change of one function. The formulas (the published figures th
 are in registry/hardware.yaml):
 
 - generation call of b sequences: max(b·r̄ / Θmax, r_max(b)·(τ0 + κ·b)) — as long as its
-  longest sample, at the speed of its batch; evaluation calls hold GENERATE_CHUNK problems;
+  longest sample, at the speed of its batch; an evaluation submits a dataset's every sequence in
+  one call (the engine keeps its batch full);
 - a GRPO step of M = B·n samples, T = M·(p̄ + r̄) tokens on G slots: generation
   max(M·r̄ / (G·θ_roll), r_max(M)·τ_roll), log-probs 2T / (G·θ_fwd), update T / (G·θ_upd),
   judging (1 − overlap)·M·c_judge / cores, plus a fixed overhead;
@@ -27,7 +28,6 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Callable, Optional
 
-from engine.evaluate.runner import GENERATE_CHUNK
 from engine.price.profiles import Constants, Priors
 from engine.price.shapes import RunShape
 
@@ -160,7 +160,7 @@ def evaluate_datasets(ctx: Context, run: RunShape, cost: RunCost, names: list[st
     for name in names:
         problems = ctx.sizes.get(name, 0)
         seqs = problems * n
-        cost.add(prefix + "generate", generate_s(ctx, seqs, cap, GENERATE_CHUNK * n, slots(ctx, run)) * more)
+        cost.add(prefix + "generate", generate_s(ctx, seqs, cap, seqs, slots(ctx, run)) * more)
         cost.add(prefix + "judge", judge_s(ctx, run, seqs * more))
         cost.tokens += seqs * more * response_mean(ctx.priors, cap)
 
@@ -243,7 +243,7 @@ def _sample(ctx: Context, run: RunShape, cost: RunCost, problems: float, per_pro
         cost.add("start", ctx.c.engine_start_s)
         cost.add("generate", seqs * response_mean(ctx.priors, cap) / (slots(ctx, run) * ctx.c.rollout_tok_s * ctx.scale))
     else:
-        cost.add("generate", generate_s(ctx, seqs, cap, GENERATE_CHUNK * per_problem, slots(ctx, run)))
+        cost.add("generate", generate_s(ctx, seqs, cap, seqs, slots(ctx, run)))
     cost.add("judge", judge_s(ctx, run, seqs))
     cost.tokens += seqs * response_mean(ctx.priors, cap)
     return seqs

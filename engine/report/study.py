@@ -15,7 +15,7 @@ from typing import Any, Optional
 from ruamel.yaml import YAML
 
 from engine.evaluate.records import Keys, SampleRecord, read
-from engine.evaluate.run import METRICS_FILE, EvalOutput
+from engine.evaluate.eval_run import METRICS_FILE, EvalOutput
 from engine.runs.lineage import (
     ArtifactRecord,
     DatasetRecord,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from engine.evaluate.records import FAULTS, GEN_ERROR, INTERNAL_ERROR, SampleRecord, read
-from engine.evaluate.run import DatasetMetrics, EvalOutput
+from engine.evaluate.eval_run import DatasetMetrics, EvalOutput
 from engine.spec.model import TRAINED_KINDS, PhaseKind
 from engine.train.outcome import TRAINING_FILE, TrainingOutcome, last_step, read_outcome
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from engine.evaluate.run import METRICS_FILE, EvalOutput
+from engine.evaluate.eval_run import METRICS_FILE, EvalOutput
 from engine.runs.lineage import ArtifactRecord, Lineage, Metric
 from engine.spec.model import TRAINED_KINDS
 from engine.train.curves import curves

@@ -6,12 +6,17 @@ declares the shape a researcher writes.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 Scalar = Union[str, int, float, bool, None]
+# The error type of the models' own checks (PydanticCustomError(SPEC_ADVICE, message, {"fix": ...})):
+# reported in their words with their fix, never echoing the value (it may be a secret).
+SPEC_ADVICE = "spec_advice"
 
 
 class StrictModel(BaseModel):
@@ -95,6 +100,54 @@ class Resources(StrictModel):
     # Wall-clock bound of one attempt: a trainer that hangs silently (verl's TransferQueue
     # start-up can) fails instead of holding its GPUs forever. verl runs default to 72 h.
     time_limit_h: Optional[float] = Field(default=None, gt=0)
+
+
+class EndpointSpec(StrictModel):
+    """A model served elsewhere (a vLLM or SGLang server of your own, a hosted API), evaluated by an
+    eval phase through its OpenAI-compatible API. The key stays in the environment: the spec names
+    the variable, and neither the spec, config.yaml nor any log holds its value."""
+
+    base_url: str  # e.g. http://gpu-node:8000/v1
+    model: str = Field(min_length=1)  # the served model's name, as the server knows it
+    api_key_env: Optional[str] = None  # the environment variable holding the key
+    concurrency: int = Field(default=32, ge=1, le=4096)  # requests in flight (a sliding window)
+    api_key: Optional[str] = None  # refused: only here to say where a key belongs
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or any(c.isspace() for c in value):
+            raise PydanticCustomError(SPEC_ADVICE, "the endpoint's base_url must be an http(s) URL",
+                                      {"fix": "write the API's root, e.g. http://gpu-node:8000/v1"})
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise PydanticCustomError(SPEC_ADVICE, "api_key_env names an environment variable, and '{name}' cannot be one",
+                                      {"name": value, "fix": "use letters, digits and '_', e.g. OPENAI_API_KEY"})
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _no_key_in_the_spec(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            raise PydanticCustomError(SPEC_ADVICE, "an API key never goes in the spec: it would be copied into "
+                                      "every run's config.yaml", {"fix": "export the key and name its variable "
+                                                                  "instead: `api_key_env: OPENAI_API_KEY`"})
+        return value
+
+
+class GenerationSpec(StrictModel):
+    """How an evaluation generates; each field absent is decided from the evaluation's GPUs and the
+    model's size (vllm where it is installed and a GPU is given, else hf; tensor parallelism only
+    as wide as the weights need, one engine per remaining GPU group)."""
+
+    backend: Optional[Literal["hf", "vllm"]] = None
+    batch_size: Optional[int] = Field(default=None, ge=1)  # hf: prompts per forward batch
+    tensor_parallel_size: Optional[int] = Field(default=None, ge=1)  # vllm: GPUs per engine
+    gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)  # vllm: share of each GPU's memory
 
 
 class PairsSpec(StrictModel):
@@ -183,6 +236,7 @@ class PhaseFields(StrictModel):
     # Rollouts kept in traces/rollouts.jsonl per training step: a number, or `all`.
     traces: Optional[Union[int, Literal["all"]]] = None
     mix: Optional[RepairMixSpec] = None  # sft: format-repair rows from another run's failures
+    endpoint: Optional[EndpointSpec] = None  # eval phases: the model is served elsewhere
 
 
 class PhaseSpec(PhaseFields):
@@ -199,6 +253,7 @@ class EvalSchedule(StrictModel):
     # Evaluation is inference: by default one GPU when the evaluated phase uses GPUs,
     # not the (often 8-GPU) allocation of the training it follows.
     resources: Optional[Resources] = None
+    generation: Optional[GenerationSpec] = None
 
 
 class EvaluateSpec(StrictModel):

@@ -38,12 +38,13 @@ _RAFT_ONLY = ("cycles", "samples_per_prompt")
 _REPAIR_ONLY = ("repair_return", "round_penalty")
 FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
     PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "mix", "without_public"),
-    PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds", "mix"),
-    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),
-    PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),
-    PhaseKind.grpo: ("pairs_from", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public"),
-    PhaseKind.repair: ("pairs_from", "n", "mix", *_RAFT_ONLY, "without_public"),
-    PhaseKind.raft: ("pairs_from", "n", "rounds", "mix", *_REPAIR_ONLY, "without_public"),
+    PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds", "mix", "endpoint"),
+    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public",
+                    "endpoint"),
+    PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public", "endpoint"),
+    PhaseKind.grpo: ("pairs_from", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public", "endpoint"),
+    PhaseKind.repair: ("pairs_from", "n", "mix", *_RAFT_ONLY, "without_public", "endpoint"),
+    PhaseKind.raft: ("pairs_from", "n", "rounds", "mix", *_REPAIR_ONLY, "without_public", "endpoint"),
 }
 _EXAMPLE = {"trainer": "verl", "train": "<a train dataset>", "pairs_from": "<a train dataset>",
             "reward": "dense", "rollout": "<a protocol, e.g. rollout>", "protocol": "<a protocol>",
@@ -219,6 +220,9 @@ def _kind_errors(section: str, name: str, kind: PhaseKind, fields: PhaseFields, 
         if getattr(own, bad) is not None:
             yield at((section, name, bad), f"`{bad}` has no meaning for {_article(kind)} phase and would be ignored",
                      f"remove `{bad}` (or change the phase's kind)")
+    if own.endpoint is not None and fields.from_ is not None:
+        yield at((section, name, "endpoint"), f"an eval phase with an endpoint evaluates the model the endpoint "
+                 f"serves, not phase {fields.from_!r}", "remove `from:` (or the endpoint)")
     if kind in (PhaseKind.dpo, PhaseKind.raft) and fields.trainer == "verl":
         what = "offline DPO" if kind == PhaseKind.dpo else "RAFT"
         yield at((section, name, "trainer"), f"verl has no {what} trainer", f"use `trainer: trl` for {kind.value}",

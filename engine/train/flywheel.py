@@ -33,9 +33,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from pydantic import BaseModel, Field
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Backend
+from engine.evaluate.backends.base import Backend, generate
 from engine.evaluate.records import GEN_ERROR, SampleRecord, read
-from engine.evaluate.run import decoding_of
+from engine.evaluate.eval_run import decoding_of
 from engine.judge.api import Judge
 from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import SampleResult, Verdict
@@ -362,7 +362,7 @@ def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem
         first += [Answer(key=f"{i}/{t}", problem=problems[h.problem_id], conversation=prompt, completion=h.completion,
                          result=failed) for t in range(tries)]
     one = replace(decoding, n=1)
-    chains = repair(first, generate=lambda convs: [g[0] for g in backend.generate(convs, one)],
+    chains = repair(first, generate=lambda convs: [g[0] for g in generate(backend, convs, one)],
                     text=lambda g: g.text, judge=judge, rounds=2)
     out: dict[int, str] = {}
     for answer in chains.rounds[1] if len(chains.rounds) > 1 else []:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from engine.evaluate.run import decoding_of
+from engine.evaluate.eval_run import decoding_of
 from engine.judge.api import Judge
 from engine.problem import Problem
 from engine.repair.loop import Answer

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from engine.errors import UserError
-from engine.evaluate.run import Settings, _LazyBackend
+from engine.evaluate.eval_run import Settings, generator_for
 from engine.judge.api import Judge
 from engine.train import flywheel
 from engine.train.curriculum import ordered
@@ -49,7 +49,7 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
                                            source)
         choice = run.choice("select")
         decoding = flywheel.decoding_of_source(source)
-        backend = _LazyBackend(Settings(), str(source / "model"))
+        backend = generator_for(run.frozen, Settings(), str(source / "model"))
         try:
             with Judge(run.frozen.judge_config()) as judge:
                 rows, report = flywheel.repair_rows(problems, kept, harvested, lambda p: _dumps(choice.prompt(p)),

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from engine.evaluate.records import Keys, SampleRecord, append
-from engine.evaluate.run import METRICS_FILE, DatasetMetrics, EvalOutput
+from engine.evaluate.eval_run import METRICS_FILE, DatasetMetrics, EvalOutput
 from engine.runs.lineage import (
     LeakRecord,
     Metric,

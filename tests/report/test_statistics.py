@@ -11,7 +11,7 @@ import numpy as np
 from scipy import stats
 
 from engine.evaluate.records import Keys, SampleRecord, append
-from engine.evaluate.run import METRICS_FILE, DatasetMetrics, EvalOutput
+from engine.evaluate.eval_run import METRICS_FILE, DatasetMetrics, EvalOutput
 from engine.report.ablation import parent_of
 from engine.report.main_table import cell_estimate, per_problem
 from engine.report.stats import estimate, paired_delta

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from engine.evaluate.records import Keys, SampleRecord, append
-from engine.evaluate.run import DatasetMetrics, EvalOutput
+from engine.evaluate.eval_run import DatasetMetrics, EvalOutput
 from engine.runs.completion import check_completion
 
 KEYS = Keys(model="m", protocol="p", idlist="i", decoding_seed=3)

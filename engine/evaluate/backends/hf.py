@@ -1,13 +1,23 @@
-"""transformers on CPU or one GPU: batched with left padding, n samples per prompt in one call."""
+"""transformers on CPU or one GPU: every request of a dataset, in batches of `batch_size` prompts
+(left padding, n samples per prompt in one call), grouped by decoding and sorted by length so a
+batch wastes little on padding; each batch's samples are yielded as it finishes."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Decoding, Generation, Prompt, cut_at_stop, prompt_share
+from engine.evaluate.backends.base import (
+    Decoding,
+    Finished,
+    Generation,
+    Prompt,
+    Request,
+    cut_at_stop,
+    prompt_share,
+)
 
 
 class HFBackend:
@@ -34,11 +44,18 @@ class HFBackend:
             return prompt
         return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
-    def generate(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
-        out: list[list[Generation]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            out += self._batch([self._text(p) for p in prompts[start:start + self.batch_size]], decoding)
-        return out
+    def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
+        texts = [self._text(r.prompt) for r in requests]
+        lengths = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        order = sorted(range(len(requests)), key=lambda i: (_decoding_key(requests[i].decoding), -lengths[i]))
+        batch: list[int] = []
+        for index in order:
+            if batch and (len(batch) == self.batch_size or requests[batch[0]].decoding != requests[index].decoding):
+                yield from zip(batch, self._batch([texts[i] for i in batch], requests[batch[0]].decoding))
+                batch = []
+            batch.append(index)
+        if batch:
+            yield from zip(batch, self._batch([texts[i] for i in batch], requests[batch[0]].decoding))
 
     def _batch(self, texts: list[str], decoding: Decoding) -> list[list[Generation]]:
         import torch
@@ -75,3 +92,7 @@ class HFBackend:
 
     def close(self) -> None:
         self.model = None
+
+
+def _decoding_key(decoding: Decoding) -> str:
+    return repr(decoding)

@@ -1,16 +1,28 @@
-"""Any OpenAI-compatible server (vLLM's, SGLang's, ...) through httpx: async, bounded concurrency,
-exponential backoff, timeouts. A request that fails after its last retry gives its samples an
-explicit error (finish_reason "error", verdict GEN_ERROR later), never an empty answer."""
+"""Any OpenAI-compatible server (vLLM's, SGLang's, a hosted API) through httpx: every request of a
+dataset handed over at once and kept `concurrency` in flight as a sliding window (a slow answer
+holds one slot, not a batch), each yielded as it arrives; exponential backoff, timeouts. A request
+that fails after its last retry gives its samples an explicit error (finish_reason "error",
+verdict GEN_ERROR later), never an empty answer."""
 
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence, Union
 
 import httpx
 
-from engine.evaluate.backends.base import Decoding, Generation, Prompt, cut_at_stop, prompt_share
+from engine.evaluate.backends.base import (
+    Decoding,
+    Finished,
+    Generation,
+    Prompt,
+    Request,
+    cut_at_stop,
+    prompt_share,
+)
 
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
 
@@ -24,13 +36,37 @@ class OpenAIBackend:
         self.headers = {"Authorization": f"Bearer {api_key}"}
         self.concurrency, self.retries, self.timeout_s, self.backoff_s = concurrency, retries, timeout_s, backoff_s
 
-    def generate(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
-        return asyncio.run(self._all(prompts, decoding))
+    def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
+        """The event loop runs in a thread of its own and hands each answer over as it lands; a
+        caller that stops early (Ctrl-C, an error) cancels what is still in flight."""
+        landed: queue.Queue[Union[Finished, BaseException]] = queue.Queue()
+        loop = asyncio.new_event_loop()
+        main = loop.create_task(self._all(requests, landed)) if requests else None
+        thread = threading.Thread(target=_run_until_done, args=(loop, main), name="openai-backend", daemon=True)
+        thread.start()
+        try:
+            for _ in range(len(requests)):
+                item = landed.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if main is not None and not main.done():
+                loop.call_soon_threadsafe(main.cancel)
+            thread.join()
 
-    async def _all(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
+    async def _all(self, requests: Sequence[Request], landed: queue.Queue) -> None:
         gate = asyncio.Semaphore(self.concurrency)
-        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
-            return list(await asyncio.gather(*(self._one(client, gate, p, decoding) for p in prompts)))
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers, limits=limits) as client:
+
+            async def one(index: int, request: Request) -> None:
+                landed.put((index, await self._one(client, gate, request.prompt, request.decoding)))
+
+            try:
+                await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+            except Exception as exc:  # noqa: BLE001 (handed to the consuming thread, which raises it)
+                landed.put(exc)
 
     async def _one(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, prompt: Prompt,
                    decoding: Decoding) -> list[Generation]:
@@ -64,6 +100,14 @@ class OpenAIBackend:
 
     def close(self) -> None:
         return None
+
+
+def _run_until_done(loop: asyncio.AbstractEventLoop, main: "asyncio.Task[None] | None") -> None:
+    try:
+        if main is not None:
+            loop.run_until_complete(asyncio.gather(main, return_exceptions=True))
+    finally:
+        loop.close()
 
 
 def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float) -> list[Generation]:

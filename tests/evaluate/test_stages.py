@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from engine.data.toy import toy_problems
-from engine.evaluate import runner
-from engine.evaluate.backends import make_backend
+from engine.evaluate import stages
+from engine.evaluate.backends import make_generator
 from engine.evaluate.backends.base import Decoding
 from engine.evaluate.records import GenerationRecord, Keys, SampleRecord, append, read
 from engine.judge.api import Judge
@@ -22,25 +22,25 @@ from openai_server import Server  # noqa: E402
 KEYS = Keys(model="m", protocol="p", idlist="i")
 
 
-def _task(tmp_path: Path, n: int = 2) -> runner.Task:
+def _task(tmp_path: Path, n: int = 2) -> stages.Task:
     problems = toy_problems("valid")[:3]
-    return runner.Task(dataset="toy", problems=problems, prompts=[p.prompt for p in problems], keys=KEYS,
+    return stages.Task(dataset="toy", problems=problems, prompts=[p.prompt for p in problems], keys=KEYS,
                        decoding=Decoding(max_tokens=8, n=n, temperature=1.0, seed=5), out_dir=tmp_path)
 
 
 def test_generation_faults_are_generated_and_judged_again_on_a_rerun(tiny_model, tmp_path):
     task = _task(tmp_path)
     with Server(str(tiny_model), always_fail=True) as down:
-        runner.generate(task, make_backend("openai", model="tiny", base_url=down.base_url, retries=0))
+        stages.generate(task, make_generator("openai", model="tiny", base_url=down.base_url, retries=0))
     with Judge(JudgeConfig(workers=1)) as judge:
-        runner.judge(task, judge, "v1")
-        assert {s.verdict for s in runner.samples(task)} == {"GEN_ERROR"}
+        stages.judge(task, judge, "v1")
+        assert {s.verdict for s in stages.samples(task)} == {"GEN_ERROR"}
         with Server(str(tiny_model)) as up:
-            runner.generate(task, make_backend("openai", model="tiny", base_url=up.base_url))
+            stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
             assert up.requests == 3  # one request per problem: every sample failed before
-        runner.judge(task, judge, "v1")
+        stages.judge(task, judge, "v1")
     generations = list(read(task.generations, GenerationRecord, KEYS))
-    samples = runner.samples(task)
+    samples = stages.samples(task)
     assert len(generations) == len(samples) == 6
     assert all(g.finish_reason != "error" for g in generations)
     assert "GEN_ERROR" not in {s.verdict for s in samples}
@@ -50,12 +50,12 @@ def test_generation_faults_are_generated_and_judged_again_on_a_rerun(tiny_model,
 def test_only_the_failed_samples_are_generated_again(tiny_model, tmp_path):
     task = _task(tmp_path, n=3)
     with Server(str(tiny_model)) as up:
-        runner.generate(task, make_backend("openai", model="tiny", base_url=up.base_url))
+        stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
     records = list(read(task.generations, GenerationRecord, KEYS))
     failed = records[1].model_copy(update={"finish_reason": "error", "completion": "", "error": "HTTP 500"})
     append(task.generations, [failed])  # sample 1 of the first problem failed on the server
     with Server(str(tiny_model)) as up:
-        runner.generate(task, make_backend("openai", model="tiny", base_url=up.base_url))
+        stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
         assert up.requests == 1
     again = list(read(task.generations, GenerationRecord, KEYS))
     assert len(again) == 9 and again[1].finish_reason != "error" and again[1].seed == 6  # seed + its index
@@ -64,15 +64,15 @@ def test_only_the_failed_samples_are_generated_again(tiny_model, tmp_path):
 def test_judge_faults_are_judged_again(tiny_model, tmp_path):
     task = _task(tmp_path, n=1)
     with Server(str(tiny_model)) as up:
-        runner.generate(task, make_backend("openai", model="tiny", base_url=up.base_url))
+        stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
     with Judge(JudgeConfig(workers=1)) as judge:
-        runner.judge(task, judge, "v1")
-        first = runner.samples(task)
+        stages.judge(task, judge, "v1")
+        first = stages.samples(task)
         fault = first[0].model_copy(update={"verdict": "INTERNAL_ERROR", "accepted": False})
         append(task.samples, [fault])
-        assert runner.samples(task)[0].verdict == "INTERNAL_ERROR"
-        runner.judge(task, judge, "v1")
-    assert [s.verdict for s in runner.samples(task)] == [s.verdict for s in first]
+        assert stages.samples(task)[0].verdict == "INTERNAL_ERROR"
+        stages.judge(task, judge, "v1")
+    assert [s.verdict for s in stages.samples(task)] == [s.verdict for s in first]
 
 
 def test_a_record_appended_after_a_torn_line_starts_its_own_line(tmp_path):

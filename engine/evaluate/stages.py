@@ -1,15 +1,17 @@
 """An evaluation in three resumable stages per dataset: generate → judge → aggregate.
 
-- generate appends one GenerationRecord per sample to outputs/generations/<dataset>.jsonl as
-  each batch finishes; a re-run generates only the samples a problem still lacks, and again
-  those that failed on the server (GEN_ERROR) — sampled protocols too: the samples get the
-  seeds they would have had.
-- judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as
-  each chunk is judged; a re-run judges only what is not judged yet, and again the samples
-  the judge failed on (INTERNAL_ERROR) or whose generation has since been made again; and
-  `rejudge` judges every answer again, repair rounds included, without generating anything.
-  A record written again replaces the earlier one of its uid (`records.read`: the last one
-  wins).
+- generate hands the backend every sample a dataset still lacks in one submission and appends
+  one GenerationRecord per sample to outputs/generations/<dataset>.jsonl the moment its request
+  finishes; a re-run generates only the samples a problem still lacks, and again those that
+  failed on the server (GEN_ERROR) — sampled protocols too: the samples get the seeds they
+  would have had.
+- judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as its
+  verdict is known; a re-run judges only what is not judged yet, and again the samples the
+  judge failed on (INTERNAL_ERROR) or whose generation has since been made again; and
+  `rejudge` judges every answer again, repair rounds included, without generating anything. A record written again
+  replaces the earlier one of its uid (`records.read`: the last one wins). `generate_and_judge`
+  runs both at once: samples are judged while the rest are generated, so a dataset takes about
+  the longer of the two, not their sum.
 - aggregate reads the samples back and computes the metrics.
 
 Records are keyed by content (checkpoint hash, protocol hash, id-list hash): records with
@@ -18,16 +20,19 @@ other keys in the same file are ignored, never resumed into.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt
+from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt, Request, generate as generate_all
 from engine.evaluate.records import (
     GEN_ERROR,
     INTERNAL_ERROR,
+    Appender,
     GenerationRecord,
     Keys,
     SampleRecord,
@@ -42,8 +47,7 @@ from engine.prompts.extract import extract_code
 from engine.repair.loop import Answer
 from engine.repair.loop import repair as repair_loop
 
-GENERATE_CHUNK = 8  # problems per generation call: each call's samples are on disk before the next
-JUDGE_CHUNK = 64  # samples per judge call
+JUDGE_CHUNK = 64  # samples per judge call at most (fewer when fewer are waiting)
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,18 @@ class Progress:
     tokens: int = 0  # completion tokens generated so far (generate)
 
 
-ProgressHandler = Callable[[Progress], None]
+@dataclass(frozen=True)
+class ModelLoaded:
+    """An engine was built (each one costs start-up: vLLM 14-60 s on a GPU)."""
+
+    backend: str
+    model: str
+    engines: int
+    tensor_parallel_size: int
+    seconds: float
+
+
+ProgressHandler = Callable[[Union[Progress, ModelLoaded]], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,28 +97,37 @@ class Task:
         return len(self.problems) * self.decoding.n
 
 
-def _quiet(progress: Progress) -> None:
+def _quiet(progress: Union[Progress, ModelLoaded]) -> None:
     return None
 
 
-def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet) -> float:
-    """Generate what is missing or failed on the server; returns the seconds spent."""
+def missing(task: Task) -> list[tuple[int, int, Request]]:
+    """(problem index, first sample, request) for each run of consecutive samples a problem lacks
+    (never generated, or failed on the server); a run's samples get the seeds they would have had."""
     have: dict[str, set[int]] = {}
     for record in read(task.generations, GenerationRecord, task.keys):
         if not is_fault(record):
             have.setdefault(record.problem_id, set()).add(record.sample)
-    todo = [(i, run) for i, p in enumerate(task.problems) for run in _missing_runs(have.get(p.id, set()), task.decoding.n)]
-    done, tokens, began = task.expected - sum(n for _, (_, n) in todo), 0, time.perf_counter()
+    return [(i, first, Request(task.prompts[i], replace(task.decoding, n=count, seed=task.decoding.seed + first)))
+            for i, p in enumerate(task.problems) for first, count in _missing_runs(have.get(p.id, set()), task.decoding.n)]
+
+
+def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet,
+             on_records: Callable[[list[GenerationRecord]], None] = lambda records: None) -> float:
+    """Generate what is missing, every request in one submission, each request's records appended
+    (and handed to `on_records`) as it finishes; returns the seconds spent."""
+    todo = missing(task)
+    done = task.expected - sum(request.decoding.n for _, _, request in todo)
+    tokens, began = 0, time.perf_counter()
     on_progress(Progress("generate", task.dataset, done, task.expected))
-    for start in range(0, len(todo), GENERATE_CHUNK):
-        chunk = todo[start:start + GENERATE_CHUNK]
-        for group in _by_run(chunk):  # problems lacking the same samples share a call
-            first, count = group[0][1]
-            decoding = replace(task.decoding, n=count, seed=task.decoding.seed + first)
-            outputs = backend.generate([task.prompts[i] for i, _ in group], decoding)
-            records = [_generation_record(task, task.problems[i], first + j, g)
-                       for (i, _), gens in zip(group, outputs) for j, g in enumerate(gens)]
-            append(task.generations, records)
+    if not todo:
+        return 0.0
+    with Appender(task.generations) as out:
+        for index, gens in backend.stream([request for _, _, request in todo]):
+            i, first, _ = todo[index]
+            records = [_generation_record(task, task.problems[i], first + j, g) for j, g in enumerate(gens)]
+            out.write(records)
+            on_records(records)
             done += len(records)
             tokens += sum(r.completion_tokens for r in records)
             on_progress(Progress("generate", task.dataset, done, task.expected, tokens))
@@ -121,13 +145,6 @@ def _missing_runs(have: set[int], n: int) -> list[tuple[int, int]]:
     return runs
 
 
-def _by_run(chunk: list[tuple[int, tuple[int, int]]]) -> list[list[tuple[int, tuple[int, int]]]]:
-    groups: dict[tuple[int, int], list[tuple[int, tuple[int, int]]]] = {}
-    for item in chunk:
-        groups.setdefault(item[1], []).append(item)
-    return list(groups.values())
-
-
 def _generation_record(task: Task, problem: Problem, sample: int, g: Generation) -> GenerationRecord:
     return GenerationRecord(dataset=task.dataset, problem_id=problem.id, sample=sample, keys=task.keys,
                             prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
@@ -143,28 +160,112 @@ def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHan
     file (the generations file holds first answers), so they are carried over from the replaced
     file and re-judged, round by round, as long as their parent still fails (an answer whose
     parent now passes would never have been asked for). `repair` then asks only what is missing."""
+    return generate_and_judge(task, None, judge, judge_version, on_progress, rejudge=rejudge).judge_s
+
+
+@dataclass(frozen=True)
+class Timing:
+    generate_s: float  # generating (0 when nothing was missing)
+    judge_s: float  # judging, busy time
+    wall_s: float  # both, overlapped
+
+
+def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, judge_version: str,
+                       on_progress: ProgressHandler = _quiet, *, rejudge: bool = False) -> Timing:
+    """Generate what is missing (with a backend) while a second thread judges every generation not
+    judged yet, the earlier ones first; each verdict is appended as it is decided. A kill loses at
+    most the samples in flight: a re-run generates what has no generation record and judges what
+    has no sample record. `rejudge`: as `judge` says."""
     carried: list[GenerationRecord] = []
     if rejudge and task.samples.exists():
         replaced = task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl")
         task.samples.rename(replaced)
         carried = [_generation_of(r) for r in read(replaced, SampleRecord, task.keys) if r.round > 1]
     judged = {r.uid: r for r in read(task.samples, SampleRecord, task.keys)}
-    todo = [g for g in read(task.generations, GenerationRecord, task.keys)
-            if g.uid not in judged or _judge_again(judged[g.uid], g)]  # type: ignore[arg-type]
+    backlog = [g for g in read(task.generations, GenerationRecord, task.keys)
+               if g.uid not in judged or _judge_again(judged[g.uid], g)]  # type: ignore[arg-type]
+    todo = missing(task) if backend is not None else []
+    coming = {f"{task.dataset}/{task.problems[i].id}/{first + j}/r1"
+              for i, first, request in todo for j in range(request.decoding.n)} | {g.uid for g in backlog}
+    settled = sum(1 for uid, r in judged.items() if r.round == 1 and uid not in coming)
+    waiting: queue.Queue = queue.Queue()
+    waiting.put(backlog)
+    worker = _Judging(task, judge, judge_version, waiting, on_progress, done=settled,
+                      total=settled + len(coming))
+    began, gen_s = time.perf_counter(), 0.0
+    worker.start()
+    try:
+        if todo:
+            gen_s = generate(task, backend, on_progress, on_records=waiting.put)  # type: ignore[arg-type]
+    except BaseException:
+        waiting.put(_ABANDON)  # stop: what is in the judge's hands finishes, the rest waits for a re-run
+        raise
+    finally:
+        waiting.put(None)  # nothing more comes: judge what is queued
+        worker.join()
+    if worker.error is not None:
+        raise worker.error
+    rounds_began = time.perf_counter()
     by_id = {p.id: p for p in task.problems}
-    total, began = len(judged) + sum(g.uid not in judged for g in todo) + len(carried), time.perf_counter()
-    settled = total - len(todo) - len(carried)
-    on_progress(Progress("judge", task.dataset, settled, total))
-    for start in range(0, len(todo), JUDGE_CHUNK):
-        chunk = todo[start:start + JUDGE_CHUNK]
-        append(task.samples, judge_records(chunk, by_id, judge, judge_version))
-        on_progress(Progress("judge", task.dataset, settled + start + len(chunk), total))
     for r in sorted({g.round for g in carried}):
         failing = {x.uid for x in read(task.samples, SampleRecord, task.keys) if x.round == r - 1 and not x.accepted}
         again = [g for g in carried if g.round == r and g.parent in failing]
         for start in range(0, len(again), JUDGE_CHUNK):
             append(task.samples, judge_records(again[start:start + JUDGE_CHUNK], by_id, judge, judge_version))
-    return time.perf_counter() - began
+    judge_s = worker.busy_s + time.perf_counter() - rounds_began
+    return Timing(generate_s=gen_s, judge_s=judge_s, wall_s=time.perf_counter() - began)
+
+
+_ABANDON = object()
+
+
+class _Judging(threading.Thread):
+    """Judges the generation records queued to it as they come (`Judge.judge_stream` reads them
+    lazily, so its workers start on each sample as soon as it is generated) and appends each
+    verdict as it is known; ends at None, or at _ABANDON without starting anything more."""
+
+    def __init__(self, task: Task, judge: Judge, judge_version: str, waiting: queue.Queue,
+                 on_progress: ProgressHandler, *, done: int, total: int) -> None:
+        super().__init__(name=f"judge-{task.dataset}", daemon=True)
+        self.task, self.judge, self.version, self.waiting = task, judge, judge_version, waiting
+        self.on_progress, self.done, self.total = on_progress, done, total
+        self.by_id = {p.id: p for p in task.problems}
+        self.handed: list[GenerationRecord] = []  # what judge_stream's indices refer to
+        self.busy_s, self.idle_s = 0.0, 0.0
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        began = time.perf_counter()
+        try:
+            with Appender(self.task.samples) as self.out:
+                self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
+                for index, result in self.judge.judge_stream(self._items()):
+                    g = self.handed[index]
+                    self._write(_sample_record(g, result, self.by_id[g.problem_id], self.version))
+        except BaseException as exc:  # noqa: BLE001 (raised in the caller's thread)
+            self.error = exc
+            while self.waiting.get() is not None:  # the producer never blocks on a dead consumer
+                pass
+        self.busy_s = time.perf_counter() - began - self.idle_s
+
+    def _items(self) -> Iterator[tuple[Problem, str]]:
+        while True:
+            waited = time.perf_counter()
+            batch = self.waiting.get()
+            self.idle_s += time.perf_counter() - waited
+            if batch is None or batch is _ABANDON:
+                return
+            for g in batch:
+                if g.finish_reason == "error":  # nothing to judge: a visible GEN_ERROR sample at once
+                    self._write(_sample_record(g, None, self.by_id[g.problem_id], self.version))
+                    continue
+                self.handed.append(g)
+                yield self.by_id[g.problem_id], g.completion
+
+    def _write(self, record: SampleRecord) -> None:
+        self.out.write([record])
+        self.done += 1
+        self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
 
 
 def _generation_of(record: SampleRecord) -> GenerationRecord:
@@ -226,7 +327,7 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
                             result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
                             generation=x) for x in parents[start:start + JUDGE_CHUNK]]
             chains = repair_loop(first, judge=judge, rounds=r, text=lambda g: g.text,
-                                 generate=lambda convs: [gens[0] for gens in backend.generate(convs, decoding)])
+                                 generate=lambda convs: [gens[0] for gens in generate_all(backend, convs, decoding)])
             parent_of = {a.key: a.generation for a in first}
             append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
                                   if a.round == r])
