@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field, ValidationError
 from engine.judge.verdict import TestResult
 
 GEN_ERROR = "GEN_ERROR"  # the backend gave no text after every retry: not the model's fault, not a pass
-TRUNCATED = "truncated"  # finish_reason "length": counted and shown, never silently a wrong answer
 
 
 class Keys(BaseModel):

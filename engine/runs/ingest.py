@@ -29,31 +29,28 @@ def ingest(lineage: Lineage, run_id: str, kind: str, run_dir: Path) -> None:
 def ingest_training(lineage: Lineage, run_id: str, run_dir: Path) -> None:
     """Curves (dataset `train`, one metric per series and step), checkpoint scores (`select/<metric>`
     at the checkpoint's step), and the artifacts: model/, the rollout traces, dpo pairs."""
-    for point in curves(run_dir):
-        lineage.record_metric(Metric(run_id=run_id, dataset=TRAIN_SERIES, name=point.series, value=point.value,
-                                     step=point.step))
+    metrics = [Metric(run_id=run_id, dataset=TRAIN_SERIES, name=point.series, value=point.value, step=point.step)
+               for point in curves(run_dir)]
     outcome = read_outcome(run_dir)
     for checkpoint in outcome.checkpoints if outcome else []:
-        for dataset, metrics in checkpoint.metrics.items():
-            for name, value in metrics.items():
-                lineage.record_metric(Metric(run_id=run_id, dataset=dataset, name=f"select/{name}", value=value,
-                                             step=checkpoint.step))
+        for dataset, values in checkpoint.metrics.items():
+            metrics += [Metric(run_id=run_id, dataset=dataset, name=f"select/{name}", value=value,
+                               step=checkpoint.step) for name, value in values.items()]
     for cycle in outcome.cycles if outcome else []:
-        for name in ("acceptance", "rows"):
-            lineage.record_metric(Metric(run_id=run_id, dataset=TRAIN_SERIES, name=f"raft/{name}", value=cycle[name],
-                                         step=int(cycle["cycle"])))
-    lineage.record_artifact(ArtifactRecord(run_id=run_id, kind="model", path=str(run_dir / MODEL_DIR)))
-    for kind, path in (("traces", run_dir / TRACES_FILE), ("pairs", run_dir / PAIRS_FILE)):
-        if path.is_file():
-            lineage.record_artifact(ArtifactRecord(run_id=run_id, kind=kind, path=str(path)))
+        metrics += [Metric(run_id=run_id, dataset=TRAIN_SERIES, name=f"raft/{name}", value=cycle[name],
+                           step=int(cycle["cycle"])) for name in ("acceptance", "rows")]
+    artifacts = [ArtifactRecord(run_id=run_id, kind="model", path=str(run_dir / MODEL_DIR))]
+    artifacts += [ArtifactRecord(run_id=run_id, kind=kind, path=str(path))
+                  for kind, path in (("traces", run_dir / TRACES_FILE), ("pairs", run_dir / PAIRS_FILE))
+                  if path.is_file()]
+    lineage.record_outputs(metrics, artifacts)
 
 
 def ingest_eval(lineage: Lineage, run_id: str, run_dir: Path) -> None:
     output = EvalOutput.model_validate_json((run_dir / "outputs" / METRICS_FILE).read_text())
-    for d in output.datasets:
-        for name, value in d.metrics.items():
-            lineage.record_metric(Metric(run_id=run_id, dataset=d.dataset, protocol=d.protocol, seed=d.seed,
-                                         name=name, value=value, protocol_sha256=d.protocol_sha256,
-                                         idlist_sha256=d.idlist_sha256, judge_version=d.judge_version))
-        lineage.record_artifact(ArtifactRecord(run_id=run_id, kind="samples",
-                                               path=str(run_dir / SAMPLES / f"{d.dataset}.jsonl")))
+    metrics = [Metric(run_id=run_id, dataset=d.dataset, protocol=d.protocol, seed=d.seed, name=name, value=value,
+                      protocol_sha256=d.protocol_sha256, idlist_sha256=d.idlist_sha256, judge_version=d.judge_version)
+               for d in output.datasets for name, value in d.metrics.items()]
+    artifacts = [ArtifactRecord(run_id=run_id, kind="samples", path=str(run_dir / SAMPLES / f"{d.dataset}.jsonl"))
+                 for d in output.datasets]
+    lineage.record_outputs(metrics, artifacts)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Optional, Protocol, Sequence, Union
 
 Prompt = Union[str, list[dict[str, str]]]  # a completion prompt, or chat messages
@@ -37,13 +37,6 @@ class Generation:
     latency_s: float
     seed: int
     error: Optional[str] = None
-
-
-@dataclass(kw_only=True)
-class Usage:
-    tokens: int = 0
-    seconds: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 class Backend(Protocol):
