@@ -20,7 +20,7 @@ from engine.runs.lineage import FINISHED, RunState, parse_iso
 
 if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
     from engine.evaluate.run import EvalOutput
-    from engine.evaluate.runner import Progress as EvalProgress
+    from engine.evaluate.runner import StageUpdate
     from engine.isolation.content import LeakageReport
     from engine.judge.report import JudgeSummary
     from engine.plan.model import Plan
@@ -211,7 +211,7 @@ class StageProgress:
         if self.live:
             self.bars.stop()
 
-    def update(self, event: EvalProgress) -> None:
+    def update(self, event: StageUpdate) -> None:
         import time
 
         key = (event.stage, event.dataset)
@@ -230,16 +230,16 @@ class StageProgress:
                            highlight=False)
 
 
-HEADLINE = ("accepted@1", "mean@n", "pass_ratio_mean", "exec_success", "format_compliance", "truncated_rate",
+EVAL_COLUMNS = ("accepted@1", "mean@n", "pass_ratio_mean", "exec_success", "format_compliance", "truncated_rate",
             "output_tokens_mean", "judge_s_p95")
 
 
 def eval_table(output: EvalOutput) -> Table:
-    table = Table("dataset", *HEADLINE, "errors", title=f"evaluation of run {output.run_id}", title_justify="left")
+    table = Table("dataset", *EVAL_COLUMNS, "errors", title=f"evaluation of run {output.run_id}", title_justify="left")
     for d in output.datasets:
         errors = ", ".join(f"{k.split('/')[1]} {int(v)}" for k, v in d.metrics.items()
                            if k.startswith("errors/") and v)
-        table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in HEADLINE), errors)
+        table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in EVAL_COLUMNS), errors)
     return table
 
 

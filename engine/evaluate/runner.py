@@ -41,7 +41,7 @@ JUDGE_CHUNK = 64  # samples per judge call
 
 
 @dataclass(frozen=True)
-class Progress:
+class StageUpdate:
     stage: str  # generate | judge
     dataset: str
     done: int
@@ -49,7 +49,7 @@ class Progress:
     tokens: int = 0  # completion tokens generated so far (generate)
 
 
-ProgressHandler = Callable[[Progress], None]
+ProgressHandler = Callable[[StageUpdate], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +76,7 @@ class Task:
         return len(self.problems) * self.decoding.n
 
 
-def _quiet(progress: Progress) -> None:
+def _quiet(progress: StageUpdate) -> None:
     return None
 
 
@@ -87,7 +87,7 @@ def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet
         have[record.problem_id] = have.get(record.problem_id, 0) + 1
     todo = [(i, have.get(p.id, 0)) for i, p in enumerate(task.problems) if have.get(p.id, 0) < task.decoding.n]
     done, tokens, began = task.expected - sum(task.decoding.n - h for _, h in todo), 0, time.perf_counter()
-    on_progress(Progress("generate", task.dataset, done, task.expected))
+    on_progress(StageUpdate("generate", task.dataset, done, task.expected))
     for start in range(0, len(todo), GENERATE_CHUNK):
         chunk = todo[start:start + GENERATE_CHUNK]
         for group in _by_count(chunk):  # problems lacking the same number of samples share a call
@@ -99,7 +99,7 @@ def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet
             append(task.generations, records)
             done += len(records)
             tokens += sum(r.completion_tokens for r in records)
-            on_progress(Progress("generate", task.dataset, done, task.expected, tokens))
+            on_progress(StageUpdate("generate", task.dataset, done, task.expected, tokens))
     return time.perf_counter() - began
 
 
@@ -126,11 +126,11 @@ def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHan
     todo = [g for g in read(task.generations, GenerationRecord, task.keys) if g.uid not in judged]
     by_id = {p.id: p for p in task.problems}
     total, began = len(judged) + len(todo), time.perf_counter()
-    on_progress(Progress("judge", task.dataset, len(judged), total))
+    on_progress(StageUpdate("judge", task.dataset, len(judged), total))
     for start in range(0, len(todo), JUDGE_CHUNK):
         chunk = todo[start:start + JUDGE_CHUNK]
         append(task.samples, judge_records(chunk, by_id, judge, judge_version))
-        on_progress(Progress("judge", task.dataset, len(judged) + start + len(chunk), total))
+        on_progress(StageUpdate("judge", task.dataset, len(judged) + start + len(chunk), total))
     return time.perf_counter() - began
 
 
@@ -184,7 +184,7 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
             parent_of = {a.key: a.generation for a in first}
             append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
                                   if a.round == r])
-            on_progress(Progress(f"repair round {r}", task.dataset, start + len(first), len(parents)))
+            on_progress(StageUpdate(f"repair round {r}", task.dataset, start + len(first), len(parents)))
     return time.perf_counter() - began
 
 

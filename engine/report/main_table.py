@@ -17,7 +17,7 @@ from engine.report.stats import Estimate, estimate
 from engine.report.study import Cell, Context, Study
 from engine.report.tables import Table, best_indices, cell_text
 
-HEADLINE = "accepted@1"
+PRIMARY_METRIC = "accepted@1"
 DETAIL = ("accepted@1", "pass_ratio_mean", "pass_ratio_p50", "pass_ratio_p90", "exec_success")
 
 
@@ -108,12 +108,12 @@ def cell_estimate(cells: list[Cell], metric: str) -> Optional[Estimate]:
     values = [c.metrics[metric] for c in cells if metric in c.metrics]
     if not values:
         return None
-    return estimate(values, per_problem(cells) if metric == HEADLINE else None)
+    return estimate(values, per_problem(cells) if metric == PRIMARY_METRIC else None)
 
 
 def headline_table(study: Study, columns: list[Column]) -> Table:
     units = study.units()
-    estimates = {(u, col.dataset): cell_estimate(col.cells[u], HEADLINE) if u in col.cells else None
+    estimates = {(u, col.dataset): cell_estimate(col.cells[u], PRIMARY_METRIC) if u in col.cells else None
                  for u in units for col in columns}
     best = {col.dataset: best_indices([e.mean if (e := estimates[(u, col.dataset)]) else None for u in units])
             for col in columns}

@@ -24,7 +24,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from engine.judge.cases import Plan, function_plan, stdio_plan
+from engine.judge.cases import CasePlan, function_plan, stdio_plan
 from engine.judge.config import JudgeConfig, JudgeJob, test_count
 from engine.judge.local import wire
 from engine.judge.local.worker import REPO
@@ -73,7 +73,7 @@ class _WorkerProcess:
         self.isolation: str = hello["hello"]
         self.pid: int = hello["pid"]
 
-    def send(self, head: dict, plan: Plan) -> None:
+    def send(self, head: dict, plan: CasePlan) -> None:
         """The job; its plan too when this worker does not hold it (then the oldest go)."""
         if plan.id in self.plans:
             self.plans.move_to_end(plan.id)
@@ -197,7 +197,7 @@ class LocalBackend:
             return _internal(job, answer["internal"], self._isolation)
         return _to_result(job, answer, self._isolation)
 
-    def _prepare(self, job: JudgeJob) -> tuple[dict, Plan]:
+    def _prepare(self, job: JudgeJob) -> tuple[dict, CasePlan]:
         problem, cfg = job.problem, self.config
         if problem.kind == "stdio":
             plan = stdio_plan(problem, compare=cfg.compare, tol=cfg.float_tol)
@@ -240,7 +240,7 @@ class _Batch:
     def __init__(self, jobs: Sequence[JudgeJob]) -> None:
         self.jobs = jobs
         self.results: list[SampleResult] = [None] * len(jobs)  # type: ignore[list-item]
-        self.prepared: collections.deque[tuple[dict, Plan]] = collections.deque()
+        self.prepared: collections.deque[tuple[dict, CasePlan]] = collections.deque()
         self.sent = 0
 
     @property
@@ -251,10 +251,10 @@ class _Batch:
     def can_prepare(self) -> bool:
         return len(self.prepared) < self.AHEAD and self.sent + len(self.prepared) < len(self.jobs)
 
-    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, Plan]]) -> None:
+    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> None:
         self.prepared.append(prepare(self.jobs[self.sent + len(self.prepared)]))
 
-    def next(self, prepare: Callable[[JudgeJob], tuple[dict, Plan]]) -> tuple[int, tuple[dict, Plan]]:
+    def next(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> tuple[int, tuple[dict, CasePlan]]:
         if not self.prepared:
             self.prepare_ahead(prepare)
         self.sent += 1
