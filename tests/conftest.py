@@ -1,4 +1,4 @@
-"""Shared fixtures. Real data comes from ../shared/datasets (a sibling of the repo)."""
+"""Fixtures every test package may use."""
 
 from __future__ import annotations
 
