@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Optional
 
-from engine.cli.views import RunProgress, console, describe_plan, describe_price, err_console
+from engine.cli.views import RunProgress, console, describe_plan, describe_price, err_console, print_results
 from engine.errors import UserError
 from engine.plan.model import Run
 from engine.report.generate import write_reports
@@ -44,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where runs execute (default: the spec's executor.kind, else local)")
     p.add_argument("--address", default=None,
                    help="the Ray cluster's dashboard address, e.g. http://head:8265 (with --executor ray)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the final results table as Markdown (the default when output is not a terminal)")
     p.add_argument("--skip-unmet", action="store_true",
                    help="run what fits; runs needing more GPUs than --gpus fail, their descendants are blocked")
     p.set_defaults(func=command, fix_for=fix_for)
@@ -69,7 +71,7 @@ def command(args: argparse.Namespace) -> int:
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
         reports = write_reports(args.runs_dir, outcome.plan.spec_name)
         for report in reports:
-            console.print(report.headline, highlight=False, markup=False)
+            print_results(console, report, markdown=args.markdown)
             console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)
         failed = [f"{page}.md ({why})" for r in reports for page, why in r.failed.items()]
         if failed and outcome.exit_code == 0:

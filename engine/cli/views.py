@@ -20,11 +20,12 @@ from engine.runs.lineage import FINISHED, RunState, parse_iso
 
 if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
     from engine.evaluate.eval_run import EvalOutput
-    from engine.evaluate.stages import ModelLoaded
-    from engine.evaluate.stages import Progress as EvalProgress
+    from engine.evaluate.stages import ModelLoaded, StageUpdate
     from engine.isolation.content import LeakageReport
     from engine.judge.report import JudgeSummary
     from engine.plan.model import Plan
+    from engine.report.generate import Report
+    from engine.report.tables import Table as ReportTable
     from engine.runs.status import StatusReport
     from engine.spec.validated import AppliedWaiver
     from engine.verify.problems import VerifyReport
@@ -210,7 +211,7 @@ class StageProgress:
         if self.live:
             self.bars.stop()
 
-    def update(self, event: Union[EvalProgress, ModelLoaded]) -> None:
+    def update(self, event: Union[StageUpdate, ModelLoaded]) -> None:
         import time
 
         from engine.evaluate.stages import ModelLoaded
@@ -237,16 +238,16 @@ class StageProgress:
                            highlight=False)
 
 
-HEADLINE = ("accepted@1", "mean@n", "pass_ratio_mean", "exec_success", "format_compliance", "truncated_rate",
+EVAL_COLUMNS = ("accepted@1", "mean@n", "pass_ratio_mean", "exec_success", "format_compliance", "truncated_rate",
             "output_tokens_mean", "judge_s_p95")
 
 
 def eval_table(output: EvalOutput) -> Table:
-    table = Table("dataset", *HEADLINE, "errors", title=f"evaluation of run {output.run_id}", title_justify="left")
+    table = Table("dataset", *EVAL_COLUMNS, "errors", title=f"evaluation of run {output.run_id}", title_justify="left")
     for d in output.datasets:
         errors = ", ".join(f"{k.split('/')[1]} {int(v)}" for k, v in d.metrics.items()
                            if k.startswith("errors/") and v)
-        table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in HEADLINE), errors)
+        table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in EVAL_COLUMNS), errors)
     return table
 
 
@@ -308,3 +309,34 @@ def render_versus(v) -> RenderableType:
              + (f"{format_duration(v.actual_wall_s)} ({v.wall_error:+.0%})" if v.actual_wall_s else
                 "— (not every run has succeeded)"))
     return Group(table, Text(whole))
+
+
+# ---------------------------------------------------------------- report
+def print_results(out: Console, report: "Report", *, markdown: bool = False) -> None:
+    """The headline table at the end of a study: drawn on a terminal; Markdown (unwrapped, to
+    paste) when the output is a file or a pipe, or when asked."""
+    if markdown or not out.is_terminal or report.headline_table is None:
+        out.print(report.headline, highlight=False, markup=False, soft_wrap=True)
+    else:
+        out.print(results_table(report.headline_table, title=f"results of {report.spec}"))
+
+
+def results_table(table: "ReportTable", *, title: str) -> RenderableType:
+    """A report table drawn for a terminal: cells wrap inside their column instead of the
+    Markdown line wrapping across the screen; the page's **best** cells are bold."""
+    if not table.rows:
+        return Text(f"{title}: nothing to show yet")
+    out = Table(title=title, title_justify="left", show_lines=False)
+    for i, header in enumerate(table.headers):
+        out.add_column(header, no_wrap=i == 0, overflow="fold")
+    for row in table.rows:
+        out.add_row(*(_cell(cell) for cell in row))
+    notes = [Text(line.strip("_"), style="dim") for line in table.footer]
+    return Group(out, *notes)
+
+
+def _cell(text: str) -> Text:
+    if text.startswith("**") and "**" in text[2:]:
+        bold, rest = text[2:].split("**", 1)
+        return Text(bold, style="bold green") + Text(rest)
+    return Text(text)

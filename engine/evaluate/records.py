@@ -22,7 +22,6 @@ from engine.judge.verdict import TestResult
 GEN_ERROR = "GEN_ERROR"  # the backend gave no text after every retry: not the model's fault, not a pass
 INTERNAL_ERROR = "INTERNAL_ERROR"  # the judge failed (not the program): judged again on a re-run
 FAULTS = frozenset({GEN_ERROR, INTERNAL_ERROR})  # verdicts that are the machinery's failure, not the model's
-TRUNCATED = "truncated"  # finish_reason "length": counted and shown, never silently a wrong answer
 
 
 class Keys(BaseModel):

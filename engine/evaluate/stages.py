@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from engine.errors import UserError
 from engine.evaluate.backends.base import Backend, Decoding, Generation, Prompt, Request, generate as generate_all
@@ -51,7 +51,7 @@ JUDGE_CHUNK = 64  # samples per judge call at most (fewer when fewer are waiting
 
 
 @dataclass(frozen=True)
-class Progress:
+class StageUpdate:
     stage: str  # generate | judge
     dataset: str
     done: int
@@ -70,7 +70,7 @@ class ModelLoaded:
     seconds: float
 
 
-ProgressHandler = Callable[[Union[Progress, ModelLoaded]], None]
+ProgressHandler = Callable[[Union[StageUpdate, ModelLoaded]], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +97,7 @@ class Task:
         return len(self.problems) * self.decoding.n
 
 
-def _quiet(progress: Union[Progress, ModelLoaded]) -> None:
+def _quiet(progress: Union[StageUpdate, ModelLoaded]) -> None:
     return None
 
 
@@ -119,7 +119,7 @@ def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet
     todo = missing(task)
     done = task.expected - sum(request.decoding.n for _, _, request in todo)
     tokens, began = 0, time.perf_counter()
-    on_progress(Progress("generate", task.dataset, done, task.expected))
+    on_progress(StageUpdate("generate", task.dataset, done, task.expected))
     if not todo:
         return 0.0
     with Appender(task.generations) as out:
@@ -130,7 +130,7 @@ def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet
             on_records(records)
             done += len(records)
             tokens += sum(r.completion_tokens for r in records)
-            on_progress(Progress("generate", task.dataset, done, task.expected, tokens))
+            on_progress(StageUpdate("generate", task.dataset, done, task.expected, tokens))
     return time.perf_counter() - began
 
 
@@ -238,7 +238,7 @@ class _Judging(threading.Thread):
         began = time.perf_counter()
         try:
             with Appender(self.task.samples) as self.out:
-                self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
+                self.on_progress(StageUpdate("judge", self.task.dataset, self.done, self.total))
                 for index, result in self.judge.judge_stream(self._items()):
                     g = self.handed[index]
                     self._write(_sample_record(g, result, self.by_id[g.problem_id], self.version))
@@ -265,7 +265,7 @@ class _Judging(threading.Thread):
     def _write(self, record: SampleRecord) -> None:
         self.out.write([record])
         self.done += 1
-        self.on_progress(Progress("judge", self.task.dataset, self.done, self.total))
+        self.on_progress(StageUpdate("judge", self.task.dataset, self.done, self.total))
 
 
 def _generation_of(record: SampleRecord) -> GenerationRecord:
@@ -331,7 +331,7 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
             parent_of = {a.key: a.generation for a in first}
             append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
                                   if a.round == r])
-            on_progress(Progress(f"repair round {r}", task.dataset, start + len(first), len(parents)))
+            on_progress(StageUpdate(f"repair round {r}", task.dataset, start + len(first), len(parents)))
     return time.perf_counter() - began
 
 

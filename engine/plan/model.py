@@ -108,10 +108,6 @@ class Plan(BaseModel):
     def children(self, run_id: str) -> list[Run]:
         return [r for r in self.runs if run_id in r.parents]
 
-    @property
-    def roots(self) -> list[Run]:
-        return [r for r in self.runs if not r.parents]
-
     def count_by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for run in self.runs:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from engine.report.main_table import HEADLINE, Column, per_problem
+from engine.report.main_table import PRIMARY_METRIC, Column, per_problem
 from engine.report.stats import paired_delta
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
@@ -73,7 +73,7 @@ def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Tabl
             d = paired_delta(a, b)
             rows.append([col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
                          f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})"])
-        table = Table(headers=["dataset", f"{phase} (control)", f"{phase}/{variant}", f"Δ {HEADLINE} [95 %]",
+        table = Table(headers=["dataset", f"{phase} (control)", f"{phase}/{variant}", f"Δ {PRIMARY_METRIC} [95 %]",
                                "P(improvement)"], rows=rows,
                       footer=[f"_Declared factor: {', '.join(declared) or '—'}; configs differ in: "
                               f"{', '.join(differ) or 'nothing'}._"])
@@ -124,5 +124,5 @@ def versus_parent(study: Study, columns: list[Column]) -> Table:
             rows.append([unit, parent, col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
                          f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {len(seeds)})",
                          _verdict(d.low, d.high)])
-    return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {HEADLINE} [95 %]", "P(improvement)",
+    return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)",
                           "verdict"], rows=rows)

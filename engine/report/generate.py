@@ -65,6 +65,7 @@ class Report:
     seconds: float = 0.0
     headline: str = ""  # the main table (Markdown), for the console at the end of a study
     failed: dict[str, str] = field(default_factory=dict)  # page → why it could not be built
+    headline_table: Optional[Table] = None  # the same table as data, for a terminal to draw
 
 
 @functools.lru_cache(maxsize=2)
@@ -89,7 +90,8 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     report = Report(spec=study.name, dir=out)
     columns = [column(study, d) for d in datasets(study)]
     columns = [c for c in columns if c.cells or c.why]
-    report.headline = headline_table(study, columns).markdown()
+    report.headline_table = headline_table(study, columns)
+    report.headline = report.headline_table.markdown()
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "index": lambda: _index(study),
         "results": lambda: {"headline": report.headline,

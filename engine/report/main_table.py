@@ -20,7 +20,7 @@ from engine.report.stats import REPS, Estimate, estimate
 from engine.report.study import Cell, Context, Study
 from engine.report.tables import Table, best_indices, cell_text
 
-HEADLINE = "accepted@1"
+PRIMARY_METRIC = "accepted@1"
 DETAIL = ("accepted@1", "pass_ratio_mean", "pass_ratio_p50", "pass_ratio_p90", "exec_success")
 
 
@@ -119,7 +119,7 @@ class ProblemMatrix:
     values: np.ndarray  # seeds (in seed order) × problems
 
 
-def per_problem(cells: list[Cell], metric: str = HEADLINE) -> Optional[ProblemMatrix]:
+def per_problem(cells: list[Cell], metric: str = PRIMARY_METRIC) -> Optional[ProblemMatrix]:
     """seeds × problems of the metric's per-problem values on first-round samples, problems
     aligned across seeds; None when the metric has no per-problem form or the seeds' records do
     not cover the same problems (then no interval is shown, never one of other records)."""
@@ -156,7 +156,7 @@ def cell_estimate(cells: list[Cell], metric: str) -> Optional[Estimate]:
 
 def headline_table(study: Study, columns: list[Column]) -> Table:
     units = study.units()
-    estimates = {(u, col.dataset): cell_estimate(col.cells[u], HEADLINE) if u in col.cells else None
+    estimates = {(u, col.dataset): cell_estimate(col.cells[u], PRIMARY_METRIC) if u in col.cells else None
                  for u in units for col in columns}
     best = {col.dataset: best_indices([e.mean if (e := estimates[(u, col.dataset)]) else None for u in units])
             for col in columns}

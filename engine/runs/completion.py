@@ -1,8 +1,7 @@
 """Completion checks: a run succeeds only if its script exits 0 AND its expected outputs exist.
 
-Trainers exit 0 in silent-failure cases (verl exits 0 after training zero steps,
-verl #7401), so each run kind registers a check of the outputs its launch
-script promises. The output layout below is the contract templates follow.
+Trainers exit 0 in silent-failure cases (verl can exit 0 after training zero steps),
+so each run kind registers a check of the outputs its launch script promises. The output layout below is the contract templates follow.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ def _trained(run_dir: Path) -> Optional[str]:
     if outcome is not None:
         return _trained_steps(run_dir, outcome) or _model_loads(run_dir)
     step = last_checkpoint_step(run_dir)
-    zero_steps = f"no {CHECKPOINT_DIR}/global_step_N with N > 0 (trained zero steps? see verl #7401)"
+    zero_steps = f"no {CHECKPOINT_DIR}/global_step_N with N > 0 (trained zero steps? verl exits 0 then)"
     if (run_dir / CHECKPOINT_DIR).is_dir() and step == 0:
         return f"exited 0 but left {zero_steps}; check the log, the data and total_training_steps"
     if not (run_dir / MODEL_CONFIG).is_file():

@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "pandas", "scipy", "matplotlib", "datasketch", "numpy", "httpx")
 
@@ -41,11 +39,10 @@ def test_help_loads_no_verb():
     assert not [m for m in modules if m.startswith("engine.cli.")]
 
 
-@pytest.mark.parametrize("verb", ["status", "report", "validate", "run"])
-def test_a_verb_loads_only_its_own_module(verb):
-    modules = loaded_after(f"import engine.cli\nengine.cli.build_parser([{verb!r}])")
+def test_a_verb_loads_only_its_own_module():
+    modules = loaded_after("import engine.cli\nengine.cli.build_parser(['status'])")
     verbs = {m for m in modules if m.startswith("engine.cli.") and m != "engine.cli.views"}
-    assert verbs == {f"engine.cli.{verb}"}
+    assert verbs == {"engine.cli.status"}
 
 
 def test_status_loads_no_heavy_library(tmp_path):

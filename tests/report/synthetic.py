@@ -97,8 +97,7 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
             failed = run.id == "eval-dpo--1-every_phase"
             lineage.set_state(run.id, RunState.failed if failed else RunState.succeeded,
                               "launch.sh exited with 1" if failed else "exit 0, outputs complete")
-        for metric in metrics:
-            lineage.record_metric(metric)
+        lineage.record_outputs(metrics)
     return path
 
 

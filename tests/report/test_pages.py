@@ -115,3 +115,24 @@ def test_a_page_that_cannot_be_built_fails_the_report_verb(tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert "synth: results.md could not be built: RuntimeError: lineage row 7 has no seed" in err
     assert (tmp_path / "synth" / "report" / "index.md").is_file()  # the other pages are still written
+
+
+def test_the_headline_is_a_table_on_a_terminal_and_markdown_in_a_pipe(report):
+    import io
+
+    from rich.console import Console
+
+    from engine.cli.views import print_results
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=100, color_system=None)
+    print_results(terminal, report)
+    drawn = terminal.file.getvalue()
+    assert "results of synth" in drawn and "|--" not in drawn
+    assert max(len(line) for line in drawn.splitlines()) <= 100  # cells wrap inside their columns
+    for markdown in (True, False):
+        pipe = Console(file=io.StringIO(), width=100)  # not a terminal: Markdown even unasked
+        print_results(pipe, report, markdown=markdown)
+        assert pipe.file.getvalue().rstrip() == report.headline.rstrip()
+    asked = Console(file=io.StringIO(), force_terminal=True, width=100, color_system=None)
+    print_results(asked, report, markdown=True)
+    assert asked.file.getvalue().rstrip() == report.headline.rstrip()

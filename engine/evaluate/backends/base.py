@@ -9,7 +9,7 @@ arrives, so a kill loses only what was in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator, Literal, Optional, Protocol, Sequence, Union
 
 Prompt = Union[str, list[dict[str, str]]]  # a completion prompt, or chat messages

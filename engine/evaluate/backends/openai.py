@@ -1,6 +1,7 @@
 """Any OpenAI-compatible server (vLLM's, SGLang's, a hosted API) through httpx: every request of a
 dataset handed over at once and kept `concurrency` in flight as a sliding window (a slow answer
-holds one slot, not a batch), each yielded as it arrives; exponential backoff, timeouts. A request
+holds one slot, not a batch), each yielded as it arrives; `engine.retry`'s policy (jittered
+backoff, Retry-After), timeouts. A request
 that fails after its last retry gives its samples an explicit error (finish_reason "error",
 verdict GEN_ERROR later), never an empty answer."""
 
@@ -23,8 +24,11 @@ from engine.evaluate.backends.base import (
     cut_at_stop,
     prompt_share,
 )
+from engine.retry import RETRYABLE_STATUS, Retryable, RetryPolicy, retry_after_s
 
-RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
+
+class _Refused(Exception):
+    """A request not worth another try (the reason is the message)."""
 
 
 class OpenAIBackend:
@@ -34,7 +38,8 @@ class OpenAIBackend:
                  retries: int = 4, timeout_s: float = 120.0, backoff_s: float = 0.5) -> None:
         self.model, self.base_url = model, base_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"}
-        self.concurrency, self.retries, self.timeout_s, self.backoff_s = concurrency, retries, timeout_s, backoff_s
+        self.concurrency, self.timeout_s = concurrency, timeout_s
+        self.retry = RetryPolicy(attempts=retries + 1, first_wait_s=backoff_s)
 
     def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
         """The event loop runs in a thread of its own and hands each answer over as it lands; a
@@ -79,24 +84,26 @@ class OpenAIBackend:
         if decoding.top_k > 0:
             body["top_k"] = decoding.top_k
         url = f"{self.base_url}/{'chat/completions' if chat else 'completions'}"
-        error = "no attempt made"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+
+        async def once() -> list[Generation]:
             async with gate:
                 began = time.perf_counter()
                 try:
                     response = await client.post(url, json=body)
                 except httpx.HTTPError as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-                    continue
+                    raise Retryable(f"{type(exc).__name__}: {exc}") from None
             if response.status_code == 200:
                 return _parse(response.json(), chat, decoding, time.perf_counter() - began)
             error = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code not in RETRYABLE:
-                break
-        return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=0.0,
-                           seed=decoding.seed, error=error)] * decoding.n
+            if response.status_code in RETRYABLE_STATUS:
+                raise Retryable(error, retry_after_s(response.headers))
+            raise _Refused(error)
+
+        try:
+            return await self.retry.acall(once)
+        except (Retryable, _Refused) as exc:
+            return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=0.0,
+                               seed=decoding.seed, error=str(exc))] * decoding.n
 
     def close(self) -> None:
         return None

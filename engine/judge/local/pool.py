@@ -24,7 +24,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
-from engine.judge.cases import Plan, function_plan, stdio_plan
+from engine.judge.cases import CasePlan, function_plan, stdio_plan
 from engine.judge.config import JudgeConfig, JudgeJob, given_cpus, test_count
 from engine.judge.local import wire
 from engine.judge.local.worker import REPO
@@ -88,7 +88,7 @@ class _WorkerProcess:
         self.level: str = hello["level"]
         self.pid: int = hello["pid"]
 
-    def send(self, head: dict, plan: Plan) -> None:
+    def send(self, head: dict, plan: CasePlan) -> None:
         """The job; its plan too when this worker does not hold it (then the oldest go)."""
         if plan.id in self.plans:
             self.plans.move_to_end(plan.id)
@@ -216,7 +216,7 @@ class LocalBackend:
             return _internal(job, answer["internal"], self._isolation)
         return _to_result(job, answer, self._isolation)
 
-    def _prepare(self, job: JudgeJob) -> tuple[dict, Plan]:
+    def _prepare(self, job: JudgeJob) -> tuple[dict, CasePlan]:
         problem, cfg = job.problem, self.config
         if problem.kind == "stdio":
             plan = stdio_plan(problem, compare=cfg.compare, tol=cfg.float_tol)
@@ -260,7 +260,7 @@ class _Feed:
         self._jobs, self.read_ahead = iter(jobs), read_ahead
         self._read = 0  # jobs taken from the iterable
         self._ended = False
-        self.prepared: collections.deque[tuple[int, JudgeJob, tuple[dict, Plan] | None]] = collections.deque()
+        self.prepared: collections.deque[tuple[int, JudgeJob, tuple[dict, CasePlan] | None]] = collections.deque()
 
     def _pull(self) -> bool:
         if self._ended:
@@ -285,7 +285,7 @@ class _Feed:
             return True
         return self.read_ahead and len(self.prepared) < self.AHEAD and not self._ended
 
-    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, Plan]]) -> None:
+    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> None:
         for n, (i, job, done) in enumerate(self.prepared):
             if done is None:
                 self.prepared[n] = (i, job, prepare(job))
@@ -294,7 +294,7 @@ class _Feed:
             i, job, _ = self.prepared[-1]
             self.prepared[-1] = (i, job, prepare(job))
 
-    def next(self, prepare: Callable[[JudgeJob], tuple[dict, Plan]]) -> tuple[int, JudgeJob, tuple[dict, Plan]]:
+    def next(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> tuple[int, JudgeJob, tuple[dict, CasePlan]]:
         if not self.prepared:
             self._pull()
         i, job, done = self.prepared.popleft()
