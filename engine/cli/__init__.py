@@ -12,11 +12,11 @@ from typing import Callable, Optional
 
 from rich.text import Text
 
-from engine.cli import data, evaluate, judge, report, run, status, validate
+from engine.cli import data, evaluate, judge, price, report, run, status, validate
 from engine.cli.views import err_console
 from engine.errors import SpecError, UserError
 
-VERBS = (run, validate, status, report, evaluate, judge, data)
+VERBS = (run, validate, status, price, report, evaluate, judge, data)
 SUBCOMMANDS = tuple(verb.NAME for verb in VERBS)
 
 

@@ -21,6 +21,7 @@ from engine.evaluate.metrics import mean_pass_at_k
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
+from engine.report.forecast import COMMAND, forecast_tables, study_forecast, study_versus, versus_tables
 from engine.report.main_table import (
     Column,
     column,
@@ -39,6 +40,7 @@ from engine.report.panels import (
 )
 from engine.report.study import Study, load_study
 from engine.report.tables import Table
+from engine.errors import UserError
 from engine.resources import TEMPLATES
 from engine.runs.lineage import LINEAGE_FILE, open_lineage
 
@@ -95,7 +97,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
         "matched-cost": lambda: _matched(study, columns, out, report),
         "errors": lambda: _errors(study, columns, out, report),
         "cost": lambda: {"eval": [(c.dataset, cost_table(study, c).markdown()) for c in columns if c.cells],
-                         "training": training_cost_table(study).markdown()},
+                         "training": training_cost_table(study).markdown(), **_versus(study)},
         "curves": lambda: _curves(study, out, report),
         "repair": lambda: _repair(study, columns),
         "failures": lambda: _failures(study, columns) if failures else {"columns": [], "skipped": True},
@@ -132,8 +134,26 @@ def _index(study: Study) -> dict[str, Any]:
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
+            **_forecast(study),
             "waivers": waivers.markdown(), "datasets": data.markdown(),
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}
+
+
+def _forecast(study: Study) -> dict[str, Any]:
+    try:
+        table, lines = forecast_tables(study_forecast(study))
+    except UserError as exc:  # an uncalibrated or unknown profile: the rest of the page stands
+        return {"forecast": "", "forecast_lines": [f"No forecast: {exc}"]}
+    return {"forecast": table.markdown(), "forecast_lines": lines}
+
+
+def _versus(study: Study) -> dict[str, Any]:
+    try:
+        kinds, runs, whole = versus_tables(study_versus(study))
+    except UserError as exc:
+        return {"versus_kinds": "", "versus_runs": "", "versus_whole": f"No forecast: {exc}", "versus_command": COMMAND}
+    return {"versus_kinds": kinds.markdown(), "versus_runs": runs.markdown(), "versus_whole": whole,
+            "versus_command": COMMAND}
 
 
 def _matched(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:
