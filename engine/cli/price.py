@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-type", default=None, help="hardware profile the forecast uses (default: h100, or cpu "
                                                     "when no run needs a GPU)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs the study ran on (default: one node)")
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=1, help="nodes the --gpus were spread over")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots the study ran on (default: this machine's cores)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--fit", action="store_true", help="refit the profile's constants on the finished runs")

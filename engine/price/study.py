@@ -3,6 +3,7 @@ the forecast, the comparisons it can detect, forecast against actual, and a refi
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -123,16 +124,29 @@ def spec_registry(spec_path: Optional[str]) -> Registry:
     return load_registry(find_registry(where))
 
 
+def observed_slots(records: Sequence[RunRecord], slot: str) -> Optional[int]:
+    """The most GPUs (or CPU slots) the study's runs held at once: the executor it ran on."""
+    points = []
+    for rec in records:
+        if rec.started_at and rec.finished_at:
+            config = json.loads(rec.config_json or "{}").get("resources") or {}
+            held = int(config.get("gpus", 0)) if slot == "GPU" else max(int(config.get("cpus", 1)), 1)
+            points += [(datetime.fromisoformat(rec.started_at), held), (datetime.fromisoformat(rec.finished_at), -held)]
+    peak = now = 0
+    for _, change in sorted(points, key=lambda p: (p[0], p[1])):
+        now += change
+        peak = max(peak, now)
+    return peak or None
+
+
 def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord], *,
            gpu_type: Optional[str] = None, gpus: Optional[int] = None, nodes: int = 1, cpus: Optional[int] = None,
-           draws: int = DRAWS, registry: Optional[Registry] = None) -> Versus:
-    """Each finished run's duration beside its forecast, per kind, and for the study's wall time."""
+           draws: int = DRAWS, registry: Optional[Registry] = None, fc: Optional[Forecast] = None) -> Versus:
+    """Each finished run's duration beside its forecast, per kind, and for the study's wall time; the
+    study is packed on the slots it was seen to use unless --gpus / --cpus say otherwise."""
     registry = registry or spec_registry(None)
-    study = shape_of_records(spec_name, records, datasets, registry)
-    if not study.runs:
-        raise UserError(f"no runs of {spec_name!r} recorded")
-    profile = resolve_profile(study, gpu_type, registry)
-    fc = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=draws)
+    fc = fc or forecast_records(spec_name, records, datasets, registry=registry, gpu_type=gpu_type, gpus=gpus,
+                                nodes=nodes, cpus=cpus, draws=draws)
     by_id = {r.id: r for r in records}
     rows = [RunActual(id=r.id, label=r.label, kind=r.kind, forecast_s=r.seconds.p50, low_s=r.seconds.p10,
                       high_s=r.seconds.p90, actual_s=seconds_of(by_id[r.id])) for r in fc.runs]
@@ -147,7 +161,7 @@ def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[Data
     if finished and len(finished) == len(records):
         wall = (max(datetime.fromisoformat(r.finished_at or "") for r in finished)
                 - min(datetime.fromisoformat(r.started_at or "") for r in finished)).total_seconds()
-    return Versus(study=spec_name, profile=profile.name, slots=fc.slots, runs=rows, kinds=kinds,
+    return Versus(study=spec_name, profile=fc.profile, slots=fc.slots, runs=rows, kinds=kinds,
                   forecast_wall_s=fc.wall_s.p50, forecast_wall_band=(fc.wall_s.p10, fc.wall_s.p90),
                   actual_wall_s=wall, finished=len(finished), total=len(records))
 
@@ -161,10 +175,19 @@ def versus_lineage(lineage: Lineage, spec_name: str, **options) -> Versus:
 def forecast_records(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord], *,
                      registry: Optional[Registry] = None, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
                      nodes: int = 1, cpus: Optional[int] = None, draws: int = DRAWS) -> Forecast:
-    """The forecast of a recorded study, as its dry run would have printed it."""
+    """The forecast of a recorded study, packed on the slots it was seen to use (unless told)."""
     registry = registry or spec_registry(None)
     study = shape_of_records(spec_name, records, datasets, registry)
-    return forecast(study, resolve_profile(study, gpu_type, registry), gpus=gpus, nodes=nodes, cpus=cpus, draws=draws)
+    if not study.runs:
+        raise UserError(f"no runs of {spec_name!r} recorded")
+    profile = resolve_profile(study, gpu_type, registry)
+    seen = observed_slots(records, profile.slot)
+    if profile.slot == "CPU":
+        cpus = cpus or seen
+    else:
+        need = max((r.gpus for r in study.runs), default=0)
+        gpus = gpus or (seen if seen and seen >= need else None)
+    return forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=draws)
 
 
 def detect_warnings(plan: Plan, validated: ValidatedSpec) -> list[str]:

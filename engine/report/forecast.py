@@ -9,7 +9,7 @@ from engine.price.study import Versus, forecast_records, spec_registry, versus
 from engine.report.study import Study
 from engine.report.tables import Table
 
-PAGE_DRAWS = 100  # pages refresh while a study runs: a coarser band, the same median
+PAGE_DRAWS = 60  # pages refresh while a study runs: a coarser band, the same median
 COMMAND = "rlvr-run price SPEC"
 
 
@@ -57,6 +57,6 @@ def versus_tables(v: Versus) -> tuple[Table, Table, str]:
     return kinds, runs, whole
 
 
-def study_versus(study: Study) -> Versus:
+def study_versus(study: Study, fc: Forecast) -> Versus:
     return versus(study.name, study.runs, study.datasets, registry=spec_registry(study.spec.path if study.spec else None),
-                  draws=PAGE_DRAWS)
+                  fc=fc)

@@ -17,7 +17,9 @@ from typing import Any, Callable, Optional
 
 import jinja2
 
+from engine.errors import UserError
 from engine.evaluate.metrics import mean_pass_at_k
+from engine.price.forecast import Forecast
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
@@ -40,7 +42,6 @@ from engine.report.panels import (
 )
 from engine.report.study import Study, load_study
 from engine.report.tables import Table
-from engine.errors import UserError
 from engine.resources import TEMPLATES
 from engine.runs.lineage import LINEAGE_FILE, open_lineage
 
@@ -88,8 +89,9 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     columns = [column(study, d) for d in datasets(study)]
     columns = [c for c in columns if c.cells or c.why]
     report.headline = headline_table(study, columns).markdown()
+    priced = _Priced(study)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
-        "index": lambda: _index(study),
+        "index": lambda: {**_index(study), **priced.forecast()},
         "results": lambda: {"headline": report.headline,
                             "versus_parent": versus_parent(study, columns).markdown(),
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
@@ -97,7 +99,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
         "matched-cost": lambda: _matched(study, columns, out, report),
         "errors": lambda: _errors(study, columns, out, report),
         "cost": lambda: {"eval": [(c.dataset, cost_table(study, c).markdown()) for c in columns if c.cells],
-                         "training": training_cost_table(study).markdown(), **_versus(study)},
+                         "training": training_cost_table(study).markdown(), **priced.versus()},
         "curves": lambda: _curves(study, out, report),
         "repair": lambda: _repair(study, columns),
         "failures": lambda: _failures(study, columns) if failures else {"columns": [], "skipped": True},
@@ -134,26 +136,36 @@ def _index(study: Study) -> dict[str, Any]:
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
-            **_forecast(study),
             "waivers": waivers.markdown(), "datasets": data.markdown(),
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}
 
 
-def _forecast(study: Study) -> dict[str, Any]:
-    try:
-        table, lines = forecast_tables(study_forecast(study))
-    except UserError as exc:  # an uncalibrated or unknown profile: the rest of the page stands
-        return {"forecast": "", "forecast_lines": [f"No forecast: {exc}"]}
-    return {"forecast": table.markdown(), "forecast_lines": lines}
+class _Priced:
+    """The study's forecast, computed once for the index and the cost page."""
 
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self._forecast: Optional[Forecast] = None
+        self._error = ""
+        try:
+            self._forecast = study_forecast(study)
+        except UserError as exc:  # an uncalibrated or unknown profile: the rest of the pages stand
+            self._error = f"No forecast: {exc}"
+        except Exception as exc:  # partial data must not take the other pages down
+            self._error = f"No forecast: {type(exc).__name__}: {exc}"
 
-def _versus(study: Study) -> dict[str, Any]:
-    try:
-        kinds, runs, whole = versus_tables(study_versus(study))
-    except UserError as exc:
-        return {"versus_kinds": "", "versus_runs": "", "versus_whole": f"No forecast: {exc}", "versus_command": COMMAND}
-    return {"versus_kinds": kinds.markdown(), "versus_runs": runs.markdown(), "versus_whole": whole,
-            "versus_command": COMMAND}
+    def forecast(self) -> dict[str, Any]:
+        if self._forecast is None:
+            return {"forecast": "", "forecast_lines": [self._error]}
+        table, lines = forecast_tables(self._forecast)
+        return {"forecast": table.markdown(), "forecast_lines": lines}
+
+    def versus(self) -> dict[str, Any]:
+        if self._forecast is None:
+            return {"versus_kinds": "", "versus_runs": "", "versus_whole": self._error, "versus_command": COMMAND}
+        kinds, runs, whole = versus_tables(study_versus(self.study, self._forecast))
+        return {"versus_kinds": kinds.markdown(), "versus_runs": runs.markdown(), "versus_whole": whole,
+                "versus_command": COMMAND}
 
 
 def _matched(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:
