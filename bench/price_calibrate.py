@@ -87,6 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="trl SFT steps per repeat")
+    parser.add_argument("--skip", default="", help="comma-separated parts not to measure: startup, generation")
     args = parser.parse_args()
 
     import torch
@@ -114,19 +115,34 @@ def main() -> None:
     print(f"toy prompt tokens mean {statistics.fmean(prompt_tokens):.0f}, solution tokens mean "
           f"{statistics.fmean(solution_tokens):.0f} (median {statistics.median(solution_tokens):.0f})")
 
-    figures["engine_start_s"] = startup(model_dir, "engine.evaluate.run, engine.judge.api", args.repeats)
-    figures["trainer_start_s"] = startup(model_dir, "trl, engine.train.session", args.repeats)
-    print(f"start-up: evaluation {statistics.median(figures['engine_start_s']):.1f} s, "
-          f"trainer {statistics.median(figures['trainer_start_s']):.1f} s")
+    skip = set(args.skip.split(","))
+    if "startup" not in skip:
+        figures["engine_start_s"] = startup(model_dir, "engine.cli.evaluate", args.repeats)
+        figures["trainer_start_s"] = startup(model_dir, "trl, engine.train.session", args.repeats)
+        print(f"start-up: evaluation {statistics.median(figures['engine_start_s']):.1f} s, "
+              f"trainer {statistics.median(figures['trainer_start_s']):.1f} s")
+    if "generation" not in skip:
+        generation(figures, model, tokenizer, prompts, args.repeats)
+    training(figures, model, model_dir, tokenizer, prompts, solutions, problems, args, tmp)
+    report(figures, prompt_tokens, solution_tokens)
 
-    per_batch = {b: step_times(model, tokenizer, prompts, b, 32, args.repeats) for b in (1, 8, 32)}
+
+def generation(figures, model, tokenizer, prompts, repeats: int) -> None:
+    per_batch = {b: step_times(model, tokenizer, prompts, b, 32, repeats) for b in (1, 8, 32)}
     tau0, kappa = fit_line([(b, statistics.median(v)) for b, v in per_batch.items()])
     # per repeat fits give the band
-    fits = [fit_line([(b, per_batch[b][i]) for b in per_batch]) for i in range(args.repeats)]
+    fits = [fit_line([(b, per_batch[b][i]) for b in per_batch]) for i in range(repeats)]
     figures["gen_step_ms"] = [max(f[0], 1e-4) * 1000 for f in fits]
     figures["gen_step_ms_per_seq"] = [max(f[1], 1e-6) * 1000 for f in fits]
     print("generation s/step: " + ", ".join(f"b={b} {statistics.median(v) * 1000:.2f} ms" for b, v in per_batch.items())
           + f" → τ0 {tau0 * 1000:.2f} ms + κ {kappa * 1000:.3f} ms·b")
+
+
+def training(figures, model, model_dir, tokenizer, prompts, solutions, problems, args, tmp) -> None:
+    import torch
+
+    from engine.judge.api import Judge
+    from engine.judge.config import JudgeConfig
 
     batch = 16
     texts = [p + s for p, s in zip(prompts, solutions)]
@@ -141,13 +157,17 @@ def main() -> None:
           f"{statistics.median(figures['logprob_tok_s']):.0f} tok/s (batch {batch}, {tokens} tokens)")
 
     figures["save_s"] = timed(lambda: model.save_pretrained(tmp / "saved"), args.repeats)
-    with Judge(JudgeConfig(workers=1)) as judge:
-        pairs = [(p, p.solutions[0]) for p in problems if p.solutions][:48]
-        judge.judge_many(pairs[:4])  # warm the worker
-        figures["judge_cpu_s"] = [t / len(pairs) for t in timed(lambda: judge.judge_many(pairs), args.repeats)]
+    pairs = [(p, p.solutions[0]) for p in problems if p.solutions][:96]
+
+    def judge_all() -> None:  # the worker's CPU time counts once it has exited
+        with Judge(JudgeConfig(workers=1)) as judge:
+            judge.judge_many(pairs)
+    figures["judge_cpu_s"] = [t / len(pairs) for t in timed(judge_all, args.repeats)]
     print(f"judge: {statistics.median(figures['judge_cpu_s']) * 1000:.1f} ms per toy sample on one worker")
     figures["step_overhead_s"] = [0.0]
 
+
+def report(figures, prompt_tokens, solution_tokens) -> None:
     print("\n# registry/hardware.yaml profiles.cpu.constants (measured by bench/price_calibrate.py)")
     speeds = {"logprob_tok_s", "sft_tok_s", "update_tok_s"}
     for name, values in figures.items():

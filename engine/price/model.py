@@ -5,8 +5,10 @@ logprob, update, save, select, …) so a page can say where the time goes and a 
 the executor is a change of one function. The formulas (the published figures they rest on
 are in registry/hardware.yaml):
 
-- generation call of b sequences: max(b·r̄ / Θmax, r_max(b)·(τ0 + κ·b)) — as long as its
-  longest sample, at the speed of its batch; evaluation calls hold GENERATE_CHUNK problems;
+- generation call of b sequences (`call_s`): vLLM on a GPU batches continuously, so a call
+  lasts max(b·r̄ / Θ(b), r_max(b)·(τ0 + κ)) with Θ(b) = b / (τ0 + κ·b) capped at Θmax; the
+  hf backend on a CPU steps the padded batch until its longest sample ends, r_max(b)·(τ0 + κ·b).
+  Evaluation calls hold GENERATE_CHUNK problems × n samples;
 - a GRPO step of M = B·n samples, T = M·(p̄ + r̄) tokens on G slots: generation
   max(M·r̄ / (G·θ_roll), r_max(M)·τ_roll), log-probs 2T / (G·θ_fwd), update T / (G·θ_upd),
   judging (1 − overlap)·M·c_judge / cores, plus a fixed overhead;
