@@ -125,7 +125,7 @@ def _started(stamp: Optional[str]) -> str:
     return when.astimezone().strftime("%m-%d %H:%M") if when else ""
 
 
-def render_status(report: StatusReport) -> RenderableType:
+def render_status(report: StatusReport, eta: Optional[RenderableType] = None) -> RenderableType:
     if not report.runs:
         return Text(report.note)
     specs = sorted({r.spec_name for r in report.runs})
@@ -147,7 +147,28 @@ def render_status(report: StatusReport) -> RenderableType:
         if r.state in (RunState.failed, RunState.blocked, RunState.cancelled) and r.reason:
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
     footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
-    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"))
+    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"), *([eta] if eta is not None else []))
+
+
+def render_eta(eta) -> RenderableType:
+    """Progress and time left (engine.price.progress.StudyEta) of a study's running runs."""
+    parts: list[RenderableType] = []
+    if eta.runs:
+        table = Table(title="running", title_justify="left")
+        for column in ("run", "kind", "progress", "elapsed", "ETA"):
+            table.add_column(column)
+        for r in eta.runs:
+            total = f"{r.total:.0f}" if r.total else "?"
+            share = f" ({r.done / r.total:.0%})" if r.total else ""
+            table.add_row(r.label, r.kind, f"{r.what} {r.done:.0f} of {total}{share}", format_duration(r.elapsed_s),
+                          format_duration(r.eta_s))
+        parts.append(table)
+    fixes = ", ".join(f"{kind} x{f:.2f}" for kind, f in sorted(eta.correction.items()))
+    q = eta.remaining_s
+    parts.append(Text(f"time left on {eta.slots} {eta.profile} slot(s): {format_duration(q.p50)} "
+                      f"[{format_duration(q.p10)}–{format_duration(q.p90)}]; {eta.finished} of {eta.total} runs done"
+                      + (f"; forecast corrected by the finished runs: {fixes}" if fixes else "")))
+    return Group(*parts)
 
 
 # ---------------------------------------------------------------- judge

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from engine.plan.model import Plan
-from engine.runs.lineage import Lineage, RunRecord
+from engine.runs.lineage import DatasetRecord, Lineage, RunRecord
 from engine.spec.registry import Registry
 from engine.spec.validated import ValidatedSpec
 
@@ -135,13 +135,17 @@ def shape_of_record(rec: RunRecord) -> RunShape:
                     cpus=int(resources.get("cpus", 1)), config=config)
 
 
-def shape_of_lineage(lineage: Lineage, spec_name: str, registry: Registry) -> StudyShape:
+def shape_of_records(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord],
+                     registry: Registry) -> StudyShape:
     """The study as lineage recorded it (runs in the order they were planned)."""
-    records = lineage.runs(spec_name=spec_name)
     runs = [shape_of_record(r) for r in records]
-    loaded = {d.name: d.problems for d in lineage.datasets(spec_name) if d.problems}
+    loaded = {d.name: d.problems for d in datasets if d.problems}
     notes: list[str] = []
     sizes, sources = _sizes([r.config for r in runs], registry, loaded, notes)
     base = next((r.config.get("base_model") for r in runs), None)
     return StudyShape(name=spec_name, runs=runs, sizes=sizes, sources=sources,
                       params_b=_params_b(base, registry), notes=notes)
+
+
+def shape_of_lineage(lineage: Lineage, spec_name: str, registry: Registry) -> StudyShape:
+    return shape_of_records(spec_name, lineage.runs(spec_name=spec_name), lineage.datasets(spec_name), registry)

@@ -3,10 +3,11 @@ the forecast, the comparisons it can detect, forecast against actual, and a refi
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -15,8 +16,8 @@ from engine.plan.model import Plan
 from engine.price.forecast import DRAWS, Forecast, forecast
 from engine.price.power import Comparison, comparisons, undetectable
 from engine.price.profiles import HARDWARE_FILE, Profile, load_profile
-from engine.price.shapes import StudyShape, shape_of_lineage, shape_of_plan
-from engine.runs.lineage import Lineage, RunRecord, RunState
+from engine.price.shapes import StudyShape, shape_of_plan, shape_of_records
+from engine.runs.lineage import DatasetRecord, Lineage, RunRecord, RunState
 from engine.spec.registry import Registry, project_registry
 from engine.spec.validated import ValidatedSpec
 
@@ -115,38 +116,87 @@ class Versus(BaseModel):
         return self.forecast_wall_s / self.actual_wall_s - 1 if self.actual_wall_s else None
 
 
-def study_shape(lineage: Lineage, spec_name: str, registry: Optional[Registry] = None) -> StudyShape:
-    from engine.spec.registry import load_registry
+def spec_registry(spec_path: Optional[str]) -> Registry:
+    """The registry nearest the study's spec file (the project's own when it is gone)."""
+    from engine.spec.registry import find_registry, load_registry
 
-    return shape_of_lineage(lineage, spec_name, registry or load_registry())
+    where = Path(spec_path).parent if spec_path and Path(spec_path).parent.is_dir() else None
+    return load_registry(find_registry(where))
 
 
-def versus(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
-           nodes: int = 1, cpus: Optional[int] = None, draws: int = DRAWS,
-           registry: Optional[Registry] = None) -> Versus:
-    """Each finished run's duration beside its forecast, per kind, and for the study's wall time."""
-    from engine.spec.registry import load_registry
+def observed_slots(records: Sequence[RunRecord], slot: str) -> Optional[int]:
+    """The most GPUs (or CPU slots) the study's runs held at once: the executor it ran on."""
+    points = []
+    for rec in records:
+        if rec.started_at and rec.finished_at:
+            config = json.loads(rec.config_json or "{}").get("resources") or {}
+            held = int(config.get("gpus", 0)) if slot == "GPU" else max(int(config.get("cpus", 1)), 1)
+            points += [(datetime.fromisoformat(rec.started_at), held), (datetime.fromisoformat(rec.finished_at), -held)]
+    peak = now = 0
+    for _, change in sorted(points, key=lambda p: (p[0], p[1])):
+        now += change
+        peak = max(peak, now)
+    return peak or None
 
-    registry = registry or load_registry()
-    study = shape_of_lineage(lineage, spec_name, registry)
-    if not study.runs:
-        raise UserError(f"no runs of {spec_name!r} in {lineage.path}")
-    profile = resolve_profile(study, gpu_type, registry)
-    fc = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=draws)
-    records = {r.id: r for r in lineage.runs(spec_name=spec_name)}
+
+def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord], *,
+           gpu_type: Optional[str] = None, gpus: Optional[int] = None, nodes: int = 1, cpus: Optional[int] = None,
+           draws: int = DRAWS, registry: Optional[Registry] = None, fc: Optional[Forecast] = None) -> Versus:
+    """Each finished run's duration beside its forecast, per kind, and for the study's wall time; the
+    study is packed on the slots it was seen to use unless --gpus / --cpus say otherwise."""
+    registry = registry or spec_registry(None)
+    fc = fc or forecast_records(spec_name, records, datasets, registry=registry, gpu_type=gpu_type, gpus=gpus,
+                                nodes=nodes, cpus=cpus, draws=draws)
+    by_id = {r.id: r for r in records}
     rows = [RunActual(id=r.id, label=r.label, kind=r.kind, forecast_s=r.seconds.p50, low_s=r.seconds.p10,
-                      high_s=r.seconds.p90, actual_s=seconds_of(records[r.id])) for r in fc.runs]
+                      high_s=r.seconds.p90, actual_s=seconds_of(by_id[r.id])) for r in fc.runs]
     by_kind: dict[str, list[RunActual]] = defaultdict(list)
     for row in rows:
         if row.actual_s is not None:
             by_kind[row.kind].append(row)
-    kinds = [KindActual(kind=k, runs=len(v), forecast_s=sum(r.forecast_s for r in v), actual_s=sum(r.actual_s or 0 for r in v))
-             for k, v in by_kind.items()]
-    finished = [r for r in records.values() if seconds_of(r) is not None]
+    kinds = [KindActual(kind=k, runs=len(v), forecast_s=sum(r.forecast_s for r in v),
+                        actual_s=sum(r.actual_s or 0.0 for r in v)) for k, v in by_kind.items()]
+    finished = [r for r in records if seconds_of(r) is not None]
     wall = None
     if finished and len(finished) == len(records):
         wall = (max(datetime.fromisoformat(r.finished_at or "") for r in finished)
                 - min(datetime.fromisoformat(r.started_at or "") for r in finished)).total_seconds()
-    return Versus(study=spec_name, profile=profile.name, slots=fc.slots, runs=rows, kinds=kinds,
+    return Versus(study=spec_name, profile=fc.profile, slots=fc.slots, runs=rows, kinds=kinds,
                   forecast_wall_s=fc.wall_s.p50, forecast_wall_band=(fc.wall_s.p10, fc.wall_s.p90),
                   actual_wall_s=wall, finished=len(finished), total=len(records))
+
+
+def versus_lineage(lineage: Lineage, spec_name: str, **options) -> Versus:
+    spec = lineage.spec(spec_name)
+    return versus(spec_name, lineage.runs(spec_name=spec_name), lineage.datasets(spec_name),
+                  registry=spec_registry(spec.path if spec else None), **options)
+
+
+def forecast_records(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord], *,
+                     registry: Optional[Registry] = None, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
+                     nodes: int = 1, cpus: Optional[int] = None, draws: int = DRAWS) -> Forecast:
+    """The forecast of a recorded study, packed on the slots it was seen to use (unless told)."""
+    registry = registry or spec_registry(None)
+    study = shape_of_records(spec_name, records, datasets, registry)
+    if not study.runs:
+        raise UserError(f"no runs of {spec_name!r} recorded")
+    profile = resolve_profile(study, gpu_type, registry)
+    seen = observed_slots(records, profile.slot)
+    if profile.slot == "CPU":
+        cpus = cpus or seen
+    else:
+        need = max((r.gpus for r in study.runs), default=0)
+        gpus = gpus or (seen if seen and seen >= need else None)
+    return forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=draws)
+
+
+def detect_warnings(plan: Plan, validated: ValidatedSpec) -> list[str]:
+    """`validate`'s warnings: declared ablations that cannot detect the spec's `detect.min_effect`."""
+    detect = validated.spec.detect
+    if detect is None:
+        return []
+    from engine.price.profiles import load_profiles
+
+    study = shape_of_plan(plan, validated)
+    prior = load_profiles(registry_with_profiles(validated.registry)).power
+    return undetectable(comparisons(study, prior), detect.min_effect)

@@ -6,12 +6,26 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from engine.price.power import from_matrices
+from engine.price.profiles import PowerPrior, load_profiles
 from engine.report.main_table import PRIMARY_METRIC, Column, per_problem
 from engine.report.stats import paired_delta
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
 
 IDENTITY = {"variant", "phase", "run_id"}  # keys that name the run, not what it does
+
+
+def _prior() -> PowerPrior:
+    try:
+        return load_profiles().power
+    except Exception:  # a broken hardware file must not take the results down: the defaults stand
+        return PowerPrior()
+
+
+def _mdd(a: Any, b: Any, control_seeded: bool = True) -> str:
+    """The smallest difference this comparison detects (80 % power, 5 % two-sided), from its own data."""
+    return f"{from_matrices(a, b, _prior(), control_seeded=control_seeded):.3f}"
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -67,14 +81,15 @@ def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Tabl
             a = per_problem([c for c in ours if c.run.seed in seeds])
             b = per_problem([c for c in theirs if c.run.seed in seeds])
             if a is None or b is None or a.problems != b.problems:
-                rows.append([col.dataset, "—", "—", "—", "— (per-problem records differ)"])
+                rows.append([col.dataset, "—", "—", "—", "— (per-problem records differ)", "—"])
                 continue
             a, b = a.values, b.values
             d = paired_delta(a, b)
             rows.append([col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
-                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})"])
+                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})",
+                         _mdd(a, b)])
         table = Table(headers=["dataset", f"{phase} (control)", f"{phase}/{variant}", f"Δ {PRIMARY_METRIC} [95 %]",
-                               "P(improvement)"], rows=rows,
+                               "P(improvement)", "detectable Δ (80 %)"], rows=rows,
                       footer=[f"_Declared factor: {', '.join(declared) or '—'}; configs differ in: "
                               f"{', '.join(differ) or 'nothing'}._"])
         out.append((f"{variant} vs {phase}", table, warnings))
@@ -115,14 +130,15 @@ def versus_parent(study: Study, columns: list[Column]) -> Table:
             if mine is None or base is None:
                 continue
             a, b = mine.values, base.values
+            seeded = b.shape[0] > 1 or a.shape[0] == 1
             if b.shape[0] == 1 and a.shape[0] > 1:
                 b = b.repeat(a.shape[0], axis=0)
             if a.shape != b.shape or mine.problems != base.problems:
-                rows.append([unit, parent, col.dataset, "—", "—", "— (per-problem records differ)", "—", "—"])
+                rows.append([unit, parent, col.dataset, "—", "—", "— (per-problem records differ)", "—", "—", "—"])
                 continue
             d = paired_delta(a, b)
             rows.append([unit, parent, col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
                          f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {len(seeds)})",
-                         _verdict(d.low, d.high)])
+                         _verdict(d.low, d.high), _mdd(a, b, control_seeded=seeded)])
     return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)",
-                          "verdict"], rows=rows)
+                          "verdict", "detectable Δ (80 %)"], rows=rows)

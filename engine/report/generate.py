@@ -18,12 +18,15 @@ from typing import Any, Callable, Optional
 
 import jinja2
 
+from engine.errors import UserError
 from engine.evaluate.metrics import mean_pass_at_k
 from engine.judge.config import judged_unsandboxed
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
 from engine.report.flywheel import errors_section, flywheel_units, harvest_table, shift_table
+from engine.price.forecast import Forecast
+from engine.report.forecast import COMMAND, forecast_tables, study_forecast, study_versus, versus_tables
 from engine.report.main_table import (
     Column,
     column,
@@ -92,8 +95,9 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     columns = [c for c in columns if c.cells or c.why]
     report.headline_table = headline_table(study, columns)
     report.headline = report.headline_table.markdown()
+    priced = _Priced(study)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
-        "index": lambda: _index(study),
+        "index": lambda: {**_index(study), **priced.forecast()},
         "results": lambda: {"headline": report.headline,
                             "versus_parent": versus_parent(study, columns).markdown(),
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
@@ -101,7 +105,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
         "matched-cost": lambda: _matched(study, columns, out, report),
         "errors": lambda: _errors(study, columns, out, report),
         "cost": lambda: {"eval": [(c.dataset, cost_table(study, c).markdown()) for c in columns if c.cells],
-                         "training": training_cost_table(study).markdown()},
+                         "training": training_cost_table(study).markdown(), **priced.versus()},
         "curves": lambda: _curves(study, out, report),
         "repair": lambda: _repair(study, columns),
         "failures": lambda: _failures(study, columns) if failures else {"columns": [], "skipped": True},
@@ -152,6 +156,34 @@ def _index(study: Study) -> dict[str, Any]:
 
 def _scores(scores_json: str) -> str:
     return ", ".join(f"{name} {value:.2f}" for name, value in json.loads(scores_json or "{}").items()) or "—"
+
+
+class _Priced:
+    """The study's forecast, computed once for the index and the cost page."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self._forecast: Optional[Forecast] = None
+        self._error = ""
+        try:
+            self._forecast = study_forecast(study)
+        except UserError as exc:  # an uncalibrated or unknown profile: the rest of the pages stand
+            self._error = f"No forecast: {exc}"
+        except Exception as exc:  # partial data must not take the other pages down
+            self._error = f"No forecast: {type(exc).__name__}: {exc}"
+
+    def forecast(self) -> dict[str, Any]:
+        if self._forecast is None:
+            return {"forecast": "", "forecast_lines": [self._error]}
+        table, lines = forecast_tables(self._forecast)
+        return {"forecast": table.markdown(), "forecast_lines": lines}
+
+    def versus(self) -> dict[str, Any]:
+        if self._forecast is None:
+            return {"versus_kinds": "", "versus_runs": "", "versus_whole": self._error, "versus_command": COMMAND}
+        kinds, runs, whole = versus_tables(study_versus(self.study, self._forecast))
+        return {"versus_kinds": kinds.markdown(), "versus_runs": runs.markdown(), "versus_whole": whole,
+                "versus_command": COMMAND}
 
 
 def _matched(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:
