@@ -12,11 +12,7 @@ from pathlib import Path
 from engine.cli.views import console, render_versus
 from engine.errors import UserError
 
-NAME = "price"
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="a study's forecast against its actual durations; --fit refits a hardware profile")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="spec file or spec name")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--gpu-type", default=None, help="hardware profile the forecast uses (default: h100, or cpu "

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Optional
 
-from engine.cli.views import RunProgress, console, describe_plan, describe_price, err_console
+from engine.cli.views import RunProgress, console, describe_plan, describe_price, err_console, print_results
 from engine.errors import UserError
 from engine.plan.model import Run
 from engine.report.generate import write_reports
@@ -22,18 +22,17 @@ from engine.runs.pipeline import (
     run_spec,
 )
 
-NAME = "run"
 UNMET_SHOWN = 8
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="validate, plan, materialize and execute a spec (the default verb)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="experiment-matrix spec (YAML)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
-    p.add_argument("--gpus", type=int, default=0,
-                   help="GPUs available to the local executor; with --dry-run, the GPUs the forecast packs the "
-                        "study on (default: one node)")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the local executor may use (default: every GPU this machine shows, within "
+                        "CUDA_VISIBLE_DEVICES when it is set; 0 on a CPU machine); with --dry-run, the GPUs "
+                        "the forecast packs the study on (default: one node)")
     p.add_argument("--nodes", type=int, default=1, help="with --dry-run: nodes the --gpus are spread over")
     p.add_argument("--gpu-type", default=None,
                    help="with --dry-run: hardware profile from registry/hardware.yaml (default: h100, or cpu "
@@ -45,13 +44,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where runs execute (default: the spec's executor.kind, else local)")
     p.add_argument("--address", default=None,
                    help="the Ray cluster's dashboard address, e.g. http://head:8265 (with --executor ray)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the final results table as Markdown (the default when output is not a terminal)")
     p.add_argument("--skip-unmet", action="store_true",
                    help="run what fits; runs needing more GPUs than --gpus fail, their descendants are blocked")
     p.set_defaults(func=command, fix_for=fix_for)
 
 
 def command(args: argparse.Namespace) -> int:
-    if args.gpus < 0 or (args.cpus is not None and args.cpus < 1):
+    if (args.gpus is not None and args.gpus < 0) or (args.cpus is not None and args.cpus < 1):
         raise UserError("--gpus must be >= 0 and --cpus >= 1")
     if args.json and not args.dry_run:
         raise UserError("--json goes with --dry-run (a run's progress is `rlvr-run status --json`)")
@@ -68,9 +69,14 @@ def command(args: argparse.Namespace) -> int:
         result = outcome.result
         counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
-        for report in write_reports(args.runs_dir, outcome.plan.spec_name):
-            console.print(report.headline, highlight=False, markup=False)
+        reports = write_reports(args.runs_dir, outcome.plan.spec_name)
+        for report in reports:
+            print_results(console, report, markdown=args.markdown)
             console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)
+        failed = [f"{page}.md ({why})" for r in reports for page, why in r.failed.items()]
+        if failed and outcome.exit_code == 0:
+            raise UserError(f"result pages that could not be built: {'; '.join(failed)}\n"
+                            "  fix: repair what the error names and run `rlvr-run report` again")
     return outcome.exit_code
 
 

@@ -12,11 +12,8 @@ from engine.cli.views import console, render_eta, render_status
 from engine.errors import UserError
 from engine.runs.status import collect_status
 
-NAME = "status"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="what ran, what runs, what is blocked, and the time left")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", help="limit to this spec (and show its progress and time left)")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

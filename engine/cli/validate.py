@@ -9,11 +9,8 @@ from rich.text import Text
 from engine.cli.views import console, err_console
 from engine.runs.preflight import preflight
 
-NAME = "validate"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="check a spec: errors with file:line:col, or ok")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec")
     p.add_argument("--no-content", action="store_true",
                    help="skip isolation rule 3 (content leakage), which reads every dataset")

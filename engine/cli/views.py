@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from rich.console import Console, Group, RenderableType
 from rich.progress import (
@@ -16,15 +16,19 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from engine.evaluate.run import EvalOutput
-from engine.evaluate.runner import Progress as EvalProgress
-from engine.isolation.content import LeakageReport
-from engine.judge.report import JudgeSummary
-from engine.plan.model import Plan
 from engine.runs.lineage import FINISHED, RunState, parse_iso
-from engine.runs.status import StatusReport
-from engine.spec.validated import AppliedWaiver
-from engine.verify.problems import VerifyReport
+
+if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
+    from engine.evaluate.eval_run import EvalOutput
+    from engine.evaluate.stages import ModelLoaded, StageUpdate
+    from engine.isolation.content import LeakageReport
+    from engine.judge.report import JudgeSummary
+    from engine.plan.model import Plan
+    from engine.report.generate import Report
+    from engine.report.tables import Table as ReportTable
+    from engine.runs.status import StatusReport
+    from engine.spec.validated import AppliedWaiver
+    from engine.verify.problems import VerifyReport
 
 PIPE_WIDTH = 132  # rich assumes 80 columns off a terminal, which folds plan and status tables
 STATE_STYLES = {"new": "cyan", "planned": "cyan", "queued": "blue", "running": "yellow",
@@ -228,9 +232,17 @@ class StageProgress:
         if self.live:
             self.bars.stop()
 
-    def update(self, event: EvalProgress) -> None:
+    def update(self, event: Union[StageUpdate, ModelLoaded]) -> None:
         import time
 
+        from engine.evaluate.stages import ModelLoaded
+
+        if isinstance(event, ModelLoaded):  # one line each, on a terminal and in a log: loads are counted
+            shape = f" x{event.engines}" if event.engines > 1 else ""
+            tp = f" tp {event.tensor_parallel_size}" if event.tensor_parallel_size > 1 else ""
+            self.out.print(f"model load: {event.backend}{shape}{tp} {event.model} in {event.seconds:.1f}s",
+                           highlight=False)
+            return
         key = (event.stage, event.dataset)
         began = self.began.setdefault(key, time.perf_counter())
         elapsed = max(time.perf_counter() - began, 1e-9)
@@ -247,16 +259,16 @@ class StageProgress:
                            highlight=False)
 
 
-HEADLINE = ("accepted@1", "mean@n", "pass_ratio_mean", "exec_success", "format_compliance", "truncated_rate",
+EVAL_COLUMNS = ("accepted@1", "mean@n", "pass_ratio_mean", "exec_success", "format_compliance", "truncated_rate",
             "output_tokens_mean", "judge_s_p95")
 
 
 def eval_table(output: EvalOutput) -> Table:
-    table = Table("dataset", *HEADLINE, "errors", title=f"evaluation of run {output.run_id}", title_justify="left")
+    table = Table("dataset", *EVAL_COLUMNS, "errors", title=f"evaluation of run {output.run_id}", title_justify="left")
     for d in output.datasets:
         errors = ", ".join(f"{k.split('/')[1]} {int(v)}" for k, v in d.metrics.items()
                            if k.startswith("errors/") and v)
-        table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in HEADLINE), errors)
+        table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in EVAL_COLUMNS), errors)
     return table
 
 
@@ -318,3 +330,34 @@ def render_versus(v) -> RenderableType:
              + (f"{format_duration(v.actual_wall_s)} ({v.wall_error:+.0%})" if v.actual_wall_s else
                 "— (not every run has succeeded)"))
     return Group(table, Text(whole))
+
+
+# ---------------------------------------------------------------- report
+def print_results(out: Console, report: "Report", *, markdown: bool = False) -> None:
+    """The headline table at the end of a study: drawn on a terminal; Markdown (unwrapped, to
+    paste) when the output is a file or a pipe, or when asked."""
+    if markdown or not out.is_terminal or report.headline_table is None:
+        out.print(report.headline, highlight=False, markup=False, soft_wrap=True)
+    else:
+        out.print(results_table(report.headline_table, title=f"results of {report.spec}"))
+
+
+def results_table(table: "ReportTable", *, title: str) -> RenderableType:
+    """A report table drawn for a terminal: cells wrap inside their column instead of the
+    Markdown line wrapping across the screen; the page's **best** cells are bold."""
+    if not table.rows:
+        return Text(f"{title}: nothing to show yet")
+    out = Table(title=title, title_justify="left", show_lines=False)
+    for i, header in enumerate(table.headers):
+        out.add_column(header, no_wrap=i == 0, overflow="fold")
+    for row in table.rows:
+        out.add_row(*(_cell(cell) for cell in row))
+    notes = [Text(line.strip("_"), style="dim") for line in table.footer]
+    return Group(out, *notes)
+
+
+def _cell(text: str) -> Text:
+    if text.startswith("**") and "**" in text[2:]:
+        bold, rest = text[2:].split("**", 1)
+        return Text(bold, style="bold green") + Text(rest)
+    return Text(text)

@@ -8,7 +8,8 @@ are in registry/hardware.yaml):
 - generation call of b sequences (`call_s`): vLLM on a GPU batches continuously, so a call
   lasts max(b·r̄ / Θ(b), r_max(b)·(τ0 + κ)) with Θ(b) = b / (τ0 + κ·b) capped at Θmax; the
   hf backend on a CPU steps the padded batch until its longest sample ends, r_max(b)·(τ0 + κ·b).
-  Evaluation calls hold GENERATE_CHUNK problems × n samples;
+  an evaluation hands vLLM a dataset's every sequence at once, and the hf backend batches of
+  its batch size (prompts × n samples);
 - a GRPO step of M = B·n samples, T = M·(p̄ + r̄) tokens on G slots: generation
   max(M·r̄ / (G·θ_roll), r_max(M)·τ_roll), log-probs 2T / (G·θ_fwd), update T / (G·θ_upd),
   judging (1 − overlap)·M·c_judge / cores, plus a fixed overhead;
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Callable, Optional
 
-from engine.evaluate.runner import GENERATE_CHUNK
+from engine.evaluate.backends import DEFAULT_BATCH_SIZE
 from engine.price.profiles import Constants, Priors
 from engine.price.shapes import RunShape
 
@@ -108,6 +109,12 @@ def call_s(ctx: Context, b: float, cap: float) -> float:
     return seconds / ctx.scale
 
 
+def per_call(ctx: Context, sequences: float, n: int) -> float:
+    """Sequences in one generation call: vLLM gets every missing prompt of a dataset at once; the hf
+    backend fills batches of its default batch size, each prompt with its n samples."""
+    return sequences if ctx.gpu() else DEFAULT_BATCH_SIZE["cpu"] * n
+
+
 def generate_s(ctx: Context, sequences: float, cap: float, per_call: float, slots: int = 1) -> float:
     """`sequences` responses in calls of `per_call`, the calls spread over `slots`."""
     if sequences <= 0:
@@ -162,7 +169,7 @@ def evaluate_datasets(ctx: Context, run: RunShape, cost: RunCost, names: list[st
     for name in names:
         problems = ctx.sizes.get(name, 0)
         seqs = problems * n
-        cost.add(prefix + "generate", generate_s(ctx, seqs, cap, GENERATE_CHUNK * n, slots(ctx, run)) * more)
+        cost.add(prefix + "generate", generate_s(ctx, seqs, cap, per_call(ctx, seqs, n), slots(ctx, run)) * more)
         cost.add(prefix + "judge", judge_s(ctx, run, seqs * more))
         cost.tokens += seqs * more * response_mean(ctx.priors, cap)
 
@@ -245,7 +252,7 @@ def _sample(ctx: Context, run: RunShape, cost: RunCost, problems: float, per_pro
         cost.add("start", ctx.c.engine_start_s)
         cost.add("generate", seqs * response_mean(ctx.priors, cap) / (slots(ctx, run) * ctx.c.rollout_tok_s * ctx.scale))
     else:
-        cost.add("generate", generate_s(ctx, seqs, cap, GENERATE_CHUNK * per_problem, slots(ctx, run)))
+        cost.add("generate", generate_s(ctx, seqs, cap, per_call(ctx, seqs, per_problem), slots(ctx, run)))
     cost.add("judge", judge_s(ctx, run, seqs))
     cost.tokens += seqs * response_mean(ctx.priors, cap)
     return seqs

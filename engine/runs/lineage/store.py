@@ -14,22 +14,22 @@ import contextlib
 import socket
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
-from sqlite_utils import Database
+from engine.runs.lineage.sqlite import Database
 
 from engine.errors import UserError
 from engine.plan.model import Plan
-from engine.runs.lineage.from_plan import plan_records, spec_record, waiver_records
+from engine.runs.lineage.from_plan import leak_records, plan_records, spec_record, waiver_records
 from engine.runs.lineage.migrations import MIGRATIONS
 from engine.runs.lineage.records import (
     FINISHED,
     TRANSITIONS,
     ArtifactRecord,
     DatasetRecord,
-    EdgeRecord,
     Event,
     IllegalTransition,
+    LeakRecord,
     Metric,
     PlanRecords,
     RunRecord,
@@ -131,6 +131,7 @@ class Lineage:
         """Record the spec, its waivers and every run of `plan`; returns the ids of new runs."""
         self.record_spec(spec_record(validated))
         self.record_waivers(waiver_records(validated))
+        self.record_leaks(validated.spec.name, leak_records(validated))
         return self.record_plan_records(plan_records(plan, validated, run_dirs or {}))
 
     def record_plan_records(self, records: PlanRecords) -> list[str]:
@@ -163,6 +164,13 @@ class Lineage:
     def record_waivers(self, waivers: list[WaiverRecord]) -> None:
         with self._write() as db:
             db["waivers"].upsert_all([w.model_dump() for w in waivers], pk=("spec_name", "rule", "what"))
+
+    def record_leaks(self, spec_name: str, leaks: list[LeakRecord]) -> None:
+        """Replace the spec's rule-3 findings with those of its latest validation."""
+        with self._write() as db:
+            db["leaks"].delete_where("spec_name = ?", [spec_name])
+            db["leaks"].insert_all([leak.model_dump() for leak in leaks], pk=(
+                "spec_name", "train", "evaluation", "train_id", "eval_id"), replace=True)
 
     # ------------------------------------------------------------ life cycle
     def set_state(self, run_id: str, to_state: RunState, reason: str = "", **fields: Any) -> RunRecord:
@@ -204,15 +212,17 @@ class Lineage:
                 [now_iso(), *run_ids],
             )
 
-    def record_metric(self, metric: Metric) -> None:
+    def record_outputs(self, metrics: Iterable[Metric] = (), artifacts: Iterable[ArtifactRecord] = ()) -> None:
+        """A run's metrics and artifacts, in one transaction (a 300-step training run has
+        thousands of curve points: one fsynced commit each held the scheduling loop)."""
+        stamp = now_iso()
+        metric_rows = [m.model_dump() for m in metrics]
+        artifact_rows = [{**a.model_dump(), "created_at": a.created_at or stamp} for a in artifacts]
         with self._write() as db:
-            db["metrics"].upsert(metric.model_dump(), pk=("run_id", "dataset", "protocol", "name", "step"))
-
-    def record_artifact(self, artifact: ArtifactRecord) -> None:
-        row = artifact.model_dump()
-        row["created_at"] = artifact.created_at or now_iso()
-        with self._write() as db:
-            db["artifacts"].upsert(row, pk=("run_id", "path"))
+            if metric_rows:
+                db["metrics"].upsert_all(metric_rows, pk=("run_id", "dataset", "protocol", "name", "step"))
+            if artifact_rows:
+                db["artifacts"].upsert_all(artifact_rows, pk=("run_id", "path"))
 
     def _event(
         self, run_id: str, from_state: Optional[RunState], to_state: RunState, reason: str, stamp: str = ""
@@ -249,9 +259,6 @@ class Lineage:
         rows = self.db["runs"].rows_where(" AND ".join(where) or None, args, order_by="created_at, rowid")
         return [RunRecord.model_validate(r) for r in rows]
 
-    def states(self, run_ids: list[str]) -> dict[str, RunState]:
-        return {r.id: r.state for r in self.runs() if r.id in set(run_ids)}
-
     def events(self, run_id: Optional[str] = None) -> list[Event]:
         rows = self.db["events"].rows_where("run_id = ?" if run_id else None, [run_id] if run_id else [], order_by="id")
         return [Event.model_validate(r) for r in rows]
@@ -262,11 +269,11 @@ class Lineage:
     def artifacts(self, run_id: str) -> list[ArtifactRecord]:
         return [ArtifactRecord.model_validate(r) for r in self.db["artifacts"].rows_where("run_id = ?", [run_id])]
 
-    def edges(self) -> list[EdgeRecord]:
-        return [EdgeRecord.model_validate(r) for r in self.db["edges"].rows]
-
     def waivers(self, spec_name: str) -> list[WaiverRecord]:
         return [WaiverRecord.model_validate(r) for r in self.db["waivers"].rows_where("spec_name = ?", [spec_name])]
+
+    def leaks(self, spec_name: str) -> list[LeakRecord]:
+        return [LeakRecord.model_validate(r) for r in self.db["leaks"].rows_where("spec_name = ?", [spec_name])]
 
     def spec(self, name: str) -> Optional[SpecRecord]:
         """The spec as last recorded under `name` (its text, path and hash)."""
