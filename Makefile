@@ -26,11 +26,15 @@ demo: $(STAMP)
 plan: $(STAMP)
 	$(BIN)/rlvr-run specs/matrix.yaml --dry-run
 
+# Parallel workers (pytest-xdist): every test owns its temporary folders and ports.
+# `--durations` lists the slowest tests, to find what to mark `slow`.
+WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS) --durations=15
 
+# Everything: the slow tests and the smoke study too (what CI runs).
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m ""
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "" --durations=15
 
 clean:
 	rm -rf $(VENV) runs

@@ -14,7 +14,7 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
   but the first find the plan), every sample still executed; a re-run with
   the result cache on is reported apart;
 - two floors: `prompt + solution + test + check(entry_point)` exec'd in this
-  process, one after another, no isolation at all (the issue's "in-process
+  process, one after another, no isolation at all (the "in-process
   floor"); and the same programs with one bare fork each from a small warm
   `python -I -S` holding what a judge nursery holds (`engine.judge.local.worker` and
   its pre-imported modules), one per core in

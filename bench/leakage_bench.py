@@ -1,6 +1,6 @@
 """Rule-3 leakage check at CodeContests-train scale: ~13k training problems against ~450 evaluation problems.
 
-The 390 real CodeContests statements in ../shared/datasets are scaled to 13,000 by
+The 390 real CodeContests statements of the CodeContests sample ($RLVR_RUN_DATA_MIRROR) are scaled to 13,000 by
 deterministic recombination (sentences shuffled, a few words swapped, a paragraph
 borrowed from another statement); the evaluation side is the real HumanEval (164)
 plus MBPP test tasks 11-296 (286). 150 reworded copies of evaluation problems are
@@ -51,13 +51,17 @@ from engine.judge.config import JudgeConfig
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+# The raw dataset files (humaneval.jsonl, mbpp_full.jsonl, mbpp_sanitized.jsonl, the CodeContests
+# sample): the folder RLVR_RUN_DATA_MIRROR names, as for the loaders.
+DATA = Path(os.environ.get("RLVR_RUN_DATA_MIRROR") or "datasets")
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def _rows(name: str) -> list[dict]:
+    if not (DATA / name).is_file():
+        raise SystemExit(f"{DATA / name} not found: set RLVR_RUN_DATA_MIRROR to the folder of the raw dataset files")
     opener = gzip.open if name.endswith(".gz") else open
-    with opener(SHARED / name, "rt", encoding="utf-8") as fh:
+    with opener(DATA / name, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 

@@ -1,7 +1,7 @@
 """Rule 3 recall on planted copies, and false positives on the real benchmark pairs.
 
-Planted training problems are built from the shared HumanEval, MBPP and CodeContests
-files, one planting kind at a time, each written as a raw row of a loader format
+Planted training problems are built from the raw HumanEval, MBPP and CodeContests
+files ($RLVR_RUN_DATA_MIRROR), one planting kind at a time, each written as a raw row of a loader format
 (taken in turn: humaneval, mbpp, mbpp_sanitized, codecontests_derived, codecontests,
 problem, function, stdio) and read back through that format's converter:
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import re
 import time
 from collections import Counter, defaultdict
@@ -45,7 +46,9 @@ from engine.isolation.normalize import entry_statement
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+# The raw dataset files (humaneval.jsonl, mbpp_full.jsonl, mbpp_sanitized.jsonl, the CodeContests
+# sample): the folder RLVR_RUN_DATA_MIRROR names, as for the loaders.
+DATA = Path(os.environ.get("RLVR_RUN_DATA_MIRROR") or "datasets")
 KNOWN_MBPP_REPEATS = {("mbpp/602", "mbpp/217"), ("mbpp/704", "mbpp/248"), ("mbpp/872", "mbpp/216"),
                       ("mbpp/658", "mbpp/362"), ("mbpp/673", "mbpp/439"), ("mbpp/928", "mbpp/427"),
                       ("mbpp/653", "mbpp/174"), ("mbpp/649", "mbpp/170"), ("mbpp/632", "mbpp/505")}
@@ -70,8 +73,10 @@ FORMAT_ORDER = ["humaneval", "mbpp", "mbpp_sanitized", "codecontests_derived", "
 
 
 def _rows(name: str) -> list[dict]:
+    if not (DATA / name).is_file():
+        raise SystemExit(f"{DATA / name} not found: set RLVR_RUN_DATA_MIRROR to the folder of the raw dataset files")
     opener = gzip.open if name.endswith(".gz") else open
-    with opener(SHARED / name, "rt", encoding="utf-8") as fh:
+    with opener(DATA / name, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 

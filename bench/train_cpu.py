@@ -5,8 +5,8 @@
 Builds a small model, writes a study (SFT memorizes eight toy problems, then DPO, GRPO,
 repair and RAFT start from it), runs it with the local executor, and reads the step times
 back from lineage. Prints per phase: median s/step, the steps measured, and for the RL
-phases the share of a step spent judging; beside them, plain trl's s/step measured on this
-machine (../shared/reference/cpu-trainers-feasibility.md §3, m64) as the baseline.
+phases the share of a step spent judging; beside them, plain trl's s/step measured on a 2-core
+machine (a 64-hidden model, the same steps, trl alone) as the baseline.
 """
 
 from __future__ import annotations

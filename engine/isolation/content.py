@@ -45,6 +45,7 @@ from engine.isolation.neardup import (
 )
 from engine.isolation.overlap import overlap_matches
 from engine.isolation.rules import AppliedWaiver, RuleReport
+from engine.spec.flywheel import flywheel, pairs_dataset
 from engine.isolation.semantic import (
     Encoder,
     SemanticUnavailable,
@@ -136,7 +137,8 @@ def dataset_sides(spec: Spec) -> tuple[list[str], list[str]]:
     """(training-side, evaluation-side) dataset names, in spec order."""
     used = set()
     for fields in [*spec.phases.values(), *spec.variants.values()]:
-        used |= {fields.train, fields.pairs_from} - {None}
+        wheel = flywheel(fields)
+        used |= {fields.train, pairs_dataset(fields), wheel.on if wheel else None} - {None}
     train = [name for name in spec.datasets if name in used]
     evaluation = [name for name, ds in spec.datasets.items() if ds.role in EVALUATION_ROLES]
     return train, evaluation
@@ -210,7 +212,7 @@ def check_leakage(
     so); `encoder` replaces the semantic model's loader."""
     spec, leakage = validated.spec, validated.spec.leakage
     cache = cache or SketchCache()
-    load = load or _registry_loader(validated, on_step)
+    load = load or registry_loader(validated, on_step)
     report = LeakageReport(settings=leakage)
     train_side, eval_side = dataset_sides(spec)
     sketches: dict[str, Sketch] = {}
@@ -293,7 +295,7 @@ def _reason(exc: UserError) -> str:
     return str(exc).splitlines()[0]
 
 
-def _registry_loader(validated: ValidatedSpec, on_step: Optional[Callable[[str], None]] = None) -> Loader:
+def registry_loader(validated: ValidatedSpec, on_step: Optional[Callable[[str], None]] = None) -> Loader:
     def load(name: str) -> LoadedDataset:
         def on_row(number: int) -> None:
             if on_step and number % ROWS_PER_UPDATE == 0:

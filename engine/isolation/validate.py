@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from engine.errors import Diagnostic, SpecError
-from engine.isolation.content import Confirmer, check_content
+from engine.isolation.blind_choice import check_best_of_n
+from engine.isolation.content import Confirmer, check_content, registry_loader
 from engine.isolation.idlists import check_idlists
 from engine.isolation.rules import check_isolation
 from engine.spec.load import parse_spec
@@ -32,7 +33,8 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
                   confirm: Optional[Confirmer] = None) -> ValidatedSpec:
     """Load, cross-check, resolve and isolation-check a spec; raises SpecError with every problem.
 
-    `content=False` skips rule 3 (content leakage: it reads the datasets). `content_check`
+    `content=False` skips the checks that read the datasets: rule 3 (content leakage) and
+    best-of-n's public tests (`blind_choice`). `content_check`
     replaces `engine.isolation.content.check_content`; `on_step` hears what the content
     checks are doing (loading a streamed dataset can take minutes); `confirm` runs rule 3's
     candidates found by meaning (`engine.verify.leakage.confirm_by_execution`).
@@ -75,6 +77,7 @@ def check_spec(path: Path, *, content: bool = True, registry: Optional[Registry]
         _merge(validated, check(validated) if content_check else check(validated, on_step=on_step, confirm=confirm), diags)
     if content:
         _merge(validated, check_idlists(validated), diags)
+        _merge(validated, check_best_of_n(validated, registry_loader(validated, on_step)), diags)
     if not diags:
         _warn_unused_content_waivers(validated, content=check is not None)
     return validated, diags

@@ -29,7 +29,7 @@ from engine.problem import Problem
 _BUILTINS = frozenset(dir(builtins))
 
 
-class Plan(NamedTuple):
+class CasePlan(NamedTuple):
     public: dict[str, Any]  # what the sandbox sees
     secret: dict[str, Any]  # only the worker: expected literals/outputs and labels
     id: int  # never reused in this process: a worker holding a plan by this id holds this very plan
@@ -38,7 +38,7 @@ class Plan(NamedTuple):
 _PLAN_IDS = itertools.count()
 
 
-def function_plan(problem: Problem) -> Plan:
+def function_plan(problem: Problem) -> CasePlan:
     """The plan of a function problem's tests.
 
     In the tests, a builtin's name means the builtin, whatever the program binds to it (a program
@@ -68,7 +68,7 @@ def _meant(problem: Problem) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(key: tuple, meant: frozenset[str]) -> Plan:
+def _plan(key: tuple, meant: frozenset[str]) -> CasePlan:
     entry_point, candidate, setup, asserts, challenge, check = key
     imports = _imports(setup)
     trusted = (_BUILTINS - meant) | _bound_names(imports)
@@ -88,7 +88,7 @@ def _plan(key: tuple, meant: frozenset[str]) -> Plan:
                          "literals": {str(n): leaf["literal"] for n, leaf in enumerate(u.get("leaves", ()))
                                       if "literal" in leaf},
                          "sources": [leaf["src"] for leaf in u.get("leaves", ())]} for u in units]}
-    return Plan(public, secret, next(_PLAN_IDS))
+    return CasePlan(public, secret, next(_PLAN_IDS))
 
 
 def _apart(units: list[dict[str, Any]], tests_own: set[str] | frozenset[str]) -> bool:
@@ -278,10 +278,10 @@ def _plain_guarded(src: str) -> str:
     return ast.unparse(ast.fix_missing_locations(_PlainGuard().visit(tree)))
 
 
-def stdio_plan(problem: Problem, *, compare: str, tol: float) -> Plan:
+def stdio_plan(problem: Problem, *, compare: str, tol: float) -> CasePlan:
     """The same plan for the same problem object: a worker that holds a plan is not sent it
     again (inputs can be megabytes). The returned dicts are shared and must not be mutated."""
-    return _STDIO_PLANS.get(problem, (compare, tol), lambda: Plan(
+    return _STDIO_PLANS.get(problem, (compare, tol), lambda: CasePlan(
         {"inputs": [t.input for t in problem.stdio_tests]},
         {"outputs": [t.output for t in problem.stdio_tests], "checker": problem.checker, "compare": compare, "tol": tol},
         next(_PLAN_IDS)))

@@ -16,6 +16,7 @@ from typing import Callable, Optional, Union
 
 from engine.errors import UserError
 from engine.plan.model import Plan, Run
+from engine.resources import visible_gpus
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.local import LocalExecutor
 from engine.runs.executors.ray import RayExecutor, auth_token_from_env
@@ -81,6 +82,7 @@ class UnverifiedData(UserError):
 class RunOutcome:
     plan: Plan
     result: Optional[ExecutionResult] = None  # None for a dry run
+    validated: Optional[ValidatedSpec] = None  # what the plan came from (a dry run prices it)
 
     @property
     def exit_code(self) -> int:
@@ -96,7 +98,7 @@ def run_spec(
     *,
     runs_dir: Path | str = "runs",
     dry_run: bool = False,
-    gpus: int = 0,
+    gpus: Optional[int] = None,
     cpus: Optional[int] = None,
     skip_unmet: bool = False,
     executor: Optional[str] = None,
@@ -105,8 +107,10 @@ def run_spec(
     heartbeat_s: float = 5.0,
     grace_s: float = 10.0,
 ) -> RunOutcome:
-    """`executor` ("local" | "ray") and `address` override the spec's `executor:` block."""
+    """`executor` ("local" | "ray") and `address` override the spec's `executor:` block; `gpus`
+    defaults to the GPUs this machine shows (CUDA_VISIBLE_DEVICES when set)."""
     runs_dir = Path(runs_dir)
+    gpus = len(visible_gpus()) if gpus is None else gpus
     checked = preflight(Path(path), on_step=lambda step: on_event(Validating(step)))
     validated, the_plan = checked.validated, checked.plan
     choice = ExecutorChoice.of(validated.spec.executor, kind=executor, address=address, runs_dir=runs_dir)
@@ -116,7 +120,7 @@ def run_spec(
     unmet = unmet_runs(the_plan, states, gpus=gpus)
     on_event(Planned(plan=the_plan, states=states, unmet=unmet, gpus=gpus, dry_run=dry_run))
     if real is None:
-        return RunOutcome(plan=the_plan)
+        return RunOutcome(plan=the_plan, validated=validated)
     if unmet and not skip_unmet:
         raise UnmetResources(unmet, gpus)
     if validated.unverified:

@@ -15,6 +15,7 @@ from engine.isolation.validate import check_spec
 from engine.plan.expand import plan
 from engine.plan.model import Plan
 from engine.spec.validated import ValidatedSpec
+from engine.train.select_metric import select_metric_problems
 from engine.train.trl_config import trl_run_problems
 from engine.train.verl_checks import plan_run_problems
 from engine.verify.declared import check_declarations, read_declarations
@@ -36,7 +37,8 @@ def preflight(path: Path, *, content: bool = True, on_step: Optional[Callable[[s
     if content and not diags:
         _declare(validated)
     the_plan = plan(validated)
-    diags += plan_run_problems(the_plan.runs, validated) + trl_run_problems(the_plan.runs, validated)
+    diags += (plan_run_problems(the_plan.runs, validated) + trl_run_problems(the_plan.runs, validated)
+              + select_metric_problems(the_plan.runs, validated))
     if diags:
         raise _sorted(diags)
     return Checked(validated=validated, plan=the_plan)

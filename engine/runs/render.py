@@ -109,8 +109,8 @@ def launch_context(run: Run, plan: Plan, spec_dir: Path, base_model: Any) -> Ren
 def _model_of(run: Run, plan: Plan, spec_dir: Path, base_model: Any) -> str:
     """The model a run starts from: its nearest trained ancestor's model/, else the base model."""
     current = run
-    while current.parents:
-        parent = plan.by_id(current.parents[0])
+    while current.model_parent:
+        parent = plan.by_id(current.model_parent)
         if parent.kind in MODEL_KINDS:
             return str(spec_dir / parent.id / "model")
         current = parent

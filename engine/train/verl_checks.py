@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 from engine.errors import Diagnostic
+from engine.files import atomic_write
 from engine.plan.model import Run
 from engine.spec.model import PhaseKind
 from engine.spec.validated import ValidatedSpec
@@ -21,6 +22,7 @@ from engine.train.verl_overrides import (
     CONFIG_NAMES,
     HPARAM_TABLES,
     PLACEHOLDER_PATHS,
+    cache_file,
     check_overrides,
     composed,
     flatten,
@@ -89,7 +91,19 @@ def _nested(keys: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def config_check(run: Run, lines: list[str]) -> list[str]:
-    """verl's validation of the composed config, with the run's real values."""
+    """verl's validation of the composed config, with the run's real values. A clean result is
+    kept on disk beside the compositions (importing verl's checks costs seconds); a failed one
+    is checked again every time."""
+    clean = cache_file("checked", CONFIG_NAMES[run.kind], tuple(lines))
+    if clean.is_file():
+        return []
+    problems = _config_check(run, lines)
+    if not problems:
+        atomic_write(clean, "{}")
+    return problems
+
+
+def _config_check(run: Run, lines: list[str]) -> list[str]:
     config = composed(CONFIG_NAMES[run.kind], tuple(lines))
     if run.kind == PhaseKind.sft:
         return _sft_batches(config)

@@ -10,6 +10,7 @@ would pull in torch). Values are not type-checked by Hydra; keys and groups are.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -18,7 +19,10 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Optional
 
+from engine.data.cache import cache_root
 from engine.errors import UserError
+from engine.files import atomic_write
+from engine.judge.reward import JUDGE_KWARGS
 from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
 from engine.train.verl_watch import ROLLOUTS_DIR
@@ -38,6 +42,7 @@ KNOWN_UNDECLARED = (
 # default attention), and without hf_model a checkpoint has no weights a child can load.
 SDPA = "sdpa"
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
+REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
 # Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
 LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
 
@@ -133,11 +138,16 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def user_override_errors(overrides: dict[str, Any]) -> list[str]:
-    """Rules Hydra cannot enforce: legacy reward keys and `+` only where verl needs it."""
+    """Rules Hydra cannot enforce: legacy reward keys, `+` only where verl needs it, and no judge
+    setting for the reward beside the run's own `judge:` block."""
     errors = []
     for key in flatten(overrides):
         bare = key.lstrip("+")
-        if bare.startswith(LEGACY_PREFIXES):
+        judged = bare.removeprefix(REWARD_KWARGS)
+        if bare.startswith(REWARD_KWARGS) and judged in JUDGE_KWARGS:
+            errors.append(f"override {key!r} sets the reward's judge apart from the run's: the reward judges "
+                          f"with the spec's `judge:` block, as the evaluations do; set `judge: {{{judged}: ...}}`")
+        elif bare.startswith(LEGACY_PREFIXES):
             errors.append(f"override {key!r} is a legacy key verl 0.9 parses and then ignores; "
                           f"use the reward.* key instead (e.g. reward.{bare})")
         elif key.startswith("++") or (key.startswith("+") and not bare.startswith(KNOWN_UNDECLARED)):
@@ -218,8 +228,9 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
     }
     if not has_valid:
         values["trainer.test_freq"] = -1
-    if _timeout_rate(run) is not None:  # the watcher reads each step's verdicts from there
-        values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
+    # The watcher reads each step's verdicts from there (judge faults always, timeouts if asked);
+    # a flywheel harvests its failures from there.
+    values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
     if run.kind == PhaseKind.repair:
         values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
         values["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = _rounds(run)
@@ -262,12 +273,9 @@ def loggers(run: Run) -> list[str]:
 
 
 def watched(run: Run) -> bool:
-    """Whether a verl run's command goes through `engine.train.verl_watch`: it declares early stopping."""
-    return any("early_stop" in d.uses for d in run.datasets.values()) or _timeout_rate(run) is not None
-
-
-def _timeout_rate(run: Run) -> Optional[float]:
-    return (run.config.get("early_stop") or {}).get("timeout_rate")
+    """Whether a verl run's command goes through `engine.train.verl_watch`: it declares early
+    stopping, or it is rewarded by the judge (whose faults fail it)."""
+    return run.kind in (PhaseKind.grpo, PhaseKind.repair) or any("early_stop" in d.uses for d in run.datasets.values())
 
 
 def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:
@@ -368,11 +376,87 @@ def _compose(config_name: str, overrides: tuple[str, ...]) -> Optional[str]:
 
 
 def composed(config_name: str, overrides: tuple[str, ...]) -> Any:
-    """verl's Hydra config with `overrides` applied (raises what Hydra raises)."""
+    """verl's Hydra config with `overrides` applied (raises what Hydra raises).
+
+    Hydra composes in two stages: the defaults tree, which group choices decide, then the
+    value overrides applied to it in struct mode. The first stage takes about a second per
+    call, and a spec's runs differ mostly in values; so it runs once per set of group
+    overrides (`_composed_groups`, kept on disk), and the second stage is Hydra's own
+    function on a copy, for each override list."""
+    import copy
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    groups = tuple(line for line in overrides if _in_defaults_stage(line))
+    config = copy.deepcopy(_composed_groups(config_name, groups))
+    values = [_parsed_override(line) for line in overrides if not _in_defaults_stage(line)]
+    ConfigLoaderImpl._apply_overrides_to_config(values, config)
+    return config
+
+
+def _in_defaults_stage(line: str) -> bool:
+    """Whether an override goes to Hydra's first stage: a group choice (or what might be one:
+    any key without a dot), a `~` deletion of one, or Hydra's own settings."""
+    parsed = _parse_line(line)
+    if isinstance(parsed, str):
+        return True  # a grammar error: Hydra reports it
+    key, _ = parsed
+    return _is_group(key) or key.startswith("hydra.")
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_override(line: str) -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    [parsed] = OverridesParser.create().parse_overrides([line])
+    return parsed
+
+
+@functools.lru_cache(maxsize=64)
+def _composed_groups(config_name: str, groups: tuple[str, ...]) -> Any:
+    """Hydra's composition of verl's config with only the group overrides. One that succeeded is
+    kept on disk (`cache_file`); a failed one never is, so its error is always Hydra's own."""
+    from omegaconf import OmegaConf
+
+    path = cache_file("composed", config_name, groups)
+    try:
+        config = OmegaConf.create(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):  # absent, or unreadable: compose again
+        pass
+    else:
+        OmegaConf.set_struct(config, True)  # as Hydra returns it: a misspelled key raises
+        return config
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        return compose(config_name=config_name, overrides=list(overrides))
+        config = compose(config_name=config_name, overrides=list(groups))
+    # Unresolved: `${...}` interpolations stay as written and resolve when read, as in Hydra's.
+    atomic_write(path, json.dumps(OmegaConf.to_container(config, resolve=False)))
+    return config
+
+
+def cache_file(kind: str, config_name: str, overrides: tuple[str, ...]) -> Path:
+    """Where a verl check's success is kept: named by the installed verl and hydra versions,
+    verl's config files (names, sizes, times), the checking code, the config name and the
+    exact overrides, so a change in any of them checks again."""
+    blob = json.dumps([kind, _installed_fingerprint(), config_name, list(overrides)])
+    return cache_root() / "verl" / f"{kind}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_fingerprint() -> str:
+    from importlib.metadata import version
+
+    parts = [version("verl"), version("hydra-core"), version("omegaconf")]
+    folder = config_dir()
+    for file in sorted(folder.rglob("*")):
+        if file.is_file():
+            stat = file.stat()
+            parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
+    here = Path(__file__).parent
+    for own in ("verl_overrides.py", "verl_checks.py"):
+        parts.append(hashlib.sha256((here / own).read_bytes()).hexdigest())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 PLACEHOLDER_PATHS = VerlPaths(run_dir=Path("/RUN_DIR"), reward_path=Path("/ENGINE/reward.py"), model_path="MODEL")

@@ -17,7 +17,7 @@ ENGINE = Path(__file__).resolve().parents[2] / "engine"
 
 # Lower index = earlier layer. A module may import its own layer and earlier ones.
 LAYERS = [
-    {"errors", "problem", "resources", "tinymodel"},
+    {"errors", "files", "problem", "resources", "retry", "tinymodel"},
     {"spec"},
     {"data", "prompts"},
     {"isolation"},
@@ -28,6 +28,7 @@ LAYERS = [
     {"evaluate"},
     {"train"},
     {"runs"},
+    {"price"},
     {"report"},
     {"cli"},
 ]

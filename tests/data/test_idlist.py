@@ -30,8 +30,8 @@ def _private_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def mbpp_test(shared_datasets):
-    ds = DatasetSpec(source="local_jsonl", path=str(shared_datasets / "mbpp_full.jsonl"), fields={"format": "mbpp"},
+def mbpp_test(datasets_dir):
+    ds = DatasetSpec(source="local_jsonl", path=str(datasets_dir / "mbpp_full.jsonl"), fields={"format": "mbpp"},
                      split="test", role="regression")
     return load_dataset_problems(ds, name="mbpp_test")
 
@@ -51,11 +51,11 @@ def test_selection_is_deterministic_per_seed(mbpp_test):
         select_ids(mbpp_test.problems, 501, 7)
 
 
-def test_cli_writes_list_and_prints_its_hash(shared_datasets, tmp_path):
+def test_cli_writes_list_and_prints_its_hash(datasets_dir, tmp_path):
     env_cmd = [sys.executable, "-m", "engine.cli", "data", "idlist", "--dataset", "mbpp:test", "--n", "200",
                "--seed", "20261122", "--out", str(tmp_path / "l.txt")]
     proc = subprocess.run(env_cmd, capture_output=True, text=True, timeout=120,
-                          env={"RLVR_RUN_DATA_MIRROR": str(shared_datasets), "RLVR_RUN_CACHE_DIR": str(tmp_path),
+                          env={"RLVR_RUN_DATA_MIRROR": str(datasets_dir), "RLVR_RUN_CACHE_DIR": str(tmp_path),
                                "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": "/usr/bin:/bin",
                                "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
@@ -64,10 +64,10 @@ def test_cli_writes_list_and_prints_its_hash(shared_datasets, tmp_path):
     assert (tmp_path / "l.txt").read_bytes() == (REPO / "registry/idlists/mbpp_reg_200.txt").read_bytes()
 
 
-def test_ids_narrow_a_dataset_in_list_order(shared_datasets, tmp_path):
+def test_ids_narrow_a_dataset_in_list_order(datasets_dir, tmp_path):
     lst = tmp_path / "three.txt"
     digest = write_idlist(lst, ["510", "11", "mbpp/42"])
-    ds = DatasetSpec(source="local_jsonl", path=str(shared_datasets / "mbpp_full.jsonl"), fields={"format": "mbpp"},
+    ds = DatasetSpec(source="local_jsonl", path=str(datasets_dir / "mbpp_full.jsonl"), fields={"format": "mbpp"},
                      split="test", ids=str(lst), role="regression")
     loaded = load_dataset_problems(ds, name="reg")
     assert loaded.ids() == ["mbpp/510", "mbpp/11", "mbpp/42"]
@@ -90,10 +90,10 @@ def test_edited_list_no_longer_matches_its_sidecar(mbpp_test, tmp_path):
         read_idlist(lst)
 
 
-def test_check_idlists_reports_the_spec_line(shared_datasets, tmp_path):
+def test_check_idlists_reports_the_spec_line(datasets_dir, tmp_path):
     write_idlist(tmp_path / "ok.txt", ["11", "12"])
     write_idlist(tmp_path / "stale.txt", ["11", "9999"])
-    data = shared_datasets / "mbpp_full.jsonl"
+    data = datasets_dir / "mbpp_full.jsonl"
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "name: t\nbase_model: qwen2.5-coder-0.5b-instruct\ndatasets:\n"
@@ -114,11 +114,11 @@ def test_check_idlists_reports_the_spec_line(shared_datasets, tmp_path):
                               spec=validated.loaded)
 
 
-def test_validate_refuses_a_stale_list_and_marks_unloadable_ones_unverified(shared_datasets, tmp_path, monkeypatch):
+def test_validate_refuses_a_stale_list_and_marks_unloadable_ones_unverified(datasets_dir, tmp_path, monkeypatch):
     """validate_spec runs the id-list check: a missing id is an error at the spec line;
     a dataset that cannot be loaded (Hub offline) leaves its list unverified, not passed."""
     write_idlist(tmp_path / "stale.txt", ["11", "9999"])
-    data = shared_datasets / "mbpp_full.jsonl"
+    data = datasets_dir / "mbpp_full.jsonl"
     head = "name: t\nbase_model: qwen2.5-coder-0.5b-instruct\ndatasets:\n"
     tail = ("phases:\n  base: {kind: eval}\nseeds: [1]\n"
             "evaluate:\n  final: {datasets: [reg], protocol: greedy}\nprotocols:\n  greedy: {preset: greedy}\n")

@@ -102,7 +102,7 @@ MODEL = FAKE_MODEL_SH
 @pytest.mark.parametrize(
     "body, state, reason",
     [
-        ("true", S.failed, "7401"),  # exit 0, no checkpoint, no model
+        ("true", S.failed, "trained zero steps"),  # exit 0, no checkpoint, no model
         (f"mkdir -p checkpoints/global_step_0; {MODEL}", S.failed, "global_step_N with N > 0"),
         (f"mkdir -p checkpoints/global_step_0 checkpoints/global_step_5; {MODEL}", S.succeeded, "outputs complete"),
         (MODEL, S.succeeded, "outputs complete"),  # trl trainers save model/ without verl checkpoints

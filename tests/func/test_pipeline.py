@@ -94,7 +94,7 @@ def test_plan_runs_execute_and_land_in_lineage(executed):
         spec_row = next(lin.db["specs"].rows)
         assert spec_row["sha256"] == validated.loaded.sha256 and spec_row["text"] == spec.read_text()
         dpo = next(r for r in the_plan.runs if r.kind.value == "dpo")
-        assert {(e.parent, e.child, e.flows) for e in lin.edges()} == {(dpo.id, the_plan.children(dpo.id)[0].id, "checkpoint")}
+        assert {(e["parent"], e["child"], e["flows"]) for e in lin.db["edges"].rows} == {(dpo.id, the_plan.children(dpo.id)[0].id, "checkpoint")}
         waiver_line = 1 + spec.read_text().splitlines().index(next(l for l in spec.read_text().splitlines() if "rule: 2" in l))
         assert lin.waivers("tiny")[0].rule == 2 and lin.waivers("tiny")[0].spec_line == waiver_line
         humaneval = next(lin.db["datasets"].rows_where("name = 'humaneval'"))
@@ -150,7 +150,7 @@ def test_skip_unmet_runs_the_rest_and_fails_the_oversized(tmp_path):
     assert states[dpo.id] is S.failed
     with open_lineage(runs / LINEAGE_FILE, readonly=True) as lin:
         assert "needs 8 GPU(s)" in lin.run(dpo.id).reason
-        base = outcome.plan.roots[0] if outcome.plan.roots[0].kind.value == "eval" else outcome.plan.roots[1]
+        base = next(r for r in outcome.plan.runs if not r.parents and r.kind.value == "eval")
         # The base evaluation really ran its rendered launch.sh (its model is a hub id: offline, it fails).
         assert lin.run(base.id).state in (S.succeeded, S.failed)
         assert (runs / "tiny" / base.id / "logs" / "attempt-1.log").exists()

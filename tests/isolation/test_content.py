@@ -28,10 +28,10 @@ DEFAULT = LeakageSpec()
 
 # ---------------------------------------------------------------- real problems
 @pytest.fixture(scope="module")
-def real(shared_datasets: Path) -> dict[str, list[Problem]]:
+def real(datasets_dir: Path) -> dict[str, list[Problem]]:
     def rows(name: str) -> list[dict]:
         opener = gzip.open if name.endswith(".gz") else open
-        with opener(shared_datasets / name, "rt", encoding="utf-8") as fh:
+        with opener(datasets_dir / name, "rt", encoding="utf-8") as fh:
             return [json.loads(line) for line in fh]
 
     return {
@@ -186,7 +186,7 @@ def test_declared_names_are_masked_on_code_lines_only():
 
 
 # ---------------------------------------------------------------- the real datasets against each other
-# Every hit among the real shared files at the default settings, inspected:
+# Every hit among the real dataset files at the default settings, inspected:
 # MBPP repeats some of its own tasks between its google-research train (601-974) and
 # test (11-510) ranges, word for word or with a technique suffix ("by using regex",
 # "using collections module") or "python function" for "function": all true leaks of
@@ -259,8 +259,8 @@ def _leaky(real: dict[str, list[Problem]]) -> list[Problem]:
     return [_plant(he, "reorder", _reorder(he.statement))]
 
 
-def test_validate_reports_the_leak_at_the_evaluation_dataset_line(tmp_path, real, shared_datasets):
-    path = _write_spec(tmp_path, real, shared_datasets, train_extra=_leaky(real))
+def test_validate_reports_the_leak_at_the_evaluation_dataset_line(tmp_path, real, datasets_dir):
+    path = _write_spec(tmp_path, real, datasets_dir, train_extra=_leaky(real))
     cache = SketchCache(root=tmp_path / "cache")
     with pytest.raises(SpecError) as info:
         validate_spec(path, content_check=lambda v: check_leakage(v, cache=cache))
@@ -272,19 +272,19 @@ def test_validate_reports_the_leak_at_the_evaluation_dataset_line(tmp_path, real
     assert diag.message.startswith("1 problem of evaluation-side `he_test`")
 
 
-def test_a_problem_copied_twice_counts_once_with_its_pairs(tmp_path, real, shared_datasets):
+def test_a_problem_copied_twice_counts_once_with_its_pairs(tmp_path, real, datasets_dir):
     he = real["humaneval"][0]
     twice = [*_leaky(real), _plant(he, "copy", he.statement)]
     allow = 'allow:\n  - {rule: 3, datasets: [mix_train, he_test], reason: "planted on purpose"}\n'
-    path = _write_spec(tmp_path, real, shared_datasets, allow=allow, train_extra=twice)
+    path = _write_spec(tmp_path, real, datasets_dir, allow=allow, train_extra=twice)
     report = check_leakage(validate_spec(path, content=False), cache=SketchCache(root=tmp_path / "cache"))
     (waiver,) = report.waivers
     assert waiver.what == "1 problem (2 pairs) of he_test duplicated in training-side mix_train"
 
 
-def test_waiver_turns_the_error_into_a_recorded_waiver(tmp_path, real, shared_datasets):
+def test_waiver_turns_the_error_into_a_recorded_waiver(tmp_path, real, datasets_dir):
     allow = 'allow:\n  - {rule: 3, datasets: [mix_train, he_test], reason: "planted on purpose"}\n'
-    path = _write_spec(tmp_path, real, shared_datasets, allow=allow, train_extra=_leaky(real))
+    path = _write_spec(tmp_path, real, datasets_dir, allow=allow, train_extra=_leaky(real))
     validated = validate_spec(path, content=False)
     report = check_leakage(validated, cache=SketchCache(root=tmp_path / "cache"))
     assert report.errors == [] and report.checked
@@ -295,8 +295,8 @@ def test_waiver_turns_the_error_into_a_recorded_waiver(tmp_path, real, shared_da
     assert pair.waiver == waiver and [leak.eval_id for leak in pair.leaks] == ["HumanEval/0"]
 
 
-def test_second_run_reads_every_sketch_from_the_cache(tmp_path, real, shared_datasets):
-    path = _write_spec(tmp_path, real, shared_datasets)
+def test_second_run_reads_every_sketch_from_the_cache(tmp_path, real, datasets_dir):
+    path = _write_spec(tmp_path, real, datasets_dir)
     validated = validate_spec(path, content=False)
     assert dataset_sides(validated.spec) == (["mix_train"], ["he_test", "mbpp_reg"])
     cache = SketchCache(root=tmp_path / "cache")
@@ -310,8 +310,8 @@ def test_second_run_reads_every_sketch_from_the_cache(tmp_path, real, shared_dat
     assert not any(check_leakage(validated, cache=cache).cache_hits.values())
 
 
-def test_a_dataset_that_cannot_load_leaves_its_pairs_unchecked_and_loud(tmp_path, real, shared_datasets):
-    path = _write_spec(tmp_path, real, shared_datasets)
+def test_a_dataset_that_cannot_load_leaves_its_pairs_unchecked_and_loud(tmp_path, real, datasets_dir):
+    path = _write_spec(tmp_path, real, datasets_dir)
     validated = validate_spec(path, content=False)
     (tmp_path / "train.jsonl").unlink()
     report = check_leakage(validated, cache=SketchCache(root=tmp_path / "cache"))
@@ -321,10 +321,10 @@ def test_a_dataset_that_cannot_load_leaves_its_pairs_unchecked_and_loud(tmp_path
     assert report.warnings[-1] == "rule 3 not checked for 2 pair(s): mix_train×he_test, mix_train×mbpp_reg"
 
 
-def test_cli_lists_every_leak_with_both_ids(tmp_path, real, shared_datasets, capsys):
+def test_cli_lists_every_leak_with_both_ids(tmp_path, real, datasets_dir, capsys):
     from engine.cli import main
 
-    path = _write_spec(tmp_path, real, shared_datasets, train_extra=_leaky(real))
+    path = _write_spec(tmp_path, real, datasets_dir, train_extra=_leaky(real))
     out_json = tmp_path / "report.json"
     code = main(["data", "leakage", str(path), "--cache-dir", str(tmp_path / "cache"), "--json", str(out_json)])
     captured = capsys.readouterr()

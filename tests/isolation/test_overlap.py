@@ -19,9 +19,9 @@ DEFAULT = LeakageSpec()
 
 
 @pytest.fixture(scope="module")
-def rows(shared_datasets: Path) -> dict[str, list[dict]]:
+def rows(datasets_dir: Path) -> dict[str, list[dict]]:
     def read(name: str) -> list[dict]:
-        return [json.loads(line) for line in (shared_datasets / name).open(encoding="utf-8")]
+        return [json.loads(line) for line in (datasets_dir / name).open(encoding="utf-8")]
 
     return {"humaneval": read("humaneval.jsonl"), "mbpp": read("mbpp_full.jsonl")}
 

@@ -25,7 +25,7 @@ import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 
 def _limit_memory(mb: int):
@@ -88,7 +88,7 @@ class SandboxFusionServer(ThreadingHTTPServer):
     """`with SandboxFusionServer() as s: s.url` — runs in a daemon thread until closed.
 
     `script` holds actions for the next requests, consumed one per request:
-    ("http", code) answers that HTTP status, ("sandbox_error",) answers a
+    ("http", code[, headers]) answers that HTTP status, ("sandbox_error",) answers a
     SandboxError, ("sleep", seconds) waits then runs the code normally.
     """
 
@@ -145,7 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
             code, payload = self._answer(action, body)
         finally:
             self.server.track(-1)
-        self._send(code, payload)
+        self._send(code, payload, action[2] if action[0] == "http" and len(action) > 2 else {})
 
     def _answer(self, action: tuple, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if action[0] == "http":
@@ -156,10 +156,12 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(action[1])
         return 200, run_request(body)
 
-    def _send(self, code: int, payload: dict[str, Any]) -> None:
+    def _send(self, code: int, payload: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(code)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -1,4 +1,4 @@
-"""`rlvr-run judge` end to end through `engine.cli.main`, on the real shared datasets."""
+"""`rlvr-run judge` end to end through `engine.cli.main`, on the real datasets."""
 
 from __future__ import annotations
 
@@ -15,19 +15,19 @@ def _write_samples(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _humaneval(shared_datasets: Path) -> list[dict]:
-    return [json.loads(line) for line in (shared_datasets / "humaneval.jsonl").open()]
+def _humaneval(datasets_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (datasets_dir / "humaneval.jsonl").open()]
 
 
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.open()]
 
 
-def test_humaneval_canonical_solutions_all_accepted(shared_datasets, tmp_path, capsys):
-    rows = _humaneval(shared_datasets)
+def test_humaneval_canonical_solutions_all_accepted(datasets_dir, tmp_path, capsys):
+    rows = _humaneval(datasets_dir)
     samples = _write_samples(tmp_path / "s.jsonl", [{"problem_id": r["task_id"], "completion": r["canonical_solution"]} for r in rows])
     out = tmp_path / "out" / "verdicts.jsonl"
-    assert main(["judge", "--problems", str(shared_datasets / "humaneval.jsonl"), "--samples", str(samples), "--out", str(out)]) == 0
+    assert main(["judge", "--problems", str(datasets_dir / "humaneval.jsonl"), "--samples", str(samples), "--out", str(out)]) == 0
     records = _records(out)
     assert len(records) == 164 and [r["index"] for r in records] == list(range(164))
     assert all(r["verdict"] == "ACCEPTED" for r in records), [r["problem_id"] for r in records if not r["accepted"]]
@@ -35,15 +35,15 @@ def test_humaneval_canonical_solutions_all_accepted(shared_datasets, tmp_path, c
     assert "164 (100.0%)" in text and "samples/s" in text and "cache hits" in text
 
 
-def test_mixed_samples_on_mbpp_and_codecontests(shared_datasets, tmp_path, capsys):
-    mbpp = [json.loads(line) for line in (shared_datasets / "mbpp_full.jsonl").open()][10:14]
+def test_mixed_samples_on_mbpp_and_codecontests(datasets_dir, tmp_path, capsys):
+    mbpp = [json.loads(line) for line in (datasets_dir / "mbpp_full.jsonl").open()][10:14]
     rows = [{"problem_id": f"mbpp/{r['task_id']}", "completion": f"```python\n{r['code']}\n```"} for r in mbpp]
     rows.append({"problem_id": "mbpp/11", "completion": "```python\ndef remove_Occ(s, ch):\n    return s\n```"})
     rows.append({"problem_id": "mbpp/12", "completion": "Sorry, I cannot do that."})
     rows.append(dict(rows[0]))  # an identical program: judged once
     samples = _write_samples(tmp_path / "s.jsonl", rows)
     out = tmp_path / "v.jsonl"
-    code = main(["judge", "--problems", str(shared_datasets / "mbpp_full.jsonl"), "--samples", str(samples), "--out", str(out),
+    code = main(["judge", "--problems", str(datasets_dir / "mbpp_full.jsonl"), "--samples", str(samples), "--out", str(out),
                  "--mode", "dense", "--limit", "7"])
     assert code == 0
     verdicts = [r["verdict"] for r in _records(out)]
@@ -53,15 +53,15 @@ def test_mixed_samples_on_mbpp_and_codecontests(shared_datasets, tmp_path, capsy
     assert "5 (71.4%)" in text and "NO_CODE" in text and "WRONG_ANSWER" in text
 
 
-def test_codecontests_derived_gz_is_detected(shared_datasets, tmp_path):
+def test_codecontests_derived_gz_is_detected(datasets_dir, tmp_path):
     import gzip
 
-    with gzip.open(shared_datasets / "codecontests_train_sample_derived.jsonl.gz", "rt") as fh:
+    with gzip.open(datasets_dir / "codecontests_train_sample_derived.jsonl.gz", "rt") as fh:
         row = json.loads(fh.readline())
     samples = _write_samples(tmp_path / "s.jsonl", [{"problem_id": f"codecontests/{row['id']}",
                                                       "completion": row["solutions"]["solution"][0]}])
     out = tmp_path / "v.jsonl"
-    assert main(["judge", "--problems", str(shared_datasets / "codecontests_train_sample_derived.jsonl.gz"),
+    assert main(["judge", "--problems", str(datasets_dir / "codecontests_train_sample_derived.jsonl.gz"),
                  "--samples", str(samples), "--out", str(out), "--mode", "sparse"]) == 0
     assert _records(out)[0]["verdict"] == "ACCEPTED"
 
@@ -74,10 +74,10 @@ def test_codecontests_derived_gz_is_detected(shared_datasets, tmp_path):
         (['{"problem_id": "HumanEval/0"}'], "s.jsonl:1: missing or non-string field 'completion'"),
     ],
 )
-def test_bad_samples_file_is_a_clean_error(shared_datasets, tmp_path, capsys, lines, message):
+def test_bad_samples_file_is_a_clean_error(datasets_dir, tmp_path, capsys, lines, message):
     samples = tmp_path / "s.jsonl"
     samples.write_text("\n".join(lines) + "\n")
-    code = main(["judge", "--problems", str(shared_datasets / "humaneval.jsonl"), "--samples", str(samples),
+    code = main(["judge", "--problems", str(datasets_dir / "humaneval.jsonl"), "--samples", str(samples),
                  "--out", str(tmp_path / "v.jsonl")])
     err = "".join(capsys.readouterr().err.split())  # rich wraps long lines
     assert code == 2 and "".join(message.split()) in err and "Traceback" not in err
@@ -86,8 +86,8 @@ def test_bad_samples_file_is_a_clean_error(shared_datasets, tmp_path, capsys, li
     assert not (tmp_path / "v.jsonl").exists()
 
 
-def test_missing_files_and_url(shared_datasets, tmp_path, capsys):
-    problems = str(shared_datasets / "humaneval.jsonl")
+def test_missing_files_and_url(datasets_dir, tmp_path, capsys):
+    problems = str(datasets_dir / "humaneval.jsonl")
     assert main(["judge", "--problems", problems, "--samples", str(tmp_path / "nope.jsonl"), "--out", "x"]) == 2
     assert "samples file not found" in capsys.readouterr().err
     assert main(["judge", "--problems", str(tmp_path / "p.jsonl"), "--samples", problems, "--out", "x"]) == 2

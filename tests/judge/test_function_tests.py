@@ -19,13 +19,13 @@ def _rows(path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def mbpp(shared_datasets) -> dict:
-    return {k: problem_from_mbpp(r, sanitized=False) for k, r in _rows(shared_datasets / "mbpp_full.jsonl").items()}
+def mbpp(datasets_dir) -> dict:
+    return {k: problem_from_mbpp(r, sanitized=False) for k, r in _rows(datasets_dir / "mbpp_full.jsonl").items()}
 
 
 @pytest.fixture(scope="module")
-def humaneval(shared_datasets) -> dict:
-    return {k: problem_from_humaneval(r) for k, r in _rows(shared_datasets / "humaneval.jsonl").items()}
+def humaneval(datasets_dir) -> dict:
+    return {k: problem_from_humaneval(r) for k, r in _rows(datasets_dir / "humaneval.jsonl").items()}
 
 
 @pytest.fixture(scope="module")

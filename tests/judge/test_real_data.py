@@ -1,4 +1,4 @@
-"""The judge on the real shared data sets: reference solutions pass, small mutations do not.
+"""The judge on the real data sets: reference solutions pass, small mutations do not.
 
 CodeContests disagreements (the reference solution not ACCEPTED) are listed below with
 their reason; a new disagreement, or a listed one that disappears, fails the test.
@@ -164,8 +164,8 @@ def judge():
         yield j
 
 
-def test_humaneval_canonical_all_accepted(judge, shared_datasets):
-    problems = [problem_from_humaneval(r) for r in _rows(shared_datasets / "humaneval.jsonl")]
+def test_humaneval_canonical_all_accepted(judge, datasets_dir):
+    problems = [problem_from_humaneval(r) for r in _rows(datasets_dir / "humaneval.jsonl")]
     results = judge.judge_many([(p, p.solutions[0]) for p in problems], code_is_program=True)
     bad = [(r.problem_id, r.verdict, r.message, r.failures[:1]) for r in results if not r.accepted]
     assert not bad and len(results) == 164
@@ -173,8 +173,8 @@ def test_humaneval_canonical_all_accepted(judge, shared_datasets):
 
 @pytest.mark.parametrize("name,sanitized,count", [("mbpp_full.jsonl", False, 974),
                                                   ("mbpp_sanitized.jsonl", True, 427)])
-def test_mbpp_reference_accepted(judge, shared_datasets, name, sanitized, count):
-    problems = [problem_from_mbpp(r, sanitized=sanitized) for r in _rows(shared_datasets / name)]
+def test_mbpp_reference_accepted(judge, datasets_dir, name, sanitized, count):
+    problems = [problem_from_mbpp(r, sanitized=sanitized) for r in _rows(datasets_dir / name)]
     results = judge.judge_many([(p, p.solutions[0]) for p in problems], code_is_program=True)
     bad = {r.problem_id: (r.verdict.value, r.failures[:1]) for r in results if not r.accepted}
     assert len(results) == count
@@ -199,10 +199,10 @@ def _remote_rejects(remote_judge, problems):
     return {r.problem_id: (r.verdict.value, r.failures[:1]) for r in results if not r.accepted}
 
 
-def test_humaneval_tests_run_apart_remotely_accept_the_references(remote_judge, shared_datasets):
+def test_humaneval_tests_run_apart_remotely_accept_the_references(remote_judge, datasets_dir):
     """The HumanEval problems whose tests run apart from the program (12: `check` loops, computed
     operands), through the sandbox_fusion backend: the tests' process calls the program's."""
-    problems = [problem_from_humaneval(r) for r in _rows(shared_datasets / "humaneval.jsonl")]
+    problems = [problem_from_humaneval(r) for r in _rows(datasets_dir / "humaneval.jsonl")]
     apart = [p for p in problems if function_plan(p).public["apart"]]
     assert len(apart) == 12
     assert not _remote_rejects(remote_judge, apart)
@@ -210,16 +210,16 @@ def test_humaneval_tests_run_apart_remotely_accept_the_references(remote_judge, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["humaneval.jsonl", "mbpp_full.jsonl", "mbpp_sanitized.jsonl"])
-def test_references_accepted_remotely(remote_judge, shared_datasets, name):
+def test_references_accepted_remotely(remote_judge, datasets_dir, name):
     """Every HumanEval and MBPP reference through the sandbox_fusion backend (≈ 40 s, 2 min, 1 min)."""
-    rows = _rows(shared_datasets / name)
+    rows = _rows(datasets_dir / name)
     problems = ([problem_from_humaneval(r) for r in rows] if name == "humaneval.jsonl"
                 else [problem_from_mbpp(r, sanitized=name == "mbpp_sanitized.jsonl") for r in rows])
     assert not _remote_rejects(remote_judge, problems)
 
 
-def test_humaneval_mutations_not_accepted(judge, shared_datasets):
-    problems = [problem_from_humaneval(r) for r in _rows(shared_datasets / "humaneval.jsonl")][:40]
+def test_humaneval_mutations_not_accepted(judge, datasets_dir):
+    problems = [problem_from_humaneval(r) for r in _rows(datasets_dir / "humaneval.jsonl")][:40]
     mutated = []
     for p in problems:
         body = p.solutions[0][len(p.prompt):]
@@ -233,8 +233,8 @@ def test_humaneval_mutations_not_accepted(judge, shared_datasets):
 # ---------------------------------------------------------------- CodeContests (derived train sample)
 
 
-def _cc_problems(shared_datasets, tests: int | None = None):
-    problems = [problem_from_codecontests_derived(r) for r in _rows(shared_datasets / CC_FILE)]
+def _cc_problems(datasets_dir, tests: int | None = None):
+    problems = [problem_from_codecontests_derived(r) for r in _rows(datasets_dir / CC_FILE)]
     problems = [p.model_copy(update={"checker": CC_CHECKERS.get(_short(p.id))}) for p in problems]
     if tests:
         problems = [p.model_copy(update={"stdio_tests": p.stdio_tests[:tests]}) for p in problems]
@@ -253,10 +253,10 @@ def _disagreements(problems, compare: str) -> dict[str, str]:
     return {_short(r.problem_id): r.verdict.value for r in results if not r.accepted}
 
 
-def test_codecontests_subset_agreement(shared_datasets):
+def test_codecontests_subset_agreement(datasets_dir):
     """40 problems (seeded shuffle), first 3 tests: no disagreement outside the explained list.
     (Few tests may hide a listed disagreement, so only new ones are checked here.)"""
-    problems = _cc_problems(shared_datasets, tests=3)
+    problems = _cc_problems(datasets_dir, tests=3)
     random.Random(0).shuffle(problems)
     got = _disagreements(problems[:40], "float")
     unexplained = {k: v for k, v in got.items() if k not in CC_DISAGREE_FLOAT and k not in CC_FLAKY}
@@ -266,8 +266,8 @@ def test_codecontests_subset_agreement(shared_datasets):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # all 390 problems, every test: ~5 min on 2 idle cores
-def test_codecontests_all_problems_agreement(shared_datasets):
-    problems = _cc_problems(shared_datasets)
+def test_codecontests_all_problems_agreement(datasets_dir):
+    problems = _cc_problems(datasets_dir)
     exact = _disagreements(problems, "tokens")
     tolerant = _disagreements([p for p in problems if _short(p.id) in exact], "float")
     listed = set(CC_DISAGREE_FLOAT)
@@ -314,23 +314,23 @@ def _mutation_run(problems) -> tuple[list, dict[str, int]]:
     return accepted, counts
 
 
-def _mutation_targets(shared_datasets, tests: int, limit: int | None):
+def _mutation_targets(datasets_dir, tests: int, limit: int | None):
     """Problems whose reference is accepted with exact tokens and whose tests are small enough
     to run twice per mutant in plain CPython."""
     skip = set(CC_DISAGREE_FLOAT) | CC_DISAGREE_TOKENS_ONLY | set(CC_FLAKY) | set(CC_CHECKERS)
-    problems = [p for p in _cc_problems(shared_datasets, tests) if _short(p.id) not in skip]
+    problems = [p for p in _cc_problems(datasets_dir, tests) if _short(p.id) not in skip]
     return problems[:limit] if limit else problems
 
 
-def test_codecontests_mutations_not_accepted_subset(shared_datasets):
-    accepted, counts = _mutation_run(_mutation_targets(shared_datasets, tests=3, limit=15))
+def test_codecontests_mutations_not_accepted_subset(datasets_dir):
+    accepted, counts = _mutation_run(_mutation_targets(datasets_dir, tests=3, limit=15))
     assert not accepted, accepted
     assert counts == {"mutants": 25, "same_behaviour_skipped": 9}  # deterministic: 16 wrong programs judged
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # 540 mutants, each first run in plain CPython to prove it differs
-def test_codecontests_mutations_not_accepted_all(shared_datasets):
-    accepted, counts = _mutation_run(_mutation_targets(shared_datasets, tests=10, limit=None))
+def test_codecontests_mutations_not_accepted_all(datasets_dir):
+    accepted, counts = _mutation_run(_mutation_targets(datasets_dir, tests=10, limit=None))
     assert not accepted, accepted
     print(f"mutants: {counts}")

@@ -47,8 +47,8 @@ def score(request):
 
 
 @pytest.fixture(scope="module")
-def humaneval(shared_datasets):
-    rows = [json.loads(line) for line in (shared_datasets / "humaneval.jsonl").open()]
+def humaneval(datasets_dir):
+    rows = [json.loads(line) for line in (datasets_dir / "humaneval.jsonl").open()]
     return {r["task_id"]: r for r in rows}
 
 
@@ -97,8 +97,8 @@ def test_multi_turn_output_scores_the_last_block(score, humaneval):
     assert _call(score, problem, f"```python\n{row['prompt']}{row['canonical_solution']}```\nretry:\n{first}")["score"] < 1.0
 
 
-def test_codecontests_solution_scores_one(score, shared_datasets):
-    with gzip.open(shared_datasets / "codecontests_train_sample_derived.jsonl.gz", "rt") as fh:
+def test_codecontests_solution_scores_one(score, datasets_dir):
+    with gzip.open(datasets_dir / "codecontests_train_sample_derived.jsonl.gz", "rt") as fh:
         row = json.loads(fh.readline())  # 1000_E, a single-answer problem
     problem = problem_from_codecontests_derived(row)
     problem = problem.model_copy(update={"stdio_tests": problem.stdio_tests[:5]})

@@ -21,6 +21,7 @@ from engine.judge.remote.sandbox_fusion import (
     SandboxFusionClient,
     SandboxFusionSettings,
 )
+from engine.retry import RetryPolicy
 
 
 @pytest.fixture
@@ -29,9 +30,9 @@ def server(sf_server_module):
         yield s
 
 
-def _client(url: str, **kw) -> SandboxFusionClient:
-    settings = SandboxFusionSettings(url=url, backoff_s=0.01, backoff_max_s=0.05, **kw)
-    return SandboxFusionClient(settings)
+def _client(url: str, attempts: int = 4, **kw) -> SandboxFusionClient:
+    retry = RetryPolicy(attempts=attempts, first_wait_s=0.01, max_wait_s=0.05)
+    return SandboxFusionClient(SandboxFusionSettings(url=url, retry=retry, **kw))
 
 
 def _free_port() -> int:
@@ -77,11 +78,23 @@ def test_503_twice_then_ok_is_retried_with_backoff(server):
     """Local test server scripted to answer HTTP 503 twice, then run the code: the third try wins."""
     server.script.extend([("http", 503), ("http", 503)])
     waits: list[float] = []
-    client = SandboxFusionClient(SandboxFusionSettings(url=server.url, backoff_s=0.01, backoff_max_s=1), sleep=waits.append)
+    retry = RetryPolicy(first_wait_s=0.01, max_wait_s=1)
+    client = SandboxFusionClient(SandboxFusionSettings(url=server.url, retry=retry), sleep=waits.append)
     outcome = client.run_code(_req("print(42)"))
     assert outcome.response.run_result.stdout == "42\n"
     assert outcome.attempts == 3
-    assert waits == [0.01, 0.02]  # exponential backoff
+    assert len(waits) == 2 and 0 <= waits[0] <= 0.01 and 0 <= waits[1] <= 0.02  # jittered exponential backoff
+
+
+def test_429_with_retry_after_waits_what_the_server_asks(server):
+    """Local test server scripted to answer HTTP 429 with `Retry-After: 2`, then run the code."""
+    server.script.append(("http", 429, {"Retry-After": "2"}))
+    waits: list[float] = []
+    retry = RetryPolicy(first_wait_s=0.01, max_wait_s=0.05)
+    client = SandboxFusionClient(SandboxFusionSettings(url=server.url, retry=retry), sleep=waits.append)
+    outcome = client.run_code(_req("print(42)"))
+    assert outcome.response.run_result.stdout == "42\n" and outcome.attempts == 2
+    assert waits == [2.0]  # the server's word, not the (much shorter) backoff
 
 
 def test_always_500_gives_up(server):

@@ -27,9 +27,9 @@ def registry():
 
 
 @pytest.fixture(scope="module")
-def problems(shared_datasets):
+def problems(datasets_dir):
     def first(path, fmt):
-        ds = DatasetSpec(source="local_jsonl", path=str(shared_datasets / path), fields={"format": fmt}, role="test")
+        ds = DatasetSpec(source="local_jsonl", path=str(datasets_dir / path), fields={"format": fmt}, role="test")
         return load_dataset_problems(ds, name=fmt).problems[:20]
 
     return {"humaneval": first("humaneval.jsonl", "humaneval"), "mbpp": first("mbpp_full.jsonl", "mbpp"),

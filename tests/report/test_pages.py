@@ -58,6 +58,14 @@ def test_index_records_failures_waivers_and_id_lists(report):
     assert "templated toy families" in text and "5. compared runs share the evaluation protocol exactly" in text
 
 
+def test_the_index_says_in_bold_when_numbers_were_judged_unsandboxed(report, tmp_path):
+    assert "unsandboxed" not in (report.dir / "index.md").read_text()
+    build(tmp_path, seeds=1, problems=4, phases=("sft",), judge_version="rlvr-judge-1/local/cpu6s/mem1024MB/tokens/none")
+    [open_report] = write_reports(tmp_path, failures=False)
+    text = (open_report.dir / "index.md").read_text()
+    assert "**Judged unsandboxed:" in text and "`rlvr-judge-1/local/cpu6s/mem1024MB/tokens/none`.**" in text
+
+
 def test_index_lists_rule_3_findings_with_their_evidence(report):
     text = (report.dir / "index.md").read_text()
     assert re.search(r"\| train: mbpp/10001 +\| test: HumanEval/24 +\| confirmed +\| semantic 0\.95 +\| "
@@ -92,3 +100,39 @@ def test_the_report_verb(report, tmp_path, capsys):
     assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 0
     assert "9 pages" in capsys.readouterr().out
     assert main(["report", "other", "--runs-dir", str(tmp_path)]) == 2
+
+
+def test_a_page_that_cannot_be_built_fails_the_report_verb(tmp_path, capsys, monkeypatch):
+    from engine.report import generate
+
+    build(tmp_path)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("lineage row 7 has no seed")  # what a bug or a damaged record would raise
+
+    monkeypatch.setattr(generate, "versus_parent", broken)
+    assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "synth: results.md could not be built: RuntimeError: lineage row 7 has no seed" in err
+    assert (tmp_path / "synth" / "report" / "index.md").is_file()  # the other pages are still written
+
+
+def test_the_headline_is_a_table_on_a_terminal_and_markdown_in_a_pipe(report):
+    import io
+
+    from rich.console import Console
+
+    from engine.cli.views import print_results
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=100, color_system=None)
+    print_results(terminal, report)
+    drawn = terminal.file.getvalue()
+    assert "results of synth" in drawn and "|--" not in drawn
+    assert max(len(line) for line in drawn.splitlines()) <= 100  # cells wrap inside their columns
+    for markdown in (True, False):
+        pipe = Console(file=io.StringIO(), width=100)  # not a terminal: Markdown even unasked
+        print_results(pipe, report, markdown=markdown)
+        assert pipe.file.getvalue().rstrip() == report.headline.rstrip()
+    asked = Console(file=io.StringIO(), force_terminal=True, width=100, color_system=None)
+    print_results(asked, report, markdown=True)
+    assert asked.file.getvalue().rstrip() == report.headline.rstrip()

@@ -42,8 +42,9 @@ def test_fresh_database_is_wal_with_every_migration_recorded(tmp_path, lineage):
     applied = [m.name for m in MIGRATIONS.applied(lineage.db)]
     assert applied == ["m001_runs_and_events", "m002_data_metrics_waivers", "m003_run_attempts",
                        "m004_dataset_content", "m005_metric_context", "m006_run_job_id",
-                       "m007_dataset_verified", "m008_leak_findings"]
-    assert lineage.schema_version == 8
+                       "m007_dataset_verified", "m008_artifact_source",
+                       "m009_leak_findings"]
+    assert lineage.schema_version == 9
     assert {"specs", "runs", "edges", "events", "datasets", "run_datasets", "protocols", "run_protocols",
             "artifacts", "metrics", "waivers"} <= set(lineage.db.table_names())
 
@@ -55,7 +56,7 @@ def test_an_old_schema_is_migrated_forward_keeping_its_rows(tmp_path):
     old["runs"].insert({"id": "r1", "spec_name": "s", "phase": "p", "kind": "eval", "state": "succeeded", "config_json": "{}"})
     old.close()
     with open_lineage(path) as lin:
-        assert lin.schema_version == 8
+        assert lin.schema_version == 9
         assert "verified" in lin.db["datasets"].columns_dict and "leaks" in lin.db.table_names()
         assert "metrics" in lin.db.table_names() and "attempt" in lin.db["runs"].columns_dict
         rec = lin.run("r1")
@@ -140,10 +141,11 @@ def test_heartbeat_touches_only_running_runs(lineage):
 
 def test_metrics_artifacts_and_waivers_round_trip(lineage):
     planned(lineage, "a")
-    lineage.record_metric(Metric(run_id="a", dataset="humaneval", protocol="greedy", seed=1, name="accepted@1", value=0.5))
-    lineage.record_metric(Metric(run_id="a", dataset="humaneval", protocol="greedy", seed=1, name="accepted@1", value=0.6))
+    metric = Metric(run_id="a", dataset="humaneval", protocol="greedy", seed=1, name="accepted@1", value=0.5)
+    lineage.record_outputs([metric])
+    lineage.record_outputs([metric.model_copy(update={"value": 0.6})])
     assert [m.value for m in lineage.metrics("a")] == [0.6]  # one value per (run, dataset, protocol, name, step)
-    lineage.record_artifact(ArtifactRecord(run_id="a", kind="checkpoint", path="model", sha256="ab"))
+    lineage.record_outputs(artifacts=[ArtifactRecord(run_id="a", kind="checkpoint", path="model", sha256="ab")])
     assert lineage.artifacts("a")[0].created_at
     lineage.record_waivers([WaiverRecord(spec_name="s", rule=2, what="valid used for pairs", reason="ok", spec_line=9)])
     assert lineage.waivers("s")[0].spec_line == 9
@@ -156,3 +158,14 @@ def test_a_reader_sees_committed_state_while_a_writer_holds_a_transaction(tmp_pa
     with open_lineage(tmp_path / "lineage.sqlite", readonly=True) as reader:
         assert reader.run("a").state is S.planned  # WAL: readers are not blocked by the writer
     lineage.db.conn.execute("COMMIT")
+
+
+def test_a_runs_outputs_are_one_transaction(lineage):
+    planned(lineage, "a")
+    commits: list[str] = []
+    lineage.db.conn.set_trace_callback(lambda sql: commits.append(sql) if sql.strip().upper() == "COMMIT" else None)
+    steps = [Metric(run_id="a", dataset="train", name=f"loss/{i % 3}", value=i / 10, step=i) for i in range(300)]
+    lineage.record_outputs(steps, [ArtifactRecord(run_id="a", kind="model", path="model")])
+    lineage.db.conn.set_trace_callback(None)
+    assert len(commits) == 1
+    assert len(lineage.metrics("a")) == 300 and [a.kind for a in lineage.artifacts("a")] == ["model"]

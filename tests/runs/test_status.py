@@ -46,9 +46,11 @@ def runs(tmp_path: Path) -> Path:
                              ("grpo1", [S.queued, S.running, S.failed]), ("ev2", [S.queued, S.blocked])):
             for state in path:
                 lin.set_state(run_id, state, "exit 1" if state is S.failed else ("upstream grpo1 failed" if state is S.blocked else ""))
-        lin.record_metric(Metric(run_id="ev1", dataset="mbpp_reg", protocol="greedy", name="accepted@1", value=0.9))
-        lin.record_metric(Metric(run_id="ev1", dataset="cc_valid", protocol="greedy", name="pass_ratio_mean", value=0.31))
-        lin.record_metric(Metric(run_id="ev1", dataset="cc_valid", protocol="greedy", name="accepted@1", value=0.25))
+        lin.record_outputs([
+            Metric(run_id="ev1", dataset="mbpp_reg", protocol="greedy", name="accepted@1", value=0.9),
+            Metric(run_id="ev1", dataset="cc_valid", protocol="greedy", name="pass_ratio_mean", value=0.31),
+            Metric(run_id="ev1", dataset="cc_valid", protocol="greedy", name="accepted@1", value=0.25),
+        ])
     return runs
 
 

@@ -58,18 +58,18 @@ class Project:
     by_kind: dict[str, Run]
 
 
-def _mbpp_rows(shared_datasets: Path, ids: range) -> list[dict]:
-    rows = [json.loads(line) for line in (shared_datasets / "mbpp_full.jsonl").read_text().splitlines()]
+def _mbpp_rows(datasets_dir: Path, ids: range) -> list[dict]:
+    rows = [json.loads(line) for line in (datasets_dir / "mbpp_full.jsonl").read_text().splitlines()]
     return [r for r in rows if r["task_id"] in ids]
 
 
 @pytest.fixture(scope="module")
-def project(shared_datasets: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+def project(datasets_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
     """A project of its own (registry copied) with local MBPP train/valid/regression files, planned and materialized."""
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(project_registry(), root / "registry")
-    rows = {"train": _mbpp_rows(shared_datasets, range(601, 613)), "valid": _mbpp_rows(shared_datasets, range(511, 531)),
-            "regression": _mbpp_rows(shared_datasets, range(11, 21))}
+    rows = {"train": _mbpp_rows(datasets_dir, range(601, 613)), "valid": _mbpp_rows(datasets_dir, range(511, 531)),
+            "regression": _mbpp_rows(datasets_dir, range(11, 21))}
     (root / "data").mkdir()
     for stem, chosen in rows.items():
         (root / "data" / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen))

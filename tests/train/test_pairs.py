@@ -76,10 +76,10 @@ def _candidates(problem: Problem) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def judged_real(shared_datasets: Path) -> tuple[list[Problem], dict[str, list[tuple[str, SampleResult]]]]:
-    with (shared_datasets / "humaneval.jsonl").open() as fh:
+def judged_real(datasets_dir: Path) -> tuple[list[Problem], dict[str, list[tuple[str, SampleResult]]]]:
+    with (datasets_dir / "humaneval.jsonl").open() as fh:
         humaneval = [problem_from_humaneval(json.loads(line)) for line in fh][:3]
-    with (shared_datasets / "mbpp_full.jsonl").open() as fh:
+    with (datasets_dir / "mbpp_full.jsonl").open() as fh:
         mbpp = [problem_from_mbpp(json.loads(line), sanitized=False) for line in fh][10:13]
     problems = humaneval + mbpp
     items = [(p, c) for p in problems for c in _candidates(p)]
@@ -122,10 +122,10 @@ def test_pairs_from_really_judged_samples(judged_real, tmp_path):
     assert saved["pairs"] == len(problems) - 1 and saved["dropped"] == {"all samples score zero": 1}
 
 
-def test_cli_judges_samples_and_writes_pairs(tmp_path, shared_datasets, capsys):
+def test_cli_judges_samples_and_writes_pairs(tmp_path, datasets_dir, capsys):
     from engine.cli import main
 
-    with (shared_datasets / "mbpp_full.jsonl").open() as fh:
+    with (datasets_dir / "mbpp_full.jsonl").open() as fh:
         rows = [json.loads(line) for line in fh][10:12]
     problems_file = tmp_path / "problems.jsonl"
     problems_file.write_text("".join(json.dumps(r) + "\n" for r in rows))

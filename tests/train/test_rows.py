@@ -35,12 +35,12 @@ def registry():
 
 
 @pytest.fixture(scope="module")
-def mixed(shared_datasets) -> LoadedDataset:
+def mixed(datasets_dir) -> LoadedDataset:
     """Function and stdio problems from three real sources in one dataset."""
     problems = []
     for path, fmt in (("humaneval.jsonl", "humaneval"), ("mbpp_full.jsonl", "mbpp"),
                       ("codecontests_train_sample_derived.jsonl.gz", "codecontests_derived")):
-        ds = DatasetSpec(source="local_jsonl", path=str(shared_datasets / path), fields={"format": fmt}, role="train")
+        ds = DatasetSpec(source="local_jsonl", path=str(datasets_dir / path), fields={"format": fmt}, role="train")
         problems += load_dataset_problems(ds, name=fmt).problems[:8]
     return LoadedDataset(name="mixed", source="local_jsonl", split="train", problems=problems,
                          fingerprint="-", origin="test")

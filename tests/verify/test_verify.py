@@ -41,8 +41,8 @@ def _private_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def sample(shared_datasets) -> list[Problem]:
-    with gzip.open(shared_datasets / "codecontests_train_sample_derived.jsonl.gz", "rt") as fh:
+def sample(datasets_dir) -> list[Problem]:
+    with gzip.open(datasets_dir / "codecontests_train_sample_derived.jsonl.gz", "rt") as fh:
         rows = [json.loads(line) for line in fh]
     chosen = [problem_from_codecontests_derived(r) for r in rows if r["id"] in EXPECTED]
     return [p.model_copy(update={"stdio_tests": p.stdio_tests[:3]}) for p in chosen]

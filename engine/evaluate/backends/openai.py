@@ -1,18 +1,34 @@
-"""Any OpenAI-compatible server (vLLM's, SGLang's, ...) through httpx: async, bounded concurrency,
-exponential backoff, timeouts. A request that fails after its last retry gives its samples an
-explicit error (finish_reason "error", verdict GEN_ERROR later), never an empty answer."""
+"""Any OpenAI-compatible server (vLLM's, SGLang's, a hosted API) through httpx: every request of a
+dataset handed over at once and kept `concurrency` in flight as a sliding window (a slow answer
+holds one slot, not a batch), each yielded as it arrives; `engine.retry`'s policy (jittered
+backoff, Retry-After), timeouts. A request
+that fails after its last retry gives its samples an explicit error (finish_reason "error",
+verdict GEN_ERROR later), never an empty answer."""
 
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence, Union
 
 import httpx
 
-from engine.evaluate.backends.base import Decoding, Generation, Prompt, cut_at_stop
+from engine.evaluate.backends.base import (
+    Decoding,
+    Finished,
+    Generation,
+    Prompt,
+    Request,
+    cut_at_stop,
+    prompt_share,
+)
+from engine.retry import RETRYABLE_STATUS, Retryable, RetryPolicy, retry_after_s
 
-RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
+
+class _Refused(Exception):
+    """A request not worth another try (the reason is the message)."""
 
 
 class OpenAIBackend:
@@ -22,15 +38,40 @@ class OpenAIBackend:
                  retries: int = 4, timeout_s: float = 120.0, backoff_s: float = 0.5) -> None:
         self.model, self.base_url = model, base_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"}
-        self.concurrency, self.retries, self.timeout_s, self.backoff_s = concurrency, retries, timeout_s, backoff_s
+        self.concurrency, self.timeout_s = concurrency, timeout_s
+        self.retry = RetryPolicy(attempts=retries + 1, first_wait_s=backoff_s)
 
-    def generate(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
-        return asyncio.run(self._all(prompts, decoding))
+    def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
+        """The event loop runs in a thread of its own and hands each answer over as it lands; a
+        caller that stops early (Ctrl-C, an error) cancels what is still in flight."""
+        landed: queue.Queue[Union[Finished, BaseException]] = queue.Queue()
+        loop = asyncio.new_event_loop()
+        main = loop.create_task(self._all(requests, landed)) if requests else None
+        thread = threading.Thread(target=_run_until_done, args=(loop, main), name="openai-backend", daemon=True)
+        thread.start()
+        try:
+            for _ in range(len(requests)):
+                item = landed.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if main is not None and not main.done():
+                loop.call_soon_threadsafe(main.cancel)
+            thread.join()
 
-    async def _all(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
+    async def _all(self, requests: Sequence[Request], landed: queue.Queue) -> None:
         gate = asyncio.Semaphore(self.concurrency)
-        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
-            return list(await asyncio.gather(*(self._one(client, gate, p, decoding) for p in prompts)))
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers, limits=limits) as client:
+
+            async def one(index: int, request: Request) -> None:
+                landed.put((index, await self._one(client, gate, request.prompt, request.decoding)))
+
+            try:
+                await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+            except Exception as exc:  # noqa: BLE001 (handed to the consuming thread, which raises it)
+                landed.put(exc)
 
     async def _one(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, prompt: Prompt,
                    decoding: Decoding) -> list[Generation]:
@@ -43,27 +84,37 @@ class OpenAIBackend:
         if decoding.top_k > 0:
             body["top_k"] = decoding.top_k
         url = f"{self.base_url}/{'chat/completions' if chat else 'completions'}"
-        error = "no attempt made"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+
+        async def once() -> list[Generation]:
             async with gate:
                 began = time.perf_counter()
                 try:
                     response = await client.post(url, json=body)
                 except httpx.HTTPError as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-                    continue
+                    raise Retryable(f"{type(exc).__name__}: {exc}") from None
             if response.status_code == 200:
                 return _parse(response.json(), chat, decoding, time.perf_counter() - began)
             error = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code not in RETRYABLE:
-                break
-        return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=0.0,
-                           seed=decoding.seed, error=error)] * decoding.n
+            if response.status_code in RETRYABLE_STATUS:
+                raise Retryable(error, retry_after_s(response.headers))
+            raise _Refused(error)
+
+        try:
+            return await self.retry.acall(once)
+        except (Retryable, _Refused) as exc:
+            return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=0.0,
+                               seed=decoding.seed, error=str(exc))] * decoding.n
 
     def close(self) -> None:
         return None
+
+
+def _run_until_done(loop: asyncio.AbstractEventLoop, main: "asyncio.Task[None] | None") -> None:
+    try:
+        if main is not None:
+            loop.run_until_complete(asyncio.gather(main, return_exceptions=True))
+    finally:
+        loop.close()
 
 
 def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float) -> list[Generation]:
@@ -71,10 +122,11 @@ def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float)
     choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
     per_choice = usage.get("completion_tokens", 0) // max(1, len(choices))
     out = []
-    for choice in choices:
+    for i, choice in enumerate(choices):
         text = choice["message"]["content"] if chat else choice["text"]
         text, stopped = cut_at_stop(text or "", decoding.stop)
         finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
-        out.append(Generation(text=text, prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=per_choice,
+        prompt_tokens = prompt_share(usage.get("prompt_tokens", 0), len(choices), i)  # usage counts it once
+        out.append(Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=per_choice,
                               finish_reason=finish, latency_s=latency / max(1, len(choices)), seed=decoding.seed))
     return out

@@ -20,7 +20,7 @@ import json
 from typing import Any, Optional
 
 from engine.judge import plain
-from engine.judge.cases import Plan, function_plan
+from engine.judge.cases import CasePlan, function_plan
 from engine.judge.outcome import CUT, TestFailed, assert_verdict, error_verdict
 from engine.judge.remote import program as remote_program
 from engine.judge.verdict import Verdict
@@ -102,7 +102,7 @@ def _record(nonce: str, stdout: str) -> Optional[list]:
     return None
 
 
-def _decided(plan: Plan, index: int, record: list) -> tuple[str, dict[str, Any]]:
+def _decided(plan: CasePlan, index: int, record: list) -> tuple[str, dict[str, Any]]:
     kind, apart = record[0], plan.public["apart"]
     if kind == "syntax":
         raise TestFailed("SYNTAX_ERROR", str(record[1]))

@@ -17,8 +17,8 @@ decision stays in this process:
 
 A server that is down, keeps failing, answers `SandboxError` or too slowly gives
 INTERNAL_ERROR with the reason, never a model-side verdict. Connection errors,
-5xx and `SandboxError` are retried with exponential backoff (bounded attempts);
-a request that gets no answer within its timeout is not retried (it would only
+5xx, 429 and `SandboxError` are retried under `engine.retry`'s policy (jittered
+exponential waits, the server's Retry-After believed, bounded attempts); a request that gets no answer within its timeout is not retried (it would only
 double the wait).
 """
 
@@ -27,9 +27,9 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Optional
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,10 +37,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.errors import UserError
 from engine.judge.checkers import get_checker
 from engine.judge.compare import outputs_match
-from engine.judge.config import JudgeConfig, JudgeJob, test_count
+from engine.judge.config import REMOTE_LEVEL, JudgeConfig, JudgeJob, test_count
 from engine.judge.remote import harness
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 from engine.problem import Problem
+from engine.retry import RETRYABLE_STATUS, Retryable, RetryPolicy, retry_after_s
 
 _TAIL = 2000  # characters of stdout/stderr kept for repair feedback
 
@@ -81,9 +82,7 @@ class RunCodeResponse(BaseModel):
 class SandboxFusionSettings:
     url: str  # http://host:port or http://host:port/run_code
     max_concurrent: int = 16  # requests in flight from this process
-    attempts: int = 4  # tries per request (connection errors, 5xx, SandboxError)
-    backoff_s: float = 0.5  # first wait; doubles per retry
-    backoff_max_s: float = 8.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # connection errors, 5xx, 429, SandboxError
     http_slack_s: float = 10.0  # HTTP timeout = compile + run timeouts + this
 
     @property
@@ -118,42 +117,48 @@ class SandboxFusionClient:
     def run_code(self, request: RunCodeRequest) -> RunOutcome:
         start = time.monotonic()
         timeout = request.compile_timeout + request.run_timeout + self.settings.http_slack_s
-        reason = "no attempt made"
-        attempts = max(1, self.settings.attempts)
-        for attempt in range(1, attempts + 1):
-            with self._gate:
-                response, reason, retry = self._post_once(request, timeout)
-            if response is not None:
-                return RunOutcome(response=response, attempts=attempt, wall_s=time.monotonic() - start)
-            if not retry or attempt == attempts:
-                break
-            self._sleep(min(self.settings.backoff_max_s, self.settings.backoff_s * 2 ** (attempt - 1)))
-        url = self.settings.run_code_url
-        return RunOutcome(
-            error=f"sandbox_fusion {url}: {reason} (after {attempt} attempt{'s' if attempt > 1 else ''})",
-            attempts=attempt,
-            wall_s=time.monotonic() - start,
-        )
+        tries = 0
 
-    def _post_once(self, request: RunCodeRequest, timeout: float) -> tuple[Optional[RunCodeResponse], str, bool]:
-        """One POST: (response, "", _) on success, else (None, reason, retryable)."""
+        def once() -> RunCodeResponse:
+            nonlocal tries
+            tries += 1
+            with self._gate:
+                return self._post_once(request, timeout)
+
+        try:
+            response = self.settings.retry.call(once, sleep=self._sleep)
+        except (Retryable, _Refused) as exc:
+            url = self.settings.run_code_url
+            return RunOutcome(
+                error=f"sandbox_fusion {url}: {exc} (after {tries} attempt{'s' if tries > 1 else ''})",
+                attempts=tries,
+                wall_s=time.monotonic() - start,
+            )
+        return RunOutcome(response=response, attempts=tries, wall_s=time.monotonic() - start)
+
+    def _post_once(self, request: RunCodeRequest, timeout: float) -> RunCodeResponse:
+        """One POST: the response, or `Retryable` / `_Refused` with the reason."""
         try:
             r = self._http.post(self.settings.run_code_url, json=request.model_dump(), timeout=timeout)
         except httpx.TimeoutException:
-            return None, f"no answer within {timeout:.0f}s", False
+            raise _Refused(f"no answer within {timeout:.0f}s") from None
         except httpx.TransportError as exc:  # refused, reset, DNS...
-            return None, f"connection error: {type(exc).__name__}: {exc}", True
-        if r.status_code >= 500:
-            return None, f"HTTP {r.status_code}: {r.text[:200]}", True
+            raise Retryable(f"connection error: {type(exc).__name__}: {exc}") from None
+        if r.status_code in RETRYABLE_STATUS:
+            raise Retryable(f"HTTP {r.status_code}: {r.text[:200]}", retry_after_s(r.headers))
         if r.status_code != 200:
-            return None, f"HTTP {r.status_code}: {r.text[:200]}", False
+            raise _Refused(f"HTTP {r.status_code}: {r.text[:200]}")
         try:
             response = RunCodeResponse.model_validate_json(r.content)
         except ValueError as exc:
-            return None, f"malformed response: {str(exc)[:200]}", False
+            raise _Refused(f"malformed response: {str(exc)[:200]}") from None
         if response.status == "SandboxError":
-            return None, f"SandboxError: {response.message[:200]}", True
-        return response, "", False
+            raise Retryable(f"SandboxError: {response.message[:200]}")
+        return response
+
+
+class _Refused(Exception):
+    """A failed request not worth another try (the reason is the message)."""
 
 
 # ---------------------------------------------------------------- verdicts from one run
@@ -301,6 +306,17 @@ class SandboxFusionRunner:
         return TestRun(result=result, stdout=_tail(own), stderr=_tail(stderr))
 
 
+def _decided(futures: list[Future[TestRun]], stop_on_first_failure: bool) -> bool:
+    """Whether `collect` would return without waiting: every test done, or (sparse) every test
+    before the first failing one."""
+    for fut in futures:
+        if not fut.done():
+            return False
+        if stop_on_first_failure and (fut.exception() is not None or fut.result().result.verdict != Verdict.ACCEPTED):
+            return True
+    return True
+
+
 def _message(response: RunCodeResponse, verdict: Verdict) -> Optional[str]:
     if verdict in (Verdict.ACCEPTED, Verdict.WRONG_ANSWER):
         return None
@@ -331,6 +347,9 @@ class SandboxFusionBackend:
     def isolation(self) -> str:
         return ISOLATION
 
+    def isolation_level(self) -> str:
+        return REMOTE_LEVEL
+
     def close(self) -> None:
         self.runner.close()
 
@@ -346,16 +365,24 @@ class SandboxFusionBackend:
             max_output_bytes=self.config.max_output_bytes,
         )
 
-    def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]:
-        started = [(job, time.monotonic(), self.runner.submit(job.problem, job.program, self._limits(job.problem)))
-                   for job in jobs]
-        results = []
-        for job, t0, futures in started:
-            runs = self.runner.collect(futures, stop_on_first_failure=job.stop_on_first_failure)
-            results.append(self._sample(job.problem, runs, time.monotonic() - t0))
-            if progress:
-                progress(1)
-        return results
+    def run_stream(self, jobs: Iterable[JudgeJob], *, read_ahead: bool = True) -> Iterator[tuple[int, SampleResult]]:
+        """Every test of every job submitted at once (the pool bounds what is in flight), so `jobs`
+        is read whole first, whatever `read_ahead` says; a job's result as soon as its verdict is
+        decided, whatever the order of the jobs."""
+        started: dict[int, tuple[JudgeJob, float, list[Future[TestRun]]]] = {}
+        for i, job in enumerate(jobs):
+            started[i] = (job, time.monotonic(), self.runner.submit(job.problem, job.program, self._limits(job.problem)))
+        while started:
+            decided = [i for i, (job, _, futures) in started.items()
+                       if _decided(futures, job.stop_on_first_failure)]
+            if not decided:
+                wait([f for _, _, futures in started.values() for f in futures if not f.done()],
+                     return_when=FIRST_COMPLETED)
+                continue
+            for i in decided:
+                job, t0, futures = started.pop(i)
+                runs = self.runner.collect(futures, stop_on_first_failure=job.stop_on_first_failure)
+                yield i, self._sample(job.problem, runs, time.monotonic() - t0)
 
     def _sample(self, problem: Problem, runs: list[TestRun], wall_s: float) -> SampleResult:
 

@@ -18,6 +18,8 @@ from typing import Optional
 
 import psutil
 
+from engine.errors import UserError
+from engine.resources import visible_gpus
 from engine.runs.executors.base import RUN_ID_ENV, Job, Started
 from engine.runs.lineage import RunRecord, now_iso
 
@@ -30,15 +32,23 @@ class _Slots:
     released: bool = False
 
 
-def _visible_gpu_ids(count: int) -> list[str]:
-    # Respect a CUDA_VISIBLE_DEVICES the user already narrowed (e.g. "2,3").
-    preset = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
-    return preset[:count] if len(preset) >= count else [str(i) for i in range(count)]
+def gpu_ids(count: int) -> list[str]:
+    """The ids of `count` GPUs this process may use: the first of a CUDA_VISIBLE_DEVICES the user
+    narrowed (e.g. "2,3"), else 0..count-1. Asking for more than CUDA_VISIBLE_DEVICES shows is an
+    error, not a silent fall-back to devices the user fenced off."""
+    preset = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if preset is None:
+        return [str(i) for i in range(count)]
+    shown = visible_gpus()
+    if count > len(shown):
+        raise UserError(f"{count} GPU(s) asked for (--gpus {count}) but CUDA_VISIBLE_DEVICES={preset!r} shows "
+                        f"{len(shown)}\n  fix: pass --gpus {len(shown)}, or widen CUDA_VISIBLE_DEVICES to {count} GPUs")
+    return shown[:count]
 
 
 @dataclass(kw_only=True)
 class LocalExecutor:
-    gpus: int = 0
+    gpus: int = field(default_factory=lambda: len(visible_gpus()))  # default: every GPU this machine shows
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
     _free_gpus: list[str] = field(init=False, repr=False)
     _free_cpus: int = field(init=False, repr=False)
@@ -46,7 +56,7 @@ class LocalExecutor:
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.cpus < 1:
             raise ValueError(f"LocalExecutor needs gpus >= 0 and cpus >= 1, got {self.gpus}, {self.cpus}")
-        self._free_gpus = _visible_gpu_ids(self.gpus)
+        self._free_gpus = gpu_ids(self.gpus)
         self._free_cpus = self.cpus
 
     def refusal(self, job: Job) -> Optional[str]:

@@ -5,8 +5,7 @@ Append a new migration for every change; never edit one that has shipped.
 
 from __future__ import annotations
 
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
+from engine.runs.lineage.sqlite import Database, Migrations
 
 MIGRATIONS = Migrations("rlvr-run-lineage")
 
@@ -104,8 +103,15 @@ def _m007(db: Database) -> None:
     db["datasets"].add_column("verified", str)
 
 
-@MIGRATIONS(name="m008_leak_findings")
+@MIGRATIONS(name="m008_artifact_source")
 def _m008(db: Database) -> None:
+    # The flywheel's files (harvested failures, the pairs and rows built from them) name the run
+    # they were harvested from; with their sha256, lineage says which outputs fed which run.
+    db["artifacts"].add_column("source_run", str)
+
+
+@MIGRATIONS(name="m009_leak_findings")
+def _m009(db: Database) -> None:
     # rule 3's findings that did not refuse the spec (waived pairs, warnings), with their evidence
     db["leaks"].create(
         {"spec_name": str, "train": str, "evaluation": str, "train_id": str, "eval_id": str, "kind": str,

@@ -117,6 +117,7 @@ class ArtifactRecord(BaseModel):
     path: str
     sha256: Optional[str] = None
     created_at: str = ""
+    source_run: Optional[str] = None  # the run whose outputs it was built from (the flywheel's harvest)
 
 
 class Metric(BaseModel):

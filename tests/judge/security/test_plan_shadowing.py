@@ -60,7 +60,7 @@ def test_an_entry_point_named_like_a_builtin_is_called(judge):
     assert not judge.judge(SUM, "def f(a, b):\n    return 6\n", code_is_program=True).accepted
 
 
-def test_mbpp_126_keeps_its_own_sum_through_the_reward_row(judge, shared_datasets):
+def test_mbpp_126_keeps_its_own_sum_through_the_reward_row(judge, datasets_dir):
     """The converter names `sum` as MBPP 126's entry point (its reference defines it), and the
     reward row carries the entry point, not the reference: the tests still mean the program's."""
     import json
@@ -68,7 +68,7 @@ def test_mbpp_126_keeps_its_own_sum_through_the_reward_row(judge, shared_dataset
     from engine.data.convert import problem_from_mbpp
     from engine.judge.ground_truth import RewardTests, ground_truth_from_problem
 
-    with open(shared_datasets / "mbpp_full.jsonl") as fh:
+    with open(datasets_dir / "mbpp_full.jsonl") as fh:
         row = next(r for r in map(json.loads, fh) if r["task_id"] == 126)
     problem = problem_from_mbpp(row, sanitized=False)
     assert problem.entry_point == "sum"

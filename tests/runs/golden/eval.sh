@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# rlvr-run eval run cece902ba518 (base:every_phase) of spec golden.
+# rlvr-run eval run e29d9f32c9b2 (base:every_phase) of spec golden.
 # Rendered from templates/launch/eval.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/cece902ba518}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/e29d9f32c9b2}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=cece902ba518
+export RLVR_RUN_ID=e29d9f32c9b2
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"

@@ -1,0 +1,57 @@
+"""The command line starts at once: `rlvr-run --help` imports no verb, and `status` none of the
+heavy libraries (each costs from a tenth of a second to several seconds to import).
+
+Checked in a fresh interpreter, by what is in `sys.modules`: behaviour, not timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers", "pandas", "scipy", "matplotlib", "datasketch", "numpy", "httpx")
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = f"import sys\n{code}\nimport json; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def heavy_in(modules: list[str]) -> list[str]:
+    return [m for m in modules if m.split(".")[0] in HEAVY]
+
+
+def test_importing_the_cli_loads_no_heavy_library_and_no_verb():
+    modules = loaded_after("import engine.cli")
+    assert not heavy_in(modules)
+    assert not [m for m in modules if m.startswith("engine.cli.")]
+
+
+def test_help_loads_no_verb():
+    modules = loaded_after("import engine.cli, contextlib, io\n"
+                           "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+                           "    engine.cli.main(['--help'])")
+    assert not heavy_in(modules)
+    assert not [m for m in modules if m.startswith("engine.cli.")]
+
+
+def test_a_verb_loads_only_its_own_module():
+    modules = loaded_after("import engine.cli\nengine.cli.build_parser(['status'])")
+    verbs = {m for m in modules if m.startswith("engine.cli.") and m != "engine.cli.views"}
+    assert verbs == {"engine.cli.status"}
+
+
+def test_status_loads_no_heavy_library(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests" / "report"))
+    from synthetic import build
+
+    build(tmp_path, seeds=1, problems=2)
+    modules = loaded_after("import engine.cli, contextlib, io\n"
+                           "with contextlib.redirect_stdout(io.StringIO()):\n"
+                           f"    engine.cli.main(['status', '--runs-dir', {str(tmp_path)!r}])")
+    assert "engine.runs.lineage.store" in modules
+    assert not heavy_in(modules)
