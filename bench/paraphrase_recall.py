@@ -35,7 +35,6 @@ from pathlib import Path
 
 from engine.data.cache import cache_root
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval, problem_from_mbpp
-from engine.data.fingerprint import problems_fingerprint
 from engine.isolation.content import leaks_between, semantic_leaks, sketch_settings
 from engine.isolation.neardup import sketch_problems
 from engine.isolation.semantic import VectorCache, load_encoder, problem_vectors
@@ -134,8 +133,8 @@ class Rule3:
     def __call__(self, train: list[Problem], evaluation: list[Problem]) -> list[Leak]:
         settings = sketch_settings(self.leakage)
         lexical = leaks_between(sketch_problems(train, settings), sketch_problems(evaluation, settings), self.leakage)
-        vt, _ = problem_vectors(train, problems_fingerprint(train), self.encoder, self.vectors)
-        ve, _ = problem_vectors(evaluation, problems_fingerprint(evaluation), self.encoder, self.vectors)
+        vt, _ = problem_vectors(train, self.encoder, self.vectors)
+        ve, _ = problem_vectors(evaluation, self.encoder, self.vectors)
         return semantic_leaks(train, evaluation, vt, ve, self.leakage, lexical, self.confirm)
 
 
