@@ -150,9 +150,12 @@ class TrainRun:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     def hand_off(self, chosen: Chosen, target: Optional[Path] = None) -> Path:
-        """Copy the chosen checkpoint's model files to model/ (atomically) and record the choice."""
+        """Copy the chosen checkpoint's model files to model/ (atomically) and record the choice
+        (under accelerate, the first process only)."""
         source = self.run_dir / chosen.path
         target = target or self.run_dir / MODEL_DIR
+        if not is_main_process():
+            return target
         partial = target.with_name(f".{target.name}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(source, partial, ignore=shutil.ignore_patterns(*RESUME_ONLY, "rng_state*"))
@@ -216,6 +219,11 @@ def load_model(path: str) -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def is_main_process() -> bool:
+    """False in the second and later processes `accelerate launch` starts (RANK 1, 2, ...)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def run_main(prog: str, argv: Optional[list[str]], body: Callable[[TrainRun], None]) -> int:
