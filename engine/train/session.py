@@ -102,6 +102,9 @@ class TrainRun:
         """`config_cls` (SFTConfig, DPOConfig, GRPOConfig) from defaults < the spec's hparams < what rlvr-run owns."""
         import torch
 
+        cpus = os.environ.get("RLVR_CPUS", "")
+        if cpus.isdigit() and "LOCAL_RANK" not in os.environ:  # one process: the run's CPUs are its threads
+            torch.set_num_threads(int(cpus))  # (under accelerate, --num_cpu_threads_per_process shares them)
         cpu = not torch.cuda.is_available()
         owned = {"output_dir": str(self.checkpoints), "logging_steps": 1, "save_strategy": "steps",
                  "seed": self.frozen.seed or 0, "run_name": self.frozen.run_id, "report_to": self.report_to(),
