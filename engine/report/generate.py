@@ -8,7 +8,6 @@ never sees half a page. A page whose data is missing says so instead of failing 
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any, Callable, Optional
 import jinja2
 
 from engine.evaluate.metrics import mean_pass_at_k
+from engine.files import atomic_write
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
@@ -116,11 +116,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
 
 
 def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-    return path
+    return atomic_write(path, text)
 
 
 def _index(study: Study) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
+from engine.files import read_jsonl
 from engine.spec.model import TRAINED_KINDS, PhaseKind
 from engine.train.outcome import TRAINING_FILE, TrainingOutcome, last_step, read_outcome
 
@@ -120,11 +121,7 @@ def _judged(run_dir: Path, summary: dict) -> int:
     if not path.is_file():
         return 0
     seen = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in read_jsonl(path):
         keys = record.get("keys", {})
         if (record.get("round", 1) == 1 and keys.get("protocol") == summary["protocol_sha256"]
                 and keys.get("idlist") == summary["idlist_sha256"] and keys.get("model") == summary["model"]):
