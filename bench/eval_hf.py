@@ -1,5 +1,7 @@
-"""The hf generation backend on CPU with the tiny model: batched vs one prompt at a time, side by
-side in one run, and the share of an eval run's wall time spent generating vs judging.
+"""The hf generation backend with the tiny model: one prompt at a time, 8 prompts per call (the
+runner's old shape: each call waits for its longest sample), and every prompt in one stream at
+the backend's batch size, side by side in one run; and the share of an eval run's wall time
+spent generating vs judging.
 
     .venv/bin/python bench/eval_hf.py [--problems 42] [--max-tokens 64] [--batch 16]
 """
@@ -12,7 +14,7 @@ import time
 from pathlib import Path
 
 from engine.data.toy import toy_problems
-from engine.evaluate.backends.base import Decoding
+from engine.evaluate.backends.base import Decoding, generate
 from engine.evaluate.backends.hf import HFBackend
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
@@ -21,10 +23,11 @@ from engine.spec.registry import find_registry, load_registry
 from engine.tinymodel import build_tiny_model
 
 
-def timed(backend: HFBackend, prompts: list, decoding: Decoding, batch: int) -> tuple[float, int, list]:
+def timed(backend: HFBackend, prompts: list, decoding: Decoding, batch: int, per_call: int) -> tuple[float, int, list]:
     backend.batch_size = batch
     began = time.perf_counter()
-    out = backend.generate(prompts, decoding)
+    out = [gens for start in range(0, len(prompts), per_call)
+           for gens in generate(backend, prompts[start:start + per_call], decoding)]
     return time.perf_counter() - began, sum(g.completion_tokens for gens in out for g in gens), out
 
 
@@ -41,12 +44,14 @@ def main() -> None:
     decoding = Decoding(max_tokens=args.max_tokens)
     backend = HFBackend(model=str(model))
     rows = {}
-    for label, batch in (("one at a time", 1), (f"batched ({args.batch})", args.batch)):
-        seconds, tokens, out = timed(backend, prompts, decoding, batch)
+    shapes = (("one at a time", 1, 1), ("8 per call", args.batch, 8), (f"all at once ({args.batch})", args.batch,
+                                                                       len(prompts)))
+    for label, batch, per_call in shapes:
+        seconds, tokens, out = timed(backend, prompts, decoding, batch, per_call)
         rows[label] = (seconds, tokens)
-        print(f"{label:>16}: {len(prompts) / seconds:6.2f} samples/s  {tokens / seconds:7.1f} tokens/s  ({seconds:.1f} s)")
-    (one, _), (many, _) = rows.values()
-    print(f"batched / one-at-a-time speed-up: {one / many:.2f}x")
+        print(f"{label:>18}: {len(prompts) / seconds:6.2f} samples/s  {tokens / seconds:7.1f} tokens/s  ({seconds:.1f} s)")
+    (one, _), (eight, _), (many, _) = rows.values()
+    print(f"all at once vs one at a time: {one / many:.2f}x; vs 8 per call: {eight / many:.2f}x")
     with Judge(JudgeConfig()) as judge:
         began = time.perf_counter()
         judge.judge_many([(p, gens[0].text) for p, gens in zip(problems, out)])

@@ -72,8 +72,8 @@ with Judge(JudgeConfig(timeout_s=3.0, cache=False, workers=int(sys.argv[3]))) as
 """
 
 
-def start(checkout: str, workers: int, stdio: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", DRIVER, checkout, str(DATASETS), str(workers), str(stdio)],
+def start(checkout: str, workers: int, stdio: int, datasets: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", DRIVER, checkout, str(datasets), str(workers), str(stdio)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -90,8 +90,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=16)
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--stdio", type=int, default=0, metavar="PROBLEMS")
+    parser.add_argument("--datasets", type=Path, default=DATASETS)
     args = parser.parse_args()
-    drivers = [start(side, args.workers, args.stdio) for side in (args.baseline, args.candidate)]
+    drivers = [start(side, args.workers, args.stdio, args.datasets) for side in (args.baseline, args.candidate)]
     runs: list[list[dict]] = [[], []]
     try:
         for k in range(args.pairs):

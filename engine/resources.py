@@ -1,4 +1,6 @@
-"""Where the files the package reads live: launch and report templates, the registry.
+"""Where what the package uses lives: launch and report templates, the registry, the classes
+its string registries name (`load_object`, imported on first use), and the GPUs this process
+may use (`visible_gpus`).
 
 In the repository they are the top-level `templates/` and `registry/` folders (the layout users
 know and edit); a built wheel carries the same folders inside the package as `engine/_shipped/`.
@@ -6,7 +8,10 @@ know and edit); a built wheel carries the same folders inside the package as `en
 
 from __future__ import annotations
 
+import importlib
+import os
 from pathlib import Path
+from typing import Any
 
 ENGINE_ROOT = Path(__file__).resolve().parent
 
@@ -19,3 +24,21 @@ def shipped(name: str) -> Path:
 
 TEMPLATES = shipped("templates")
 REWARD_FILE = ENGINE_ROOT / "reward.py"  # the file verl loads by path
+
+
+def load_object(target: str) -> Any:
+    """The object `module:attribute` names, imported now: registries of backends by name keep
+    strings so that choosing one never imports the others' machinery (torch, vllm, httpx)."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when it is set (empty: none), else the
+    NVIDIA devices the machine shows (/dev/nvidia0, ...; none on a CPU machine). No CUDA runtime is
+    loaded to find out."""
+    preset = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if preset is not None:
+        return [g.strip() for g in preset.split(",") if g.strip() and g.strip() != "-1"]
+    found = [p.name[len("nvidia"):] for p in Path("/dev").glob("nvidia[0-9]*")]
+    return sorted(found, key=int)

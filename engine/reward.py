@@ -16,6 +16,7 @@ from engine.judge.reward import (
     RewardSettings,
     compute_score,
     compute_score_async,
+    compute_score_batch,
 )
 
-__all__ = ["VERDICT_CODES", "RewardSettings", "compute_score", "compute_score_async"]
+__all__ = ["VERDICT_CODES", "RewardSettings", "compute_score", "compute_score_async", "compute_score_batch"]

@@ -19,7 +19,8 @@ from typing import Callable, Iterable, Optional
 VERBS: dict[str, tuple[str, str]] = {
     "run": ("engine.cli.run", "validate, plan, materialize and execute a spec (the default verb)"),
     "validate": ("engine.cli.validate", "check a spec: errors with file:line:col, or ok"),
-    "status": ("engine.cli.status", "what ran, what runs, what is blocked"),
+    "status": ("engine.cli.status", "what ran, what runs, what is blocked, and the time left"),
+    "price": ("engine.cli.price", "a study's forecast against its actual durations; --fit refits a hardware profile"),
     "report": ("engine.cli.report", "write the result pages (Markdown + PNG) from lineage"),
     "evaluate": ("engine.cli.evaluate",
                  "evaluate a run directory's model on its datasets (what an eval run's launch.sh runs)"),

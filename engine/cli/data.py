@@ -17,7 +17,7 @@ from engine.data.idlist import select_ids, write_idlist
 from engine.data.loaders import load_reference
 from engine.data.toy import toy_problems
 from engine.errors import UserError
-from engine.isolation.content import check_leakage, describe
+from engine.isolation.content import LeakageReport, check_leakage, describe
 from engine.isolation.neardup import SketchCache
 from engine.isolation.validate import validate_spec
 from engine.prompts.templates import PromptChoice
@@ -26,6 +26,7 @@ from engine.train.export import export_run, summary_line
 from engine.train.pairs import build_pairs, judged_samples, registry_prompt, write_pairs
 from engine.train.rows import EXPORT_FORMATS, export_dataset, read_pairs
 from engine.verify.declared import verify_targets
+from engine.verify.leakage import confirm_by_execution
 from engine.verify.problems import verify_dataset, write_outputs
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,7 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q = data.add_parser("leakage", help="isolation rule 3: every train/eval problem pair that is the same or nearly")
     q.add_argument("spec", type=Path)
     q.add_argument("--cache-dir", type=Path, help="sketch cache (default: $RLVR_RUN_CACHE_DIR or ~/.cache/rlvr-run)")
-    q.add_argument("--json", type=Path, help="also write the full report here")
+    q.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                   help="the full report as JSON: every pair with its kind, scores and the test runs that "
+                        "confirmed it (to stdout, or to FILE)")
     q.set_defaults(func=_cmd_data_leakage)
     q = data.add_parser("verify", help="run reference solutions through the judge: sound, needs-checker, "
                         "broken tests, too slow, interactive")
@@ -164,22 +167,53 @@ def _cmd_data_leakage(args: argparse.Namespace) -> int:
     validated = validate_spec(args.spec, content=False)
     cache = SketchCache(root=args.cache_dir) if args.cache_dir else None
     with err_console.status("rule 3") as status:
-        report = check_leakage(validated, cache=cache, on_step=lambda step: status.update(step))
+        report = check_leakage(validated, cache=cache, on_step=lambda step: status.update(step),
+                               confirm=confirm_by_execution)
+    to_stdout = args.json == "-"
+    if args.json:
+        text = json.dumps(leakage_json(report), indent=2, default=str) + "\n"
+        if to_stdout:
+            console.out(text, end="", highlight=False)
+        else:
+            Path(args.json).write_text(text)
+    out = err_console if to_stdout else console
     s = report.settings
-    console.print(f"rule 3 — threshold {s.threshold}, {s.ngram}-word shingles, {s.num_perm} permutations; "
-                  + ", ".join(f"{n} {report.sizes[n]} problems{' (cached)' if report.cache_hits[n] else ''}"
-                              for n in report.sizes), highlight=False)
-    console.print(leakage_table(report))
+    out.print(f"rule 3 — threshold {s.threshold}, {s.ngram}-word shingles, {s.num_perm} permutations; "
+              + ", ".join(f"{n} {report.sizes[n]} problems{' (cached)' if report.cache_hits[n] else ''}"
+                          for n in report.sizes), highlight=False)
+    out.print(f"by meaning: {report.semantic}", highlight=False)
+    out.print(leakage_table(report))
     for pair in report.pairs:
         for leak in pair.leaks:
-            console.print(f"  {pair.train} × {pair.evaluation}: {describe(leak)}", highlight=False)
+            out.print(f"  {pair.train} × {pair.evaluation}: {describe(leak)} — {leak.level}, kind {leak.kind}, "
+                      f"scores {_scores(leak.scores)}", highlight=False)
     for warning in report.warnings:
         err_console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
     for diag in report.errors:
         err_console.print(diag.render(), highlight=False)
-    if args.json:
-        args.json.write_text(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
     return 1 if report.errors else 0
+
+
+def _scores(scores: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.3f}" for name, value in scores.items()) or "—"
+
+
+def leakage_json(report: LeakageReport) -> dict:
+    """The report for machines: settings, what each stage did, and every pair of datasets with
+    every finding (kind, level, scores, the test runs of a pair found by meaning)."""
+    return {
+        "settings": report.settings.model_dump(),
+        "semantic": report.semantic,
+        "datasets": {name: {"problems": report.sizes[name], "fingerprint": report.fingerprints.get(name)}
+                     for name in report.sizes},
+        "pairs": [{"train": pair.train, "evaluation": pair.evaluation, "outcome": pair.outcome,
+                   "unchecked": pair.unchecked, "waiver": dataclasses.asdict(pair.waiver) if pair.waiver else None,
+                   "findings": [dataclasses.asdict(leak) for leak in pair.leaks]} for pair in report.pairs],
+        "unchecked_pairs": report.unchecked_pairs,
+        "load_failures": report.load_failures,
+        "warnings": report.warnings,
+        "errors": [diag.render() for diag in report.errors],
+    }
 
 
 def _cmd_data_verify(args: argparse.Namespace) -> int:

@@ -11,17 +11,21 @@ import argparse
 from pathlib import Path
 
 from engine.cli.views import StageProgress, console, eval_table
-from engine.evaluate.backends import BACKENDS
-from engine.evaluate.run import Settings, evaluate_run
+from engine.evaluate.eval_run import Settings, evaluate_runs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run-dir", type=Path, required=True, help="an eval run's directory (runs/<spec>/<run-id>/)")
+    p.add_argument("--run-dir", type=Path, required=True, action="append", dest="run_dirs",
+                   help="an eval run's directory (runs/<spec>/<run-id>/); repeat it to evaluate several runs of "
+                        "one model with one model load")
     p.add_argument("--model", required=True, help="the model to evaluate: a Hugging Face folder or hub id")
-    p.add_argument("--backend", choices=("auto", *BACKENDS), default="auto",
-                   help="generation backend (auto: vllm where a GPU and vllm exist, else hf)")
-    p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (openai backend)")
-    p.add_argument("--batch-size", type=int, default=16, help="prompts per generate call (hf)")
+    p.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto",
+                   help="local generation engine (auto: the run's `generation.backend`, else vllm where a GPU and "
+                        "vllm exist, else hf)")
+    p.add_argument("--base-url", help="an OpenAI-compatible server serving --model, e.g. http://127.0.0.1:8000/v1 "
+                                      "(a spec declares it as an eval phase's `endpoint:`)")
+    p.add_argument("--batch-size", type=int, help="prompts per forward batch (hf; default: the run's, else 16 on "
+                                                  "a CPU and 64 on a GPU)")
     p.add_argument("--rejudge", action="store_true", help="judge every generation again (e.g. after a judge fix)")
     p.add_argument("--generate-only", action="store_true",
                    help="a best_of_n run: n samples per problem, one chosen by the public tests into outputs/samples")
@@ -33,7 +37,8 @@ def command(args: argparse.Namespace) -> int:
     settings = Settings(backend=args.backend, base_url=args.base_url, batch_size=args.batch_size,
                         rejudge=args.rejudge, generate_only=args.generate_only, samples=args.samples)
     with StageProgress(console) as progress:
-        output = evaluate_run(args.run_dir, args.model, settings, on_progress=progress.update)
-    if output.datasets:
-        console.print(eval_table(output))
+        outputs = evaluate_runs(args.run_dirs, args.model, settings, on_progress=progress.update)
+    for output in outputs:
+        if output.datasets:
+            console.print(eval_table(output))
     return 0

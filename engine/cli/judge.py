@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", choices=("tokens", "float", "exact"), default="tokens", help="stdio output comparison")
     p.add_argument("--limit", type=int, default=None, help="judge only the first N samples")
     p.add_argument("--no-cache", action="store_true", help="judge identical programs again")
+    p.add_argument("--allow-unsandboxed", action="store_true",
+                   help="judge even where the network and the filesystem cannot be isolated (the records say so)")
     p.set_defaults(func=command)
 
 
@@ -44,6 +46,7 @@ def command(args: argparse.Namespace) -> int:
     config = JudgeConfig(
         backend=args.backend, url=args.url, timeout_s=args.timeout, memory_mb=args.memory_mb,
         compare=args.compare, stop_on_first_failure=args.mode == "sparse", cache=not args.no_cache,
+        allow_unsandboxed=args.allow_unsandboxed,
         **({"workers": args.workers} if args.workers else {}),
     )
     columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

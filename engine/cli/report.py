@@ -25,4 +25,8 @@ def command(args: argparse.Namespace) -> int:
     for report in reports:
         console.print(f"{report.spec}: {len(report.pages)} pages, {len(report.images)} figures in "
                       f"{report.seconds:.1f} s → {report.dir / 'index.md'}", highlight=False)
+    failed = [f"{r.spec}: {page}.md could not be built: {why}" for r in reports for page, why in r.failed.items()]
+    if failed:
+        raise UserError("\n".join(failed) + "\n  fix: the other pages are written; the error names what the "
+                        "failed page could not read (a run's outputs or lineage), repair it and run `rlvr-run report` again")
     return 0

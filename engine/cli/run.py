@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Optional
 
-from engine.cli.views import RunProgress, console, describe_plan, err_console, print_results
+from engine.cli.views import RunProgress, console, describe_plan, describe_price, err_console, print_results
 from engine.errors import UserError
 from engine.plan.model import Run
 from engine.report.generate import write_reports
@@ -29,7 +29,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="experiment-matrix spec (YAML)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
-    p.add_argument("--gpus", type=int, default=0, help="GPUs available to the local executor")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the local executor may use (default: every GPU this machine shows, within "
+                        "CUDA_VISIBLE_DEVICES when it is set; 0 on a CPU machine); with --dry-run, the GPUs "
+                        "the forecast packs the study on (default: one node)")
+    p.add_argument("--nodes", type=int, default=1, help="with --dry-run: nodes the --gpus are spread over")
+    p.add_argument("--gpu-type", default=None,
+                   help="with --dry-run: hardware profile from registry/hardware.yaml (default: h100, or cpu "
+                        "when no run needs a GPU)")
+    p.add_argument("--price", type=float, default=None, help="with --dry-run: cost of one GPU-hour")
+    p.add_argument("--json", action="store_true", help="with --dry-run: the plan's forecast as JSON on stdout")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots (default: all cores)")
     p.add_argument("--executor", choices=("local", "ray"), default=None,
                    help="where runs execute (default: the spec's executor.kind, else local)")
@@ -43,23 +52,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    if args.gpus < 0 or (args.cpus is not None and args.cpus < 1):
+    if (args.gpus is not None and args.gpus < 0) or (args.cpus is not None and args.cpus < 1):
         raise UserError("--gpus must be >= 0 and --cpus >= 1")
-    view = _View(args.runs_dir)
+    if args.json and not args.dry_run:
+        raise UserError("--json goes with --dry-run (a run's progress is `rlvr-run status --json`)")
+    view = _View(args.runs_dir, quiet=args.json)
     try:
         outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
                            cpus=args.cpus, skip_unmet=args.skip_unmet, executor=args.executor,
                            address=args.address, on_event=view.on_event)
     finally:
         view.close()
+    if outcome.validated is not None:
+        _print_price(args, outcome)
     if outcome.result is not None:
         result = outcome.result
         counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
-        for report in write_reports(args.runs_dir, outcome.plan.spec_name):
+        reports = write_reports(args.runs_dir, outcome.plan.spec_name)
+        for report in reports:
             print_results(console, report, markdown=args.markdown)
             console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)
+        failed = [f"{page}.md ({why})" for r in reports for page, why in r.failed.items()]
+        if failed and outcome.exit_code == 0:
+            raise UserError(f"result pages that could not be built: {'; '.join(failed)}\n"
+                            "  fix: repair what the error names and run `rlvr-run report` again")
     return outcome.exit_code
+
+
+def _print_price(args: argparse.Namespace, outcome) -> None:
+    from engine.price.study import price_plan
+
+    priced = price_plan(outcome.plan, outcome.validated, gpu_type=args.gpu_type, gpus=args.gpus or None,
+                        nodes=args.nodes, cpus=args.cpus, price=args.price)
+    if args.json:
+        print(priced.model_dump_json(indent=2))
+        return
+    console.print(describe_price(priced))
 
 
 def fix_for(exc: UserError) -> Optional[str]:
@@ -85,7 +114,8 @@ def unmet_lines(unmet: list[Run], gpus: int) -> str:
 class _View:
     """Renders the pipeline's events: a spinner while validating, the plan, then run progress."""
 
-    def __init__(self, runs_dir: str) -> None:
+    def __init__(self, runs_dir: str, *, quiet: bool = False) -> None:
+        self.quiet = quiet  # --json: stdout holds the JSON alone
         self.status = err_console.status("validating", spinner="dots")
         self.status.start()
         self.progress: Optional[RunProgress] = None
@@ -97,9 +127,9 @@ class _View:
         elif isinstance(event, Planned):
             self.status.stop()
             self.pages.spec = event.plan.spec_name
-            if event.dry_run:
+            if event.dry_run and not self.quiet:
                 console.print(describe_plan(event.plan, event.states))
-            if event.unmet:
+            if event.unmet and not self.quiet:
                 console.print(f"[yellow]warning:[/] {unmet_lines(event.unmet, event.gpus)}", highlight=False)
                 console.print(f"fix: {fix_for(UnmetResources(event.unmet, event.gpus))}", highlight=False)
         elif isinstance(event, Executing):

@@ -1,24 +1,66 @@
-"""`rlvr-run status [SPEC]`: each run's state, start, duration and headline metric."""
+"""`rlvr-run status [SPEC]`: each run's state, start, duration and headline metric; with a spec,
+each running run's progress and ETA and the study's remaining wall time; `--watch` refreshes it."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
+from pathlib import Path
 
-from engine.cli.views import console, render_status
+from engine.cli.views import console, render_eta, render_status
+from engine.errors import UserError
 from engine.runs.status import collect_status
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", nargs="?", help="limit to this spec")
+    p.add_argument("spec", nargs="?", help="limit to this spec (and show its progress and time left)")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--watch", action="store_true", help="refresh live until every run has finished (Ctrl-C stops)")
+    p.add_argument("--every", type=float, default=5.0, help="with --watch: seconds between refreshes (default 5)")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs the executor has, for the time left (default: one node)")
+    p.add_argument("--cpus", type=int, default=None, help="CPU slots the executor has (default: this machine's cores)")
     p.set_defaults(func=command)
 
 
-def command(args: argparse.Namespace) -> int:
+def _eta(args: argparse.Namespace, report):
+    specs = {r.spec_name for r in report.runs}
+    if len(specs) != 1:
+        return None
+    from engine.price.progress import study_eta
+    from engine.runs.lineage import LINEAGE_FILE, open_lineage
+
+    with open_lineage(Path(args.runs_dir) / LINEAGE_FILE, readonly=True) as lineage:
+        try:
+            return study_eta(lineage, specs.pop(), gpus=args.gpus, cpus=args.cpus)
+        except UserError:  # no calibrated profile: the states still show
+            return None
+
+
+def _view(args: argparse.Namespace):
     report = collect_status(args.runs_dir, args.spec)
+    eta = _eta(args, report)
+    return report, eta
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.every <= 0:
+        raise UserError("--every must be a positive number of seconds")
+    report, eta = _view(args)
     if args.json:
-        print(report.model_dump_json(indent=2))
-    else:
-        console.print(render_status(report))
+        print(report.model_dump_json(indent=2) if eta is None else
+              json.dumps({**report.model_dump(mode="json"), "eta": eta.model_dump(mode="json")}, indent=2))
+        return 0
+    if not args.watch:
+        console.print(render_status(report, render_eta(eta) if eta else None))
+        return 0
+    from rich.live import Live
+
+    with Live(render_status(report, render_eta(eta) if eta else None), console=console,
+              refresh_per_second=1, transient=False) as live:
+        while any(r.state.value in ("running", "queued", "planned") for r in report.runs):
+            time.sleep(args.every)
+            report, eta = _view(args)
+            live.update(render_status(report, render_eta(eta) if eta else None))
     return 0

@@ -22,7 +22,9 @@ def command(args: argparse.Namespace) -> int:
         checked = preflight(args.spec, content=not args.no_content,
                             on_step=lambda step: status.update(f"validating: {step}"))
     validated = checked.validated
-    for warning in validated.warnings:
+    from engine.price.study import detect_warnings
+
+    for warning in [*validated.warnings, *detect_warnings(checked.plan, validated)]:
         err_console.print(Text("warning: ", style="bold yellow") + Text(warning, style="yellow"), soft_wrap=True)
     for waiver in validated.waivers:
         console.print(Text(f"waived rule {waiver.rule} at {waiver.where}: {waiver.what} — reason: {waiver.reason}",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from rich.console import Console, Group, RenderableType
 from rich.progress import (
@@ -19,8 +19,8 @@ from rich.text import Text
 from engine.runs.lineage import FINISHED, RunState, parse_iso
 
 if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
-    from engine.evaluate.run import EvalOutput
-    from engine.evaluate.runner import StageUpdate
+    from engine.evaluate.eval_run import EvalOutput
+    from engine.evaluate.stages import ModelLoaded, StageUpdate
     from engine.isolation.content import LeakageReport
     from engine.judge.report import JudgeSummary
     from engine.plan.model import Plan
@@ -125,7 +125,7 @@ def _started(stamp: Optional[str]) -> str:
     return when.astimezone().strftime("%m-%d %H:%M") if when else ""
 
 
-def render_status(report: StatusReport) -> RenderableType:
+def render_status(report: StatusReport, eta: Optional[RenderableType] = None) -> RenderableType:
     if not report.runs:
         return Text(report.note)
     specs = sorted({r.spec_name for r in report.runs})
@@ -147,7 +147,28 @@ def render_status(report: StatusReport) -> RenderableType:
         if r.state in (RunState.failed, RunState.blocked, RunState.cancelled) and r.reason:
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
     footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
-    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"))
+    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"), *([eta] if eta is not None else []))
+
+
+def render_eta(eta) -> RenderableType:
+    """Progress and time left (engine.price.progress.StudyEta) of a study's running runs."""
+    parts: list[RenderableType] = []
+    if eta.runs:
+        table = Table(title="running", title_justify="left")
+        for column in ("run", "kind", "progress", "elapsed", "ETA"):
+            table.add_column(column)
+        for r in eta.runs:
+            total = f"{r.total:.0f}" if r.total else "?"
+            share = f" ({r.done / r.total:.0%})" if r.total else ""
+            table.add_row(r.label, r.kind, f"{r.what} {r.done:.0f} of {total}{share}", format_duration(r.elapsed_s),
+                          format_duration(r.eta_s))
+        parts.append(table)
+    fixes = ", ".join(f"{kind} x{f:.2f}" for kind, f in sorted(eta.correction.items()))
+    q = eta.remaining_s
+    parts.append(Text(f"time left on {eta.slots} {eta.profile} slot(s): {format_duration(q.p50)} "
+                      f"[{format_duration(q.p10)}–{format_duration(q.p90)}]; {eta.finished} of {eta.total} runs done"
+                      + (f"; forecast corrected by the finished runs: {fixes}" if fixes else "")))
+    return Group(*parts)
 
 
 # ---------------------------------------------------------------- judge
@@ -211,9 +232,17 @@ class StageProgress:
         if self.live:
             self.bars.stop()
 
-    def update(self, event: StageUpdate) -> None:
+    def update(self, event: Union[StageUpdate, ModelLoaded]) -> None:
         import time
 
+        from engine.evaluate.stages import ModelLoaded
+
+        if isinstance(event, ModelLoaded):  # one line each, on a terminal and in a log: loads are counted
+            shape = f" x{event.engines}" if event.engines > 1 else ""
+            tp = f" tp {event.tensor_parallel_size}" if event.tensor_parallel_size > 1 else ""
+            self.out.print(f"model load: {event.backend}{shape}{tp} {event.model} in {event.seconds:.1f}s",
+                           highlight=False)
+            return
         key = (event.stage, event.dataset)
         began = self.began.setdefault(key, time.perf_counter())
         elapsed = max(time.perf_counter() - began, 1e-9)
@@ -241,6 +270,66 @@ def eval_table(output: EvalOutput) -> Table:
                            if k.startswith("errors/") and v)
         table.add_row(d.dataset, *(f"{d.metrics.get(m, float('nan')):.3f}" for m in EVAL_COLUMNS), errors)
     return table
+
+
+# ---------------------------------------------------------------- price
+def _hours(q) -> str:
+    return f"{q.p50:,.1f} [{q.p10:,.1f}–{q.p90:,.1f}]"
+
+
+def _span(q) -> str:
+    return f"{format_duration(q.p50)} [{format_duration(q.p10)}–{format_duration(q.p90)}]"
+
+
+def describe_price(priced) -> RenderableType:
+    """The dry run's forecast (engine.price.study.StudyPrice): hours per phase, wall time, critical path,
+    cost, and the smallest difference each comparison can detect."""
+    f = priced.forecast
+    unit = f"{f.slot}-h"
+    phases = Table(title=f"forecast of {f.study} on {f.slots} {f.profile} {f.slot}(s)"
+                         + (f" over {f.nodes} nodes" if f.nodes > 1 else "") + f" (P50 [P10–P90], {f.draws} draws)",
+                   title_justify="left")
+    for column in ("phase", "runs", f"{unit}", "longest run", "steps"):
+        phases.add_column(column, justify="left" if column == "phase" else "right")
+    steps = {r.unit: r.steps for r in f.runs if r.steps}
+    longest: dict[str, float] = {}
+    for r in f.runs:
+        longest[r.unit] = max(longest.get(r.unit, 0.0), r.seconds.p50)
+    for g in f.phases:
+        phases.add_row(g.name, str(g.runs), _hours(g.slot_hours), format_duration(longest.get(g.name)),
+                       str(steps.get(g.name, "")))
+    lines = [phases,
+             Text(f"total: {_hours(f.slot_hours)} {unit}" + (f" · cost {f.cost.p50:,.0f} [{f.cost.p10:,.0f}–{f.cost.p90:,.0f}]"
+                                                            f" at {f.price_per_hour:g} per {unit}" if f.cost else "")),
+             Text(f"wall time on {f.slots} {f.slot}(s): {_span(f.wall_s)} (lower bound {format_duration(f.lower_bound_s)})"),
+             Text(f"critical path: {_span(f.critical_path_s)}: {' → '.join(f.critical_path)}"),
+             Text(f"not included: {f.contingency}", style="dim")]
+    lines += [Text(f"assumed: {note}", style="dim") for note in f.notes]
+    if priced.comparisons:
+        table = Table(title="smallest difference in accepted@1 each comparison detects (80 % power, 5 % two-sided)",
+                      title_justify="left")
+        for column in ("comparison", "dataset", "problems × samples × seeds", "MDD"):
+            table.add_column(column)
+        for c in priced.comparisons:
+            table.add_row(f"{c.unit} vs {c.control}", c.dataset, f"{c.problems} × {c.samples} × {c.seeds}", f"{c.mdd:.3f}")
+        lines.append(table)
+    lines += [Text(f"warning: {w}", style="yellow") for w in priced.warnings]
+    return Group(*lines)
+
+
+def render_versus(v) -> RenderableType:
+    """Forecast against actual (engine.price.study.Versus), per run kind and for the whole study."""
+    table = Table(title=f"{v.study}: forecast ({v.profile}, {v.slots} slot(s)) against actual, "
+                        f"{v.finished} of {v.total} runs finished", title_justify="left")
+    for column in ("kind", "runs", "forecast", "actual", "error"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for k in v.kinds:
+        table.add_row(k.kind, str(k.runs), format_duration(k.forecast_s), format_duration(k.actual_s), f"{k.error:+.0%}")
+    whole = (f"study wall time: forecast {format_duration(v.forecast_wall_s)} "
+             f"[{format_duration(v.forecast_wall_band[0])}–{format_duration(v.forecast_wall_band[1])}], actual "
+             + (f"{format_duration(v.actual_wall_s)} ({v.wall_error:+.0%})" if v.actual_wall_s else
+                "— (not every run has succeeded)"))
+    return Group(table, Text(whole))
 
 
 # ---------------------------------------------------------------- report

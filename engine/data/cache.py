@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from filelock import FileLock
 
+from engine.files import atomic_write
 from engine.problem import Problem
 
 # Bump when a converter changes what it produces for the same rows.
@@ -55,4 +56,5 @@ def write_cached(key: str, problems: list[Problem], meta: dict[str, Any]) -> Non
             for p in problems:
                 fh.write(p.model_dump_json() + "\n")
         tmp.replace(data)
-        meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True))
+        # The meta marks the data as complete (read_cached wants both): written whole or not at all.
+        atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True))

@@ -1,20 +1,25 @@
 """The best-of-n baseline: n samples per problem from the parent, one chosen by the PUBLIC tests.
 
 The hidden tests that score the choice never take part in it (isolation holds here too): each
-candidate is judged on the problem's public tests only; the highest public pass ratio wins, ties
-go to the shorter answer, then the earlier sample. The chosen record keeps what choosing cost
-(every candidate's tokens), so the report can set it against trained runs at matched cost.
+candidate is judged on the problem's public tests only (`engine.isolation.public`: what its
+prompt showed); the highest public pass ratio wins, ties go to the shorter answer, then the
+earlier sample. A problem without public tests is never chosen for silently: validation refuses
+the dataset unless the phase declares `without_public: first`, which takes its first sample (and
+the pages count those problems). The chosen record keeps what choosing cost (every candidate's
+tokens), so the report can set it against trained runs at matched cost.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
+
+from engine.errors import UserError
 
 from engine.evaluate.records import GenerationRecord, Keys, append, read
 from engine.judge.api import Judge
 from engine.problem import Problem
-from engine.repair.public import public_view
+from engine.isolation.public import Shown, public_view
 
 
 class ChosenRecord(GenerationRecord):
@@ -23,19 +28,29 @@ class ChosenRecord(GenerationRecord):
     public_pass_ratio: Optional[float]  # the chosen sample's, on the public tests (None: there are none)
 
 
-def choose(problems: Sequence[Problem], generations: Sequence[GenerationRecord], judge: Judge) -> list[ChosenRecord]:
+def choose(problems: Sequence[Problem], prompts: Sequence[Shown], generations: Sequence[GenerationRecord],
+           judge: Judge, *, without_public: Optional[str] = None, dataset: str = "") -> list[ChosenRecord]:
+    """One record per problem with samples; `prompts[i]` is what problem i's samples were asked with.
+    Every candidate of every problem is judged in one stream, so the workers never wait at a
+    problem's end for its slowest candidate."""
     by_problem: dict[str, list[GenerationRecord]] = {}
     for g in generations:
         by_problem.setdefault(g.problem_id, []).append(g)
+    views = [public_view(p, shown) for p, shown in zip(problems, prompts, strict=True)]
+    missing = [p.id for p, v in zip(problems, views) if v is None]
+    if missing and without_public != "first":
+        raise UserError(f"best-of-n on {dataset or 'this dataset'}: {len(missing)} of {len(problems)} problems have no "
+                        f"public test (e.g. {missing[0]}); choosing among their samples would be a blind pick\n"
+                        f"  fix: declare `without_public: first` on the best_of_n phase, or drop the dataset")
+    todo = [(problem, sorted(by_problem[problem.id], key=lambda g: g.sample), view)
+            for problem, view in zip(problems, views) if by_problem.get(problem.id)]
+    items = [(view, g.completion) for _, candidates, view in todo if view is not None for g in candidates]
+    ratios = iter(r.pass_ratio for r in judge.judge_many(items))
     chosen = []
-    for problem in problems:
-        candidates = sorted(by_problem.get(problem.id, []), key=lambda g: g.sample)
-        if not candidates:
-            continue
-        view = public_view(problem)
-        scores = ([r.pass_ratio for r in judge.judge_many([(view, g.completion) for g in candidates])]
-                  if view is not None else [0.0] * len(candidates))
-        best = max(range(len(candidates)), key=lambda i: (scores[i], -candidates[i].completion_tokens, -i))
+    for problem, candidates, view in todo:
+        scores: list[Any] = [next(ratios) for _ in candidates] if view is not None else [0.0] * len(candidates)
+        best = (max(range(len(candidates)), key=lambda i: (scores[i], -candidates[i].completion_tokens, -i))
+                if view is not None else 0)
         cost = sum(g.prompt_tokens + g.completion_tokens for g in candidates)
         chosen.append(ChosenRecord(**candidates[best].model_dump(), candidates=len(candidates), cost_tokens=cost,
                                    public_pass_ratio=scores[best] if view is not None else None))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from engine.evaluate.records import GEN_ERROR, SampleRecord
+from engine.errors import UserError
+from engine.evaluate.records import FAULTS, GEN_ERROR, INTERNAL_ERROR, SampleRecord
 from engine.judge.verdict import Verdict
 
 RAN = frozenset({Verdict.ACCEPTED.value, Verdict.WRONG_ANSWER.value})  # the program ran to the end
@@ -66,7 +67,7 @@ def error_breakdown(records: Sequence[SampleRecord]) -> dict[str, int]:
 
 
 def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_generate_s: float = 0.0,
-              wall_judge_s: float = 0.0) -> dict[str, float]:
+              wall_judge_s: float = 0.0, wall_s: Optional[float] = None) -> dict[str, float]:
     """The panel for one dataset: quality, reliability and cost (empty records give {})."""
     if not records:
         return {}
@@ -86,6 +87,11 @@ def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_g
         "zero_reward": sum(r.pass_ratio == 0 for r in records) / n,
         "truncated_rate": sum(r.finish_reason == "length" for r in records) / n,
         "timeout_rate": sum(r.verdict == Verdict.TIMEOUT.value for r in records) / n,
+        # Faults are counted as unaccepted in every accuracy above (a lower bound, never inflated)
+        # and reported here on their own; the completion check refuses more than a few.
+        "fault_rate": sum(r.verdict in FAULTS for r in records) / n,
+        "gen_error_rate": sum(r.verdict == GEN_ERROR for r in records) / n,
+        "judge_fault_rate": sum(r.verdict == INTERNAL_ERROR for r in records) / n,
         "prompt_tokens_mean": statistics.fmean(r.prompt_tokens for r in records),
         "output_tokens_mean": statistics.fmean(r.completion_tokens for r in records),
         "judge_s_mean": statistics.fmean(judge), "judge_s_p50": quantile(judge, 0.5),
@@ -97,22 +103,24 @@ def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_g
     if solved:  # cost per solved problem; with nothing solved it has no value (not infinity)
         out.update({"tokens_per_solved": tokens / solved, "judge_s_per_solved": sum(judge) / solved})
     out.update({f"errors/{name}": float(count) for name, count in error_breakdown(records).items()})
-    min_n = min(len(g) for g in problems.values())
-    out.update({f"pass@{k}": mean_pass_at_k(records, k) for k in ks if k <= min_n})
+    if ks:
+        short = min(problems.items(), key=lambda item: len(item[1]))
+        if len(short[1]) < max(ks):
+            raise UserError(f"pass@{max(ks)} needs {max(ks)} samples of every problem; problem `{short[0]}` of "
+                            f"dataset `{records[0].dataset}` has {len(short[1])}\n"
+                            "  fix: re-run the evaluation (it generates the missing samples)")
+    out.update({f"pass@{k}": mean_pass_at_k(records, k) for k in ks})
     if wall_generate_s + wall_judge_s > 0:
-        wall = wall_generate_s + wall_judge_s
+        wall = wall_s or wall_generate_s + wall_judge_s  # judging overlaps generation: their wall is not the sum
         out.update({"problems_per_s": len(problems) / wall, "samples_per_s": n / wall,
                     "tests_per_s": tests / wall_judge_s if wall_judge_s else 0.0,
-                    "generate_s": wall_generate_s, "judge_s": wall_judge_s})
+                    "generate_s": wall_generate_s, "judge_s": wall_judge_s, "wall_s": wall})
     return out
 
 
-def requested_ks(n: int, ks: Sequence[int]) -> list[int]:
-    """The pass@k a protocol with n samples reports; a k above n is refused, never dropped."""
-    too_big = [k for k in ks if k > n]
-    if too_big:
-        raise ValueError(f"pass@{too_big[0]} asked of a protocol with n = {n} samples per problem")
-    return sorted(set(ks) | ({1} if n >= 1 else set()))
+def reported_ks(n: int) -> list[int]:
+    """The pass@k a protocol with n samples per problem reports."""
+    return [k for k in (1, 2, 5, 10, 20, 50, 100) if k <= n]
 
 
 def repair_summary(records: Sequence[SampleRecord]) -> dict[str, float]:

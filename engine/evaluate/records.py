@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
@@ -19,6 +20,8 @@ from pydantic import BaseModel, Field, ValidationError
 from engine.judge.verdict import TestResult
 
 GEN_ERROR = "GEN_ERROR"  # the backend gave no text after every retry: not the model's fault, not a pass
+INTERNAL_ERROR = "INTERNAL_ERROR"  # the judge failed (not the program): judged again on a re-run
+FAULTS = frozenset({GEN_ERROR, INTERNAL_ERROR})  # verdicts that are the machinery's failure, not the model's
 
 
 class Keys(BaseModel):
@@ -27,6 +30,7 @@ class Keys(BaseModel):
     model: str  # checkpoint hash (or hub id)
     protocol: str  # sha256 of the resolved decoding protocol
     idlist: str  # sha256 of the frozen id list, or the dataset's fingerprint
+    decoding_seed: int = 0  # the seed sampling drew from (`run.decoding_seed`); the protocol's when greedy
 
 
 class GenerationRecord(BaseModel):
@@ -66,27 +70,64 @@ class SampleRecord(GenerationRecord):
     stderr_tail: str = ""
 
 
+class Appender:
+    """A records file held open while records stream in: each `write` is flushed to the operating
+    system at once (a killed process loses at most the line being written, skipped when read) and
+    synced to disk at most every `sync_s` and on close (thousands of answers a minute must not
+    wait a disk sync each). A torn last line left by an earlier kill is ended first, so the next
+    record starts a line of its own."""
+
+    def __init__(self, path: Path, *, sync_s: float = 1.0) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = path.open("a+b")
+        if self.handle.tell() > 0:
+            self.handle.seek(-1, os.SEEK_END)
+            if self.handle.read(1) != b"\n":
+                self.handle.write(b"\n")
+        self.sync_s, self.synced = sync_s, time.monotonic()
+
+    def write(self, records: Iterable[BaseModel]) -> None:
+        self.handle.write("".join(record.model_dump_json() + "\n" for record in records).encode("utf-8"))
+        self.handle.flush()
+        if time.monotonic() - self.synced >= self.sync_s:
+            self.sync()
+
+    def sync(self) -> None:
+        os.fsync(self.handle.fileno())
+        self.synced = time.monotonic()
+
+    def __enter__(self) -> "Appender":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sync()
+        self.handle.close()
+
+
 def append(path: Path, records: Iterable[BaseModel]) -> None:
-    """Append and flush: a kill loses at most the line being written (skipped when read)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(record.model_dump_json() + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Append and sync at once (one batch of records)."""
+    with Appender(path) as out:
+        out.write(records)
 
 
 def read(path: Path, model: type[GenerationRecord], keys: Optional[Keys] = None) -> Iterator[GenerationRecord]:
-    """The file's records of `keys` (all when None); a torn last line is skipped, once per uid."""
+    """The file's records of `keys` (all when None), one per uid: the last one written (a fault
+    generated or judged again replaces the faulty record), in the order uids first appear. A torn
+    line is skipped."""
     if not path.exists():
         return
-    seen: set[str] = set()
+    latest: dict[str, GenerationRecord] = {}
     with path.open(encoding="utf-8") as handle:
         for line in handle:
             try:
                 record = model.model_validate(json.loads(line))
             except (json.JSONDecodeError, ValidationError):
                 continue
-            if (keys is None or record.keys == keys) and record.uid not in seen:
-                seen.add(record.uid)
-                yield record
+            if keys is None or record.keys == keys:
+                latest[record.uid] = record
+    yield from latest.values()
+
+
+def is_fault(record: GenerationRecord) -> bool:
+    """A generation that failed on the server, or a sample the judge failed on: not the model's answer."""
+    return record.finish_reason == "error" or getattr(record, "verdict", None) in FAULTS

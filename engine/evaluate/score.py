@@ -11,15 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from engine.evaluate import runner
+from engine.evaluate import stages
 from engine.evaluate.backends.base import Backend
 from engine.evaluate.metrics import summarize
 from engine.evaluate.records import SampleRecord
-from engine.evaluate.run import Settings, _LazyBackend, tasks
+from engine.evaluate.eval_run import Settings, generator_for, tasks
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.plan.frozen import FrozenRun
-from engine.spec.model import JudgeSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,22 +29,20 @@ class Scored:
 
 def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, datasets: list[str],
                 out_dir: Path, backend: Optional[Backend] = None, settings: Settings = Settings(),
-                on_progress: runner.ProgressHandler = runner._quiet) -> list[Scored]:
+                on_progress: stages.ProgressHandler = stages._quiet) -> list[Scored]:
     """Generate with the run's `protocol` on `datasets`, judge, summarize (resumes from `out_dir`)."""
     todo = tasks(run_dir, model, frozen, protocol, datasets=datasets, out_dir=out_dir)
-    judge_config = JudgeConfig.from_spec(JudgeSpec.model_validate(frozen.judge))
+    judge_config = frozen.judge_config()
     owned = backend is None
-    backend = backend or _LazyBackend(settings, model)
+    backend = backend or generator_for(frozen, settings, model, on_progress)
+    out = []
     try:
-        for task in todo:
-            runner.generate(task, backend, on_progress)
+        with Judge(judge_config) as judge:
+            for task in todo:
+                stages.generate_and_judge(task, backend, judge, judge.version, on_progress)
+                records = [r for r in stages.samples(task) if r.round == 1]
+                out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
     finally:
         if owned:
-            backend.close()  # type: ignore[union-attr]
-    out = []
-    with Judge(judge_config) as judge:
-        for task in todo:
-            runner.judge(task, judge, judge_config.version, on_progress)
-            records = [r for r in runner.samples(task) if r.round == 1]
-            out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
+            backend.close()
     return out

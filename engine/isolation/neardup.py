@@ -268,6 +268,7 @@ class Match:
     right: int  # index into the right sketch
     kind: Literal["id", "exact", "near", "contained", "examples", "reworded"]
     similarity: float  # exact Jaccard (near), shingle containment (contained, examples), `Overlap.reworded`, else 1.0
+    scores: dict[str, float] = field(default_factory=dict)  # every score measured on the pair, by name
 
 
 def jaccard(left: Sketch, i: int, right: Sketch, j: int) -> float:
@@ -327,5 +328,5 @@ def find_matches(left: Sketch, right: Sketch, *, threshold: float, seed: int = 1
             found.setdefault((i, j), Match(left=i, right=j, kind="exact", similarity=1.0))
     for i, j in _lsh_candidates(left, right, threshold, seed):
         if (i, j) not in found and (sim := jaccard(left, i, right, j)) >= threshold:
-            found[(i, j)] = Match(left=i, right=j, kind="near", similarity=sim)
+            found[(i, j)] = Match(left=i, right=j, kind="near", similarity=sim, scores={"jaccard": sim})
     return sorted(found.values(), key=lambda m: (m.left, m.right))

@@ -67,7 +67,7 @@ _IDENTIFIER = re.compile(r"\b(?!(?:[a-z][^\W\d_A-Z]+|[A-Z][^\W\d_A-Z]+|[A-Z]{2,}
 _CALL_WITH_RESULT = r"\b\w+[ \t]*\((?:[^()\n]|\([^()\n]*\))*\)[ \t]*(?:==|➞|=>|->)"
 _CODE_LINE = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]|>>>|assert[ \t]).*$", re.M)
 _CODE_START = re.compile(r"[ \t]*(?:(?:async[ \t]+)?def[ \t]|>>>|assert[ \t])")
-_CALL_RESULT = re.compile(_CALL_WITH_RESULT)
+CALL_RESULT = re.compile(_CALL_WITH_RESULT)  # also where a call example splits into call and result
 _RESULT_MARKS = ("==", "➞", "=>", "->")
 # A doctest example runs from its `>>>` line through its output, up to a blank line or the next `>>>`.
 _EXAMPLE = re.compile(r"^[ \t]*>>>.*(?:\n(?![ \t]*(?:>>>|$)).*)*|^[ \t]*(?:for[ \t]+)?" + _CALL_WITH_RESULT + ".*$", re.M)
@@ -150,7 +150,7 @@ def _is_code(line: str) -> bool:
     may put `f(1) == 2` mid-line); the marks are looked for first, the call only where one is."""
     if _CODE_START.match(line):
         return True
-    return any(mark in line for mark in _RESULT_MARKS) and _CALL_RESULT.search(line) is not None
+    return any(mark in line for mark in _RESULT_MARKS) and CALL_RESULT.search(line) is not None
 
 
 def _signature_names(def_line: str) -> list[str]:
@@ -184,12 +184,26 @@ def statement_chunks(text: str) -> list[list[str]]:
     return [tokens for sentence in _SENTENCE_BREAK.split(text) if (tokens := _WORD.findall(sentence))]
 
 
+def example_texts(text: str) -> list[str]:
+    """The worked examples of a text as written: each doctest `>>>` block with its output, each
+    `call(args) == result` line (also `➞`, `=>`, `->`). Rule 3 compares them; the public tests
+    (`engine.isolation.public`) run them."""
+    if ">>>" not in text and not any(mark in text for mark in _RESULT_MARKS):
+        return []
+    return [match.group(0) for match in _EXAMPLE.finditer(text)]
+
+
 def example_chunks(statement: str) -> list[list[str]]:
     """The worked examples of a (masked) statement, one token list per example."""
+    return [tokens for example in example_texts(statement)
+            if (tokens := [token for chunk in statement_chunks(example) for token in chunk])]
+
+
+def without_examples(statement: str) -> str:
+    """The statement with its worked examples (`example_chunks`' blocks) cut out."""
     if ">>>" not in statement and not any(mark in statement for mark in _RESULT_MARKS):
-        return []
-    return [tokens for match in _EXAMPLE.finditer(statement)
-            if (tokens := [token for chunk in statement_chunks(match.group(0)) for token in chunk])]
+        return statement
+    return _EXAMPLE.sub(" ", statement)
 
 
 def normalized_statement(problem: Problem) -> str:

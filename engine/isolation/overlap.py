@@ -65,6 +65,10 @@ class Overlap:
         stand_in = self.examples if self.examples >= SHARED_EXAMPLES else 0.0
         return (max(self.cosine, stand_in) + self.shingles) / 2
 
+    def scores(self) -> dict[str, float]:
+        return {"word_cosine": self.cosine, "shingle_containment": self.shingles,
+                "example_containment": self.examples, "reworded": self.reworded}
+
 
 def _incidence(offsets: np.ndarray, columns: np.ndarray, width: int) -> sparse.csr_matrix:
     ones = np.ones(len(columns), dtype=np.float64)
@@ -137,10 +141,14 @@ def overlap_matches(left: Sketch, right: Sketch, *, contained: float, reworded: 
     scored = overlaps(left, right)
     for o in scored:
         if o.shingles >= contained:
-            found[(o.left, o.right)] = Match(left=o.left, right=o.right, kind="contained", similarity=o.shingles)
+            found[(o.left, o.right)] = Match(left=o.left, right=o.right, kind="contained", similarity=o.shingles,
+                                             scores=o.scores())
+    by_pair = {(o.left, o.right): o for o in scored}
     for i, j, share in example_overlaps(left, right, contained):
-        found.setdefault((i, j), Match(left=i, right=j, kind="examples", similarity=share))
+        scores = by_pair[(i, j)].scores() if (i, j) in by_pair else {"example_containment": share}
+        found.setdefault((i, j), Match(left=i, right=j, kind="examples", similarity=share, scores=scores))
     for o in scored:
         if o.reworded >= reworded:
-            found.setdefault((o.left, o.right), Match(left=o.left, right=o.right, kind="reworded", similarity=o.reworded))
+            found.setdefault((o.left, o.right), Match(left=o.left, right=o.right, kind="reworded",
+                                                      similarity=o.reworded, scores=o.scores()))
     return [found[key] for key in sorted(found)]

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from engine.errors import Diagnostic
+from engine.spec.flywheel import flywheel, harvested, overlay
 from engine.spec.model import PhaseFields, PhaseKind, Role, Waiver
-from engine.spec.refs import overlay
 from engine.spec.resolve import find_file
 from engine.spec.validated import AppliedWaiver, RuleReport, ValidatedSpec
 
@@ -96,7 +96,7 @@ def _use_violations(v: ValidatedSpec, ds: Datasets) -> Iterator[Violation]:
     for section, name, fields in _entries(v):
         for use in ("train", "pairs_from", "select_on", "early_stop_on"):
             used = getattr(fields, use)
-            if used is None or used not in v.spec.datasets:
+            if not isinstance(used, str) or used not in v.spec.datasets:
                 continue
             culprit, rule = ds.restricted(used, test=True), 1
             if culprit is None and use in ("train", "pairs_from"):
@@ -107,6 +107,32 @@ def _use_violations(v: ValidatedSpec, ds: Datasets) -> Iterator[Violation]:
             yield Violation(rule=rule, keys=(section, name, use), dataset=used, phase=name,
                             message=f"{ds.describe(used, culprit)} is used {USE_WORDS[use]}",
                             fix=f"use {better} for `{use}` {_waive_hint(rule, used, name)}")
+
+
+def _flywheel_violations(v: ValidatedSpec, ds: Datasets) -> Iterator[Violation]:
+    """Rules 1 and 2 for the flywheel: only training problems feed it. The samples it harvests
+    (`on:`, or the harvested unit's own training-sample dataset) must be on a train dataset, even
+    when that unit's own use was waived: a waiver covers the phase it names, not its children."""
+    for section, name, fields in _entries(v):
+        wheel = flywheel(fields)
+        if wheel is None:
+            continue
+        where = (section, name, wheel.field, "on") if wheel.on is not None else (section, name, wheel.field, wheel.of_key)
+        for used in harvested(v.spec, wheel):
+            if used not in v.spec.datasets:
+                continue
+            culprit, rule = ds.restricted(used, test=True), 1
+            if culprit is None:
+                culprit, rule = ds.restricted(used, test=False), 2
+            if culprit is None:
+                continue
+            how = f"a harvest pass over {ds.describe(used, culprit)}" if wheel.on is not None else (
+                f"the judged samples of {wheel.of!r} on {ds.describe(used, culprit)}")
+            yield Violation(rule=rule, keys=where, dataset=used, phase=name,
+                            message=f"the flywheel would build {wheel.use} from {how}: only training problems "
+                                    "may feed it",
+                            fix=f"harvest a phase that samples a train dataset, or set `on:` to one; "
+                                f"{_waive_hint(rule, used, name)}")
 
 
 def _registry_role_violations(v: ValidatedSpec) -> Iterator[Violation]:
@@ -243,7 +269,8 @@ def apply_waivers(v: ValidatedSpec, violations: Iterable[Violation]) -> RuleRepo
 def check_isolation(v: ValidatedSpec) -> RuleReport:
     """Rules 1, 2, 4 and 5 on roles and uses, with the spec's waivers applied."""
     ds = Datasets(v)
-    violations = [*_registry_role_violations(v), *_use_violations(v, ds), *_frozen_violations(v),
+    violations = [*_registry_role_violations(v), *_use_violations(v, ds), *_flywheel_violations(v, ds),
+                  *_frozen_violations(v),
                   *_protocol_violations(v)]
     report = apply_waivers(v, violations)
     report.errors[:0] = registry_role_errors(v)

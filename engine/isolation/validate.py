@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from engine.errors import Diagnostic, SpecError
-from engine.isolation.content import check_content
+from engine.isolation.blind_choice import check_best_of_n
+from engine.isolation.content import Confirmer, check_content, registry_loader
 from engine.isolation.idlists import check_idlists
 from engine.isolation.rules import check_isolation
 from engine.spec.load import parse_spec
@@ -28,15 +29,18 @@ def _fail(diagnostics: list[Diagnostic]) -> SpecError:
 
 def validate_spec(path: Path, *, content: bool = True, registry: Optional[Registry] = None,
                   content_check: Optional[ContentCheck] = None,
-                  on_step: Optional[Callable[[str], None]] = None) -> ValidatedSpec:
+                  on_step: Optional[Callable[[str], None]] = None,
+                  confirm: Optional[Confirmer] = None) -> ValidatedSpec:
     """Load, cross-check, resolve and isolation-check a spec; raises SpecError with every problem.
 
-    `content=False` skips rule 3 (content leakage: it reads the datasets). `content_check`
+    `content=False` skips the checks that read the datasets: rule 3 (content leakage) and
+    best-of-n's public tests (`blind_choice`). `content_check`
     replaces `engine.isolation.content.check_content`; `on_step` hears what the content
-    checks are doing (loading a streamed dataset can take minutes).
+    checks are doing (loading a streamed dataset can take minutes); `confirm` runs rule 3's
+    candidates found by meaning (`engine.verify.leakage.confirm_by_execution`).
     """
     validated, diags = check_spec(path, content=content, registry=registry, content_check=content_check,
-                                  on_step=on_step)
+                                  on_step=on_step, confirm=confirm)
     if diags or validated is None:
         raise _fail(diags)
     return validated
@@ -44,7 +48,8 @@ def validate_spec(path: Path, *, content: bool = True, registry: Optional[Regist
 
 def check_spec(path: Path, *, content: bool = True, registry: Optional[Registry] = None,
                content_check: Optional[ContentCheck] = None,
-               on_step: Optional[Callable[[str], None]] = None) -> tuple[Optional[ValidatedSpec], list[Diagnostic]]:
+               on_step: Optional[Callable[[str], None]] = None,
+               confirm: Optional[Confirmer] = None) -> tuple[Optional[ValidatedSpec], list[Diagnostic]]:
     """What `validate_spec` finds, without raising: the resolved spec (None when the spec cannot be
     resolved) and every problem, so later stages can add theirs to the same report."""
     parsed = parse_spec(Path(path))
@@ -69,9 +74,10 @@ def check_spec(path: Path, *, content: bool = True, registry: Optional[Registry]
         return validated, diags
     check = content_check or (check_content if content else None)
     if check is not None:
-        _merge(validated, check(validated) if content_check else check(validated, on_step=on_step), diags)
+        _merge(validated, check(validated) if content_check else check(validated, on_step=on_step, confirm=confirm), diags)
     if content:
         _merge(validated, check_idlists(validated), diags)
+        _merge(validated, check_best_of_n(validated, registry_loader(validated, on_step)), diags)
     if not diags:
         _warn_unused_content_waivers(validated, content=check is not None)
     return validated, diags
@@ -84,6 +90,7 @@ def _merge(validated: ValidatedSpec, report: RuleReport, diags: list[Diagnostic]
     validated.unverified += report.unverified
     validated.content_fingerprints.update(report.fingerprints)
     validated.dataset_sizes.update(report.sizes)
+    validated.leaks += report.leaks
 
 
 def _warn_unused_content_waivers(validated: ValidatedSpec, *, content: bool) -> None:

@@ -24,6 +24,7 @@ from engine.problem import Problem
 
 class VerdictRecord(SampleResult):
     index: int  # 0-based position of the sample in the samples file
+    judge_version: str = ""  # limits and isolation level (`Judge.version`)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -76,20 +77,20 @@ def judge_file(
     problems = read_problems(problems_path)
     samples = read_samples(samples_path, problems, limit=limit)
     items = [(problems[s.problem_id], s.completion) for s in samples]
-    chunk = max(16, 4 * config.workers)  # judge in chunks so progress moves while all cores stay busy
-    results: list[SampleResult] = []
+    results: list[SampleResult] = [None] * len(items)  # type: ignore[list-item]
     start = time.monotonic()
     with Judge(config) as judge:
-        for lo in range(0, len(items), chunk):
-            results.extend(judge.judge_many(items[lo : lo + chunk]))
+        for done, (i, result) in enumerate(judge.judge_stream(items), 1):  # one stream: every core busy
+            results[i] = result
             if progress:
-                progress(len(results), len(items))
-        stats = judge.stats()
+                progress(done, len(items))
+        stats, version = judge.stats(), judge.version
     wall = time.monotonic() - start
-    _write(out_path, samples, results)
+    _write(out_path, samples, results, version)
     return JudgeSummary.of(results, wall_s=wall, stats=stats)
 
 
-def _write(out_path: Path, samples: list[Sample], results: list[SampleResult]) -> None:
-    atomic_write(out_path, "".join(VerdictRecord(index=sample.index, **result.model_dump()).model_dump_json() + "\n"
-                                   for sample, result in zip(samples, results, strict=True)))
+def _write(out_path: Path, samples: list[Sample], results: list[SampleResult], version: str) -> None:
+    atomic_write(out_path, "".join(
+        VerdictRecord(index=sample.index, judge_version=version, **result.model_dump()).model_dump_json() + "\n"
+        for sample, result in zip(samples, results, strict=True)))

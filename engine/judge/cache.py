@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import threading
@@ -59,9 +60,13 @@ _DIGESTS = PerObject(1024)
 
 
 class ResultCache:
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self._results: dict[str, SampleResult] = {}
+    """At most `size` results, the least recently used forgotten first: a GRPO run judges millions
+    of distinct programs, and only repeats of recent ones (a group's identical answers, a re-judged
+    sample) are worth keeping."""
+
+    def __init__(self, *, enabled: bool, size: int) -> None:
+        self.enabled, self.size = enabled and size > 0, size
+        self._results: collections.OrderedDict[str, SampleResult] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -75,14 +80,18 @@ class ResultCache:
                 self.misses += 1
             else:
                 self.hits += 1
+                self._results.move_to_end(key)
             return found
 
     def put(self, key: str, result: SampleResult) -> None:
         if self.enabled:
             with self._lock:
                 self._results[key] = result.model_copy()  # the caller gets `result` itself
+                self._results.move_to_end(key)
+                while len(self._results) > self.size:
+                    self._results.popitem(last=False)
 
     def stats(self) -> dict[str, object]:
         lookups = self.hits + self.misses
-        return {"cache_hits": self.hits, "cache_misses": self.misses,
+        return {"cache_hits": self.hits, "cache_misses": self.misses, "cache_entries": len(self._results),
                 "cache_hit_rate": (self.hits / lookups) if lookups else 0.0}

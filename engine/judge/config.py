@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional, Protocol, Sequence
+from typing import Iterable, Iterator, Literal, Optional, Protocol
 
 from engine.judge.verdict import SampleResult
 from engine.problem import Problem
@@ -20,10 +20,26 @@ JUDGE_VERSION = "1"
 CompareMode = Literal["tokens", "exact", "float"]
 
 
+# The CPUs the executor gave the run (local and Ray executors export it to every launch script).
+CPUS_ENV = "RLVR_CPUS"
+
+
+def given_cpus() -> int | None:
+    """The executor's CPU count for this run, or None outside a run (or when unreadable)."""
+    try:
+        n = int(os.environ.get(CPUS_ENV, ""))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
 def usable_cpus() -> int:
-    """The CPUs this process may run on: `os.cpu_count()` counts the machine's, so under a taskset or
-    a container's cpuset it would start more workers than CPUs and pin several to each."""
-    return len(os.sched_getaffinity(0))
+    """The CPUs this process may use: the run's share (`RLVR_CPUS`) within the ones it may run on.
+    `os.cpu_count()` counts the machine's, so under a taskset, a container's cpuset or beside
+    other runs it would start more workers than CPUs."""
+    allowed = len(os.sched_getaffinity(0))
+    given = given_cpus()
+    return min(allowed, given) if given else allowed
 
 
 @dataclass(kw_only=True)
@@ -36,8 +52,10 @@ class JudgeConfig:
     max_output_bytes: int = 16 * 1024 * 1024  # per test; beyond it → OUTPUT_LIMIT
     workers: int = field(default_factory=usable_cpus)
     # One CPU per worker (its nursery and sandboxes inherit it): a sample's processes then share
-    # one core's caches and TLB. None: pin when the workers are at least this process's CPUs, so
-    # pinning never takes a free CPU away from them.
+    # one core's caches and TLB. None: pin when the judge owns the CPUs — not inside a run that the
+    # executor gave a share of the machine (RLVR_CPUS), where concurrent runs would all pin their
+    # worker i to the same CPU i — and the workers are at least this process's CPUs, so pinning
+    # never takes a free CPU away from them.
     pin_workers: Optional[bool] = None
     compare: CompareMode = "tokens"
     float_tol: float = 1e-6  # absolute-or-relative, used by compare="float"
@@ -47,6 +65,10 @@ class JudgeConfig:
     max_processes: int = 64  # RLIMIT_NPROC of the sandbox uid (threads count)
     max_open_files: int = 128
     tail_bytes: int = 2048  # stdout/stderr tails kept per sample
+    cache_size: int = 65536  # results kept (least recently used go first)
+    # Judge even where the network and the filesystem cannot be isolated (see `require_isolation`).
+    allow_unsandboxed: bool = False
+    python: Optional[str] = None  # the workers' interpreter (stdlib only is needed); default: this one
 
     @property
     def version(self) -> str:
@@ -68,11 +90,34 @@ class JudgeConfig:
             memory_mb=spec.memory_mb,
             compare=spec.compare,
             float_tol=spec.float_tol,
+            allow_unsandboxed=bool(spec.allow_unsandboxed),
         )
         if spec.concurrency:
             fields["workers"] = spec.concurrency
         fields.update(overrides)
         return cls(**fields)
+
+
+# What a judge must isolate before it may judge untrusted code (unless allowed not to).
+REQUIRED_ISOLATION = {"netns": "the network", "mountns": "the filesystem"}
+REMOTE_LEVEL = "remote"
+LEVEL_PARTS = {"userns", "sandbox-uid", "netns", "ipcns", "mountns", "pidns"}  # `Isolation.level()`  # sandbox_fusion: isolation is the server's, which this process cannot see
+
+
+def missing_isolation(level: str) -> list[str]:
+    """What of the required isolation a level lacks (empty: sandboxed, or remote)."""
+    if level == REMOTE_LEVEL:
+        return []
+    parts = set(level.split("+"))
+    return [what for name, what in REQUIRED_ISOLATION.items() if name not in parts]
+
+
+def judged_unsandboxed(version: str) -> bool:
+    """Whether numbers recorded with this judge version were judged without network and filesystem
+    isolation (a version ends with the level, `.../<level>`; older versions have none)."""
+    level = version.rsplit("/", 1)[-1]
+    known = level == "none" or set(level.split("+")) <= LEVEL_PARTS
+    return "/" in version and known and bool(missing_isolation(level))
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -91,9 +136,18 @@ class JudgeBackend(Protocol):
     INTERNAL_ERROR results with the reason in `message`.
     """
 
-    def isolation(self) -> str: ...
+    def isolation(self) -> str:
+        """What isolation is active, in detail (recorded with every result)."""
+        ...
 
-    def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]: ...
+    def isolation_level(self) -> str:
+        """The isolation obtained in stable words (`none`, `userns+netns+...`, `remote`)."""
+        ...
+
+    def run_stream(self, jobs: Iterable[JudgeJob], *, read_ahead: bool = True) -> Iterator[tuple[int, SampleResult]]:
+        """(index in `jobs`, result) for every job, as each ends. `jobs` is read lazily; without
+        `read_ahead` only when the next job can start at once (reading may block)."""
+        ...
 
     def close(self) -> None: ...
 

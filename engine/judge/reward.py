@@ -17,15 +17,27 @@ is the same call for managers that await coroutines; use it only where the
 event loop's thread pool is the constraint.
 
 `ground_truth` is `engine.judge.ground_truth.RewardTests` as JSON (written by the
-data exporter with `ground_truth_from_problem`). Settings, highest first:
-reward_kwargs (the run's config), the row's `extra_info` (`reward_mode`), the
-environment (`RLVR_REWARD_BACKEND`, `RLVR_SANDBOX_URL`), then defaults.
+data exporter with `ground_truth_from_problem`). The judge settings (backend, url,
+limits, compare mode) of a run's reward are the run's own: `run_config` (its
+config.yaml, which every launch passes) gives its frozen `judge:` block, so the
+reward judges a program exactly as the run's evaluations do, and the other judge
+keys below are then refused. Without `run_config` (a reward used on its own):
+reward_kwargs, the environment (`RLVR_REWARD_BACKEND`, `RLVR_SANDBOX_URL`), then
+the defaults. The mode: reward_kwargs, the row's `extra_info` (`reward_mode`),
+`RLVR_REWARD_MODE`, then dense.
 
 The returned dict always has the same keys, all scalars (verl builds one numpy
 array per key across the batch and its validation metrics skip strings):
 `verdict` is the verdict's name for logs and rollout dumps, `verdict_code` its
 stable integer for metrics. It never raises: a fault gives score 0 with
-`internal_error` = 1, logged as a warning.
+`internal_error` = 1, logged as a warning. The one exception is a judge that may
+not judge on this machine (`UnsandboxedJudge`: no network or filesystem
+isolation, and the spec did not allow it): the training step fails with the fix,
+instead of training on rewards from programs that could read their tests.
+
+Calls that arrive together — verl's reward loop scores a step's samples as
+concurrent calls — are judged as one stream (`_Batcher`); `compute_score_batch`
+takes a whole batch at once (verl's batch manager, and the trl reward per step).
 """
 
 from __future__ import annotations
@@ -36,13 +48,18 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional, Sequence
 
-from engine.judge.api import Judge, JudgeConfig
+from ruamel.yaml import YAML
+
+from engine.judge.api import Judge, JudgeConfig, UnsandboxedJudge
 from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
+from engine.spec.model import JudgeSpec
 
 log = logging.getLogger("rlvr.reward")
 
@@ -63,13 +80,14 @@ Mode = Literal["dense", "sparse"]
 Backend = Literal["local", "sandbox_fusion"]
 
 
+# reward_kwargs that set the judge: with `run_config` they come from the run, never from here
+JUDGE_KWARGS = ("backend", "url", "sandbox_fusion_url", "timeout_s", "memory_mb", "compare", "float_tol")
+
+
 @dataclass(kw_only=True, frozen=True)
 class RewardSettings:
     mode: Mode = "dense"  # dense: pass_ratio; sparse: 1[accepted] (stops at the first failing test)
-    backend: Backend = "local"
-    url: Optional[str] = None  # sandbox_fusion endpoint
-    timeout_s: float = 6.0  # per test (a problem's own time limit wins)
-    memory_mb: int = 1024
+    judge: JudgeSpec = field(default_factory=JudgeSpec)  # backend, url, limits, compare mode: the run's frozen `judge:`
     workers: Optional[int] = None  # judge workers in this process (default: all cores)
     wall_timeout_s: float = 300.0  # bound on one compute_score call
 
@@ -78,49 +96,123 @@ class RewardSettings:
         env = os.environ
         info = extra_info or {}
         mode = kwargs.get("mode") or info.get("reward_mode") or env.get("RLVR_REWARD_MODE") or "dense"
-        backend = kwargs.get("backend") or env.get("RLVR_REWARD_BACKEND") or "local"
-        url = kwargs.get("url") or kwargs.get("sandbox_fusion_url") or env.get("RLVR_SANDBOX_URL")
         if mode not in ("dense", "sparse"):
             raise ValueError(f"reward mode must be dense or sparse, got {mode!r}")
-        if backend not in ("local", "sandbox_fusion"):
-            raise ValueError(f"reward backend must be local or sandbox_fusion, got {backend!r}")
+        if kwargs.get("run_config"):
+            given = [k for k in JUDGE_KWARGS if kwargs.get(k) is not None]
+            if given:
+                raise ValueError(f"reward_kwargs {', '.join(given)} would override the run's frozen `judge:` "
+                                 f"settings; set them in the spec's `judge:` block instead")
+            judge = run_judge(str(kwargs["run_config"]))
+        else:
+            backend = kwargs.get("backend") or env.get("RLVR_REWARD_BACKEND") or "local"
+            if backend not in ("local", "sandbox_fusion"):
+                raise ValueError(f"reward backend must be local or sandbox_fusion, got {backend!r}")
+            url = kwargs.get("url") or kwargs.get("sandbox_fusion_url") or env.get("RLVR_SANDBOX_URL")
+            judge = JudgeSpec.model_validate({"backend": backend, "url": url, **{
+                k: kwargs[k] for k in ("timeout_s", "memory_mb", "compare", "float_tol") if kwargs.get(k) is not None}})
         return cls(
             mode=mode,
-            backend=backend,
-            url=url,
-            timeout_s=float(kwargs.get("timeout_s", cls.timeout_s)),
-            memory_mb=int(kwargs.get("memory_mb", cls.memory_mb)),
+            judge=judge,
             workers=int(kwargs["workers"]) if kwargs.get("workers") else None,
             wall_timeout_s=float(kwargs.get("wall_timeout_s", cls.wall_timeout_s)),
         )
 
     def judge_config(self) -> JudgeConfig:
-        extra = {"workers": self.workers} if self.workers else {}
-        return JudgeConfig(
-            backend=self.backend, url=self.url, timeout_s=self.timeout_s, memory_mb=self.memory_mb, **extra
-        )
+        return JudgeConfig.from_spec(self.judge, **({"workers": self.workers} if self.workers else {}))
+
+    @property
+    def key(self) -> tuple:
+        """Equal for settings that judge alike (the judge spec is a model, not hashable itself)."""
+        return (self.mode, self.judge.model_dump_json(), self.workers, self.wall_timeout_s)
+
+
+@functools.lru_cache(maxsize=8)
+def run_judge(config_path: str) -> JudgeSpec:
+    """The frozen `judge:` block of a run's config.yaml (read once per process)."""
+    data = YAML(typ="safe").load(Path(config_path).read_text(encoding="utf-8")) or {}
+    return JudgeSpec.model_validate(data.get("judge") or {})
 
 
 # ---------------------------------------------------------------- one Judge per process
 
 
 class _Judges:
-    """Judges by config, created on first use in each process (a forked child builds its own)."""
+    """Judges by config, created on first use in each process (a forked child builds its own), each
+    fed through one `_Batcher` per reward mode."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._judges: dict[tuple, Judge] = {}
+        self._batchers: dict[tuple, _Batcher] = {}
 
     def get(self, settings: RewardSettings) -> Judge:
-        key = (settings.backend, settings.url, settings.timeout_s, settings.memory_mb, settings.workers)
+        key = (settings.judge.model_dump_json(), settings.workers)
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's workers and threads are not ours
-                self._pid, self._judges = os.getpid(), {}
+            self._after_fork()
             judge = self._judges.get(key)
             if judge is None:
                 judge = self._judges[key] = Judge(settings.judge_config())
             return judge
+
+    def batcher(self, settings: RewardSettings) -> "_Batcher":
+        with self._lock:
+            self._after_fork()
+            found = self._batchers.get(settings.key)
+            if found is None:
+                found = self._batchers[settings.key] = _Batcher(settings)
+            return found
+
+    def _after_fork(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's workers and threads are not ours
+            self._pid, self._judges, self._batchers = os.getpid(), {}, {}
+
+
+class _Batcher:
+    """Gathers the samples that arrive together (verl's reward loop scores a step's samples as
+    concurrent calls, each on a thread or as a coroutine) into one judge stream, so every worker
+    stays busy and no sample waits for another's verdict; each caller gets its own as it comes.
+    One thread per batch (not per sample) runs the stream."""
+
+    WINDOW_S = 0.005  # how long the first sample of a batch waits for others to join it
+
+    def __init__(self, settings: RewardSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._pending: list[tuple[Problem, str, Future]] = []
+
+    def submit(self, items: Sequence[tuple[Problem, str]], *, at_once: bool = False) -> list[Future]:
+        """A future per item; `at_once` starts the batch now (the caller brings all it has)."""
+        futures = [Future() for _ in items]
+        with self._lock:
+            first = not self._pending
+            self._pending += [(problem, text, f) for (problem, text), f in zip(items, futures)]
+        if at_once:
+            self._start()
+        elif first:
+            timer = threading.Timer(self.WINDOW_S, self._start)
+            timer.daemon = True
+            timer.start()
+        return futures
+
+    def _start(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+        if batch:
+            threading.Thread(target=self._judge, args=(batch,), name="rlvr-reward", daemon=True).start()
+
+    def _judge(self, batch: list[tuple[Problem, str, Future]]) -> None:
+        try:
+            judge = _JUDGES.get(self.settings)
+            stream = judge.judge_stream([(problem, text) for problem, text, _ in batch],
+                                        stop_on_first_failure=self.settings.mode == "sparse")
+            for i, result in stream:
+                batch[i][2].set_result(result)
+        except BaseException as exc:  # given to every caller still waiting
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
 
 
 _JUDGES = _Judges()
@@ -137,23 +229,48 @@ def compute_score(
     extra_info: Optional[Mapping[str, Any]] = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """Score one response; dense = pass_ratio, sparse = 1[accepted]. Never raises."""
+    """Score one response; dense = pass_ratio, sparse = 1[accepted]. Never raises, but for a judge
+    that may not judge here (`UnsandboxedJudge`): training must stop, not go on with zero rewards.
+    Concurrent calls are judged together (`_Batcher`)."""
     start = time.monotonic()
     STATS["calls"] += 1
     try:
-        settings = RewardSettings.resolve(kwargs, extra_info)
-        problem = _problem_of(ground_truth)
+        settings, problem = _request(kwargs, extra_info, ground_truth)
     except Exception as exc:  # bad config or ground truth: the pipeline's fault, not the model's
         return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
-    try:
-        result = _judge_bounded(settings, problem, solution_str)
-    except Exception as exc:
-        return _internal(f"judge failed: {type(exc).__name__}: {exc}", data_source, start)
-    if result is None:
-        return _internal(f"no verdict within the reward's {settings.wall_timeout_s:.0f}s bound", data_source, start)
-    if result.verdict is Verdict.INTERNAL_ERROR:
-        return _internal(result.message or "judge internal error", data_source, start, result)
-    return _record(result, settings.mode, start)
+    [future] = _JUDGES.batcher(settings).submit([(problem, solution_str)])
+    return _scored(future, settings, data_source, start)
+
+
+def compute_score_batch(
+    data_sources: Sequence[str] = (),
+    solution_strs: Sequence[str] = (),
+    ground_truths: Sequence[Any] = (),
+    extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """`compute_score` for a whole batch in one judge stream (verl's batch reward manager calls it
+    by these keywords; the trl reward once per step). Same dicts, in input order."""
+    start = time.monotonic()
+    n = len(solution_strs)
+    STATS["calls"] += n
+    infos = list(extra_infos) if extra_infos is not None else [None] * n
+    sources = list(data_sources) if len(data_sources) == n else [""] * n
+    out: list[Optional[dict[str, Any]]] = [None] * n
+    groups: dict[tuple, tuple[RewardSettings, list[tuple[int, Problem]]]] = {}
+    for i in range(n):
+        try:
+            settings, problem = _request(kwargs, infos[i], ground_truths[i])
+        except Exception as exc:
+            out[i] = _internal(f"{type(exc).__name__}: {exc}", sources[i], start)
+            continue
+        groups.setdefault(settings.key, (settings, []))[1].append((i, problem))
+    for settings, members in groups.values():
+        futures = _JUDGES.batcher(settings).submit([(problem, solution_strs[i]) for i, problem in members],
+                                                   at_once=True)
+        for (i, _), future in zip(members, futures):
+            out[i] = _scored(future, settings, sources[i], start)
+    return out  # type: ignore[return-value]
 
 
 async def compute_score_async(
@@ -163,10 +280,48 @@ async def compute_score_async(
     extra_info: Optional[Mapping[str, Any]] = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """`compute_score` for managers that await coroutines (runs it in a worker thread)."""
-    return await asyncio.to_thread(
-        compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs
-    )
+    """`compute_score` for managers that await coroutines: no thread of its own per sample; the
+    samples awaited together are judged together."""
+    start = time.monotonic()
+    STATS["calls"] += 1
+    try:
+        settings, problem = _request(kwargs, extra_info, ground_truth)
+    except Exception as exc:
+        return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
+    [future] = _JUDGES.batcher(settings).submit([(problem, solution_str)])
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), settings.wall_timeout_s)
+    except (asyncio.TimeoutError, Exception):
+        pass  # read below, with the same rules as the other entry points
+    return _scored(future, settings, data_source, start, wait=False)
+
+
+def _request(kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]],
+             ground_truth: Any) -> tuple[RewardSettings, Problem]:
+    return RewardSettings.resolve(kwargs, extra_info), _problem_of(ground_truth)
+
+
+def _scored(future: Future, settings: RewardSettings, data_source: str, start: float, *,
+            wait: bool = True) -> dict[str, Any]:
+    """The reward dict of a judged sample: its verdict, or an internal error (never raised, but
+    `UnsandboxedJudge`). The wall bound counts from the call's start: the judge enforces per-test
+    limits itself, this is a backstop for a stuck backend."""
+    if wait:
+        try:
+            future.result(max(0.0, settings.wall_timeout_s - (time.monotonic() - start)))
+        except BaseException:
+            pass  # read below
+    if not future.done():
+        return _internal(f"no verdict within the reward's {settings.wall_timeout_s:.0f}s bound", data_source, start)
+    exc = future.exception()
+    if isinstance(exc, UnsandboxedJudge):
+        raise exc
+    if exc is not None:
+        return _internal(f"judge failed: {type(exc).__name__}: {exc}", data_source, start)
+    result: SampleResult = future.result()
+    if result.verdict is Verdict.INTERNAL_ERROR:
+        return _internal(result.message or "judge internal error", data_source, start, result)
+    return _record(result, settings.mode, start)
 
 
 def _problem_of(ground_truth: Any) -> Problem:
@@ -180,29 +335,6 @@ def _problem_of(ground_truth: Any) -> Problem:
 @functools.lru_cache(maxsize=256)
 def _parsed(ground_truth: str | bytes) -> Problem:
     return RewardTests.parse(ground_truth).to_problem()
-
-
-def _judge_bounded(settings: RewardSettings, problem: Problem, solution_str: str) -> Optional[SampleResult]:
-    """Judge the last code block in a thread, waiting at most `wall_timeout_s` (None past it).
-
-    The judge enforces per-test limits itself; this bound is a backstop for a
-    stuck backend, so a late thread is left to finish on its own.
-    """
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            judge = _JUDGES.get(settings)
-            box["result"] = judge.judge(problem, solution_str, stop_on_first_failure=settings.mode == "sparse")
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=work, name="rlvr-reward", daemon=True)
-    worker.start()
-    worker.join(settings.wall_timeout_s)
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
 
 
 def _record(result: SampleResult, mode: Mode, start: float) -> dict[str, Any]:

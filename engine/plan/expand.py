@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from pydantic import BaseModel
 
@@ -46,14 +46,19 @@ from engine.plan.model import (
     RunDataset,
     run_id,
 )
+from engine.spec.flywheel import Flywheel, flywheel, harvested
 from engine.spec.model import (
     EvalSchedule,
+    FailuresSpec,
+    ModelRef,
     PairsSpec,
+    PhaseFields,
     PhaseKind,
     ProtocolSpec,
     Resources,
     Spec,
 )
+from engine.spec.registry import Registry
 from engine.spec.validated import ValidatedSpec
 
 
@@ -74,10 +79,12 @@ class _Planner:
     idlist_hashes: dict[str, str]
     fingerprints: dict[str, str]
     files: dict[str, dict[str, str]] = field(default_factory=dict)  # see `dataset_files`
+    registry: Optional[Registry] = None  # the entries a run consumes are frozen into its config
     runs: list[Run] = field(default_factory=list)
     # unit name → seed → id of the run holding that unit's model (None: base model)
     model_runs: dict[str, dict[Optional[int], Optional[str]]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
+    harvested: set[str] = field(default_factory=set)  # units whose failures a flywheel harvests
 
     def add(self, run: Run) -> None:
         if run.id not in self.seen:  # identical evaluations collapse into one run
@@ -131,11 +138,12 @@ def unit_order(units: dict[str, Unit]) -> list[Unit]:
         if state.get(name) == 1:
             raise UserError(f"cycle in from: {' -> '.join(chain + (name,))}")
         state[name] = 1
-        parent = units[name].fields.get("from_")
-        if parent and parent != BASE:
-            if parent not in units:
-                raise UserError(f"{name}: from: {parent!r} is neither `base`, a phase, nor a variant")
-            visit(parent, chain + (name,))
+        wheel = unit_flywheel(units[name])
+        for parent in (units[name].fields.get("from_"), wheel.of if wheel else None):
+            if parent and parent != BASE:
+                if parent not in units:
+                    raise UserError(f"{name}: {parent!r} is neither `base`, a phase, nor a variant")
+                visit(parent, chain + (name,))
         state[name] = 2
         order.append(units[name])
 
@@ -144,13 +152,19 @@ def unit_order(units: dict[str, Unit]) -> list[Unit]:
     return order
 
 
+def unit_flywheel(unit: Unit) -> Optional[Flywheel]:
+    return flywheel(PhaseFields.model_construct(**{k: v for k, v in unit.fields.items() if k in PhaseFields.model_fields}))
+
+
 def plan(validated: ValidatedSpec) -> Plan:
     """Expand a validated spec into its DAG of runs (pure: reads nothing, writes nothing)."""
     spec = validated.spec
     planner = _Planner(spec=spec, idlist_hashes=dict(validated.idlist_hashes),
                        fingerprints=dict(validated.dataset_fingerprints),
-                       files=dataset_files(validated))
-    for unit in unit_order(resolve_units(spec)):
+                       files=dataset_files(validated), registry=validated.registry)
+    units = resolve_units(spec)
+    planner.harvested = {w.of for u in units.values() if (w := unit_flywheel(u)) is not None}
+    for unit in unit_order(units):
         _plan_unit(planner, unit)
     loaded = validated.loaded
     return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path.resolve()),
@@ -198,19 +212,51 @@ def _plan_unit(planner: _Planner, unit: Unit) -> None:
     else:
         for seed in seeds:
             parent = upstream[seed] if upstream else None
-            run = _phase_run(planner, unit, seed, parent)
+            run = _phase_run(planner, unit, seed, parent, _harvest_source(planner, unit, seed))
             planner.add(run)
             _attach_evaluations(planner, unit, run.id, seed, evaluated_kind=unit.kind)
             runs_of[seed] = run.id if unit.kind in MODEL_KINDS else parent
     planner.model_runs[unit.name] = runs_of
 
 
-def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str]) -> Run:
+def _harvest_source(planner: _Planner, unit: Unit, seed: int) -> Optional[tuple[Flywheel, str]]:
+    """The flywheel a unit declares and the run (same seed) whose failures it harvests."""
+    wheel = unit_flywheel(unit)
+    if wheel is None:
+        return None
+    source = planner.model_runs.get(wheel.of, {}).get(seed)
+    if source is None:
+        raise UserError(f"{unit.name}: {wheel.field}.{wheel.of_key}: {wheel.of!r} has no run for seed {seed}")
+    return wheel, source
+
+
+def _flywheel_config(planner: _Planner, unit: Unit, wheel: Flywheel, source: str) -> dict[str, Any]:
+    """What a flywheel run's config records about its harvest (its id depends on all of it,
+    and on the source run's id, a parent of the run)."""
+    source_run = next(r for r in planner.runs if r.id == source)
+    out: dict[str, Any] = {"use": wheel.field, "of": wheel.of, "of_run": source, "of_kind": source_run.kind.value,
+                           "classes": list(wheel.classes), "on": wheel.on,
+                           "datasets": harvested(planner.spec, wheel)}
+    pairs_from = unit.fields.get("pairs_from")
+    if isinstance(pairs_from, FailuresSpec):
+        out["chosen"] = list(pairs_from.chosen)
+    mix = unit.fields.get("mix")
+    if mix is not None and wheel.field == "mix":
+        out["share"] = mix.share
+        out["corrected"] = list(mix.corrected)
+    return out
+
+
+def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
+               harvest: Optional[tuple[Flywheel, str]] = None) -> Run:
     f = unit.fields
     uses: dict[str, list[str]] = {}
     for key, use in DATASET_USES.items():
-        if f.get(key):
+        if isinstance(f.get(key), str):
             uses.setdefault(f[key], []).append(use)
+    if harvest is not None:
+        for name in harvested(planner.spec, harvest[0]):
+            uses.setdefault(name, []).append("harvest")
     if unit.kind == PhaseKind.best_of_n:
         for name in _schedule_datasets(planner.spec, unit):
             uses.setdefault(name, []).append("generate")
@@ -226,14 +272,18 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str]) 
     extra.update({k: _dump(f[k]) for k in TRAINING_EXTRAS if f.get(k) is not None})
     if unit.kind in MODEL_KINDS and planner.spec.tracking is not None:
         extra["tracking"] = _dump(planner.spec.tracking)
+    if harvest is not None:
+        extra["flywheel"] = _flywheel_config(planner, unit, *harvest)
+    if unit.name in planner.harvested:  # it keeps every judged rollout for the flywheel
+        extra["harvested"] = True
     flows = ["checkpoint", "pairs"] if unit.kind == PhaseKind.dpo else ["checkpoint"]
     return _make_run(planner, unit, kind=unit.kind, seed=seed, trainer=trainer, schedule=None,
                      parent=parent, flows=flows, evaluates=None, uses=uses, protocols=protocols,
-                     extra=extra)
+                     extra=extra, harvest_from=harvest[1] if harvest else None)
 
 
 TRAINING_EXTRAS = ("pairs", "select_metric", "early_stop", "cycles", "samples_per_prompt", "repair_return",
-                   "round_penalty", "traces")
+                   "round_penalty", "traces", "without_public")
 
 
 def _add_training_evaluation(spec: Spec, unit: Unit, uses: dict[str, list[str]],
@@ -292,9 +342,14 @@ def _attach_evaluations(planner: _Planner, unit: Unit, target: Optional[str], se
         protocol = _protocol(spec, schedule.protocol, unit.name)
         eval_seed = seed if target is not None or _samples(protocol) else None
         uses = {name: ["evaluate"] for name in schedule.datasets}
+        # Entered only when set, so the ids of specs that do not use them stay; an endpoint and its
+        # served model are part of the run's identity (another server or model is another run).
+        extra = {"generation": _dump(schedule.generation)} if schedule.generation else {}
+        if unit.fields.get("endpoint"):
+            extra["endpoint"] = _dump(unit.fields["endpoint"])
         run = _make_run(planner, unit, kind=PhaseKind.eval, seed=eval_seed, trainer=None,
                         schedule=schedule_name, parent=target, flows=flows, evaluates=target,
-                        uses=uses, protocols={"evaluate": schedule.protocol}, extra={},
+                        uses=uses, protocols={"evaluate": schedule.protocol}, extra=extra,
                         resources=schedule.resources or _eval_resources(unit))
         planner.add(run)
 
@@ -320,7 +375,9 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
               trainer: Optional[str], schedule: Optional[str], parent: Optional[str],
               flows: list[str], evaluates: Optional[str], uses: dict[str, list[str]],
               protocols: dict[str, str | ProtocolSpec], extra: dict[str, Any],
-              resources: Optional[Resources] = None) -> Run:
+              resources: Optional[Resources] = None, harvest_from: Optional[str] = None) -> Run:
+    """`harvest_from`: a second parent, the run whose failures this one harvests (the flywheel);
+    its id is then part of this run's, like the parent whose model it starts from."""
     spec = planner.spec
     datasets = _run_datasets(planner, uses, unit.name)
     resolved_protocols = {_protocol_name(p, use): p if isinstance(p, ProtocolSpec) else _protocol(spec, p, unit.name)
@@ -339,14 +396,38 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
         "resources": resources.model_dump(exclude_none=True),
         **extra,
     }
+    if planner.registry is not None:
+        config["registry"] = frozen_registry(planner.registry, spec, datasets, resolved_protocols.values())
     parents = [parent] if parent else []
+    flows_of = {p: list(flows) for p in parents}
+    if harvest_from is not None:
+        flows_of.setdefault(harvest_from, []).append("failures")
+        parents = list(flows_of)
     rid = run_id(config, parents)
     return Run(id=rid, spec_name=spec.name, phase=unit.phase, variant=unit.variant, seed=seed,
                kind=kind, trainer=trainer, schedule=schedule, parents=parents,
-               edges=[Edge(parent=p, child=rid, flows=flows) for p in parents], evaluates=evaluates,
+               edges=[Edge(parent=p, child=rid, flows=flows_of[p]) for p in parents], evaluates=evaluates,
                datasets=datasets, protocols=resolved_protocols,
                idlist_hashes={n: d.ids_sha256 for n, d in datasets.items() if d.ids_sha256},
                resources=resources, config=config)
+
+
+def frozen_registry(registry: Registry, spec: Spec, datasets: dict[str, RunDataset],
+                    protocols: Iterable[ProtocolSpec]) -> dict[str, Any]:
+    """The registry entries a run consumes, as they are now: its datasets' sources and the prompt
+    templates it can render (those its protocols name, the defaults for the base model's style and
+    the fragments they include). They enter the run's config, so its id, and the run reads them
+    from there (`engine.plan.frozen.run_registry`): an edited registry makes new runs, never old
+    records resumed with new inputs."""
+    sources = sorted({spec.datasets[n].source for n in datasets})
+    named = {p.prompt for p in protocols if p.prompt}
+    model = spec.base_model
+    style = "chat" if not isinstance(model, ModelRef) or model.chat else "completion"
+    prompts = {name: entry for name, entry in registry.prompts.items()
+               if name in named or name.startswith("_")
+               or any(sel.split("/")[1:2] == [style] for sel in entry.default_for)}
+    return {"datasets": {n: _dump(registry.datasets[n]) for n in sources if n in registry.datasets},
+            "prompts": {n: _dump(e) for n, e in prompts.items()}}
 
 
 def _protocol_name(protocol: str | ProtocolSpec, use: str) -> str:

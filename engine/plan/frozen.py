@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -18,14 +19,17 @@ from engine.data.dataset import DataContext, LoadedDataset
 from engine.data.idlist import apply_idlist
 from engine.data.loaders import load_dataset_problems
 from engine.errors import UserError
+from engine.files import atomic_write
+from engine.judge.config import JudgeConfig
 from engine.spec.model import (
     DatasetSpec,
     EarlyStopSpec,
+    JudgeSpec,
     ModelRef,
     PairsSpec,
     TrackingSpec,
 )
-from engine.spec.registry import Registry, find_registry, load_registry
+from engine.spec.registry import DatasetSource, PromptEntry, Registry, find_registry, load_registry
 from engine.verify.declared import apply_verified
 
 
@@ -56,6 +60,23 @@ class FrozenDataset(BaseModel):
                                 "  fix: re-plan the spec so the run's config records its files")
 
 
+class FrozenFlywheel(BaseModel):
+    """config.yaml's `flywheel:` (the planner's `_flywheel_config`): whose failures this run harvests."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    use: Literal["pairs_from", "mix"]
+    of: str
+    of_run: str
+    of_kind: str
+    classes: list[str]
+    on: Optional[str] = None
+    datasets: list[str] = []
+    chosen: list[str] = ["harvest"]
+    share: Optional[float] = None
+    corrected: list[str] = ["repair"]
+
+
 class FrozenRun(BaseModel):
     """config.yaml of a run directory (the fields the stages after planning read)."""
 
@@ -84,6 +105,14 @@ class FrozenRun(BaseModel):
     repair_return: Optional[Literal["last", "sum"]] = None
     round_penalty: Optional[float] = None
     pairs: Optional[PairsSpec] = None
+    flywheel: Optional[FrozenFlywheel] = None
+    harvested: bool = False  # a flywheel harvests its failures: every judged rollout is kept
+    # The registry entries the run consumes, frozen at planning (`engine.plan.expand.frozen_registry`).
+    registry: dict[str, dict[str, Any]] = {}
+    without_public: Optional[Literal["first"]] = None  # best_of_n: see PhaseFields.without_public
+    # Evaluation runs: how they generate (the spec's `generation:`), or the endpoint that serves the model.
+    generation: Optional[dict[str, Any]] = None
+    endpoint: Optional[dict[str, Any]] = None
 
     def uses(self, *wanted: str) -> list[str]:
         """Names of the datasets used for any of `wanted` (train, select, early_stop, monitor, ...)."""
@@ -91,6 +120,11 @@ class FrozenRun(BaseModel):
 
     def prompt_template(self) -> Optional[str]:
         return self.protocols.get("rollout", {}).get("prompt")
+
+    def judge_config(self, **overrides: Any) -> JudgeConfig:
+        """The run's frozen `judge:` settings (backend, limits, compare mode): every verdict the run
+        gives — evaluation, reward, repair feedback, a re-judged page — comes from this config."""
+        return JudgeConfig.from_spec(JudgeSpec.model_validate(self.judge), **overrides)
 
 
 def read_frozen_run(run_dir: Path) -> FrozenRun:
@@ -108,7 +142,9 @@ def read_frozen_run(run_dir: Path) -> FrozenRun:
 
 
 def run_registry(run_dir: Path) -> Registry:
-    """The registry of the project that planned the run: next to its spec (run.json), else above the run."""
+    """The registry of the project that planned the run (next to its spec, as run.json says, else
+    above the run), with the entries frozen into its config.yaml in place of the current ones: the
+    run renders the prompts and reads the sources it was planned with."""
     anchor = run_dir
     try:
         spec_path = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("spec_path")
@@ -116,7 +152,37 @@ def run_registry(run_dir: Path) -> Registry:
         spec_path = None
     if spec_path and Path(spec_path).parent.is_dir():
         anchor = Path(spec_path).parent
-    return load_registry(find_registry(anchor))
+    registry = load_registry(find_registry(anchor))
+    frozen = read_frozen_run(run_dir).registry if (run_dir / "config.yaml").is_file() else {}
+    if not frozen:
+        return registry
+    return replace(registry,
+                   datasets={**registry.datasets, **{n: DatasetSource.model_validate(e)
+                                                     for n, e in frozen.get("datasets", {}).items()}},
+                   prompts={n: PromptEntry.model_validate(e) for n, e in frozen.get("prompts", {}).items()})
+
+
+CONTENT_FILE = "inputs.json"  # dataset → the content fingerprint a run first loaded it with
+
+
+def pin_content(run_dir: Path, name: str, fingerprint: str) -> None:
+    """Record the content of dataset `name` the first time the run loads it; refuse it changed since.
+
+    A run resumed after its source served other problems (the Hub instead of a mirror, a new
+    revision, a converter of another version) would mix two datasets in one set of records."""
+    path = run_dir / CONTENT_FILE
+    try:
+        pinned = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pinned = {}
+    planned = pinned.get(name)
+    if planned is None:
+        atomic_write(path, json.dumps({**pinned, name: fingerprint}, indent=1, sort_keys=True) + "\n")
+    elif planned != fingerprint:
+        raise UserError(f"dataset `{name}`: its problems are not those this run started with (content sha256 "
+                        f"{fingerprint[:12]}, the run's {planned[:12]}, in {path})\n"
+                        "  fix: restore the data source the run used (the same Hub revision or mirror), or start "
+                        "the run again with the new data: delete its folder and re-run")
 
 
 def checked_idlist(name: str, entry: FrozenDataset, root: Path) -> Optional[Path]:
@@ -137,9 +203,10 @@ def checked_idlist(name: str, entry: FrozenDataset, root: Path) -> Optional[Path
 
 
 def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry,
-                        judge: Optional[dict[str, Any]] = None) -> LoadedDataset:
+                        judge: Optional[dict[str, Any]] = None, run_dir: Optional[Path] = None) -> LoadedDataset:
     """The problems `entry` names, narrowed by its id list (verified against the frozen hash), then
-    to those its `verified:` keeps under `judge` (the run's judge settings)."""
+    to those its `verified:` keeps under `judge` (the run's judge settings). With `run_dir`, the
+    content must be what the run first loaded (`pin_content`)."""
     root = registry.project_root
     entry.check_located(name)
     ids = checked_idlist(name, entry, root)
@@ -151,6 +218,8 @@ def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry,
                      max_generated_tests=entry.max_generated_tests,
                      path=str(root / entry.data_file) if entry.data_file else None)
     loaded = load_dataset_problems(ds, source, name=name)
+    if run_dir is not None:
+        pin_content(run_dir, name, loaded.fingerprint)
     ctx = DataContext(name=name, root=root)
     if ids is not None:
         loaded = apply_idlist(loaded, ids, ctx)

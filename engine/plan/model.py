@@ -71,6 +71,11 @@ class Run(RunKey):
     config: dict[str, Any]
 
     @property
+    def model_parent(self) -> Optional[str]:
+        """The parent whose model this run starts from or evaluates (not a run it only harvests)."""
+        return next((e.parent for e in self.edges if e.flows != ["failures"]), None)
+
+    @property
     def label(self) -> str:
         """phase[/variant][:schedule][@seed] — stable, human-readable."""
         out = self.phase + (f"/{self.variant}" if self.variant else "")

@@ -17,7 +17,7 @@ from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult
 from engine.problem import Problem
 from engine.repair.feedback import feedback
-from engine.repair.public import public_view
+from engine.isolation.public import public_view
 
 Conversation = list[dict[str, str]]
 
@@ -65,7 +65,7 @@ def repair(first: Sequence[Answer], *, generate: Generate, text: Callable[[Any],
         failing = [a for a in chains.rounds[-1] if not a.result.accepted]
         if not failing:
             break
-        asks = [feedback(_public_result(a, judge, views)) for a in failing]
+        asks = [feedback(public) for public in _public_results(failing, judge, views)]
         conversations = [a.conversation + [{"role": "assistant", "content": a.completion},
                                            {"role": "user", "content": ask}] for a, ask in zip(failing, asks)]
         generations = generate(conversations)
@@ -78,8 +78,12 @@ def repair(first: Sequence[Answer], *, generate: Generate, text: Callable[[Any],
     return chains
 
 
-def _public_result(answer: Answer, judge: Judge, views: dict[str, Optional[Problem]]) -> Optional[SampleResult]:
-    if answer.problem.id not in views:  # one object per problem: the judge keeps its plan per object
-        views[answer.problem.id] = public_view(answer.problem)
-    view = views[answer.problem.id]
-    return judge.judge(view, answer.completion) if view is not None else None
+def _public_results(answers: Sequence[Answer], judge: Judge,
+                    views: dict[str, Optional[Problem]]) -> list[Optional[SampleResult]]:
+    """Each answer judged on its problem's public tests (None: it has none), all in one stream."""
+    for a in answers:
+        if a.problem.id not in views:  # one object per problem: the judge keeps its plan per object
+            views[a.problem.id] = public_view(a.problem, a.conversation)
+    asked = [a for a in answers if views[a.problem.id] is not None]
+    judged = iter(judge.judge_many([(views[a.problem.id], a.completion) for a in asked]) if asked else [])  # type: ignore[misc]
+    return [next(judged) if views[a.problem.id] is not None else None for a in answers]

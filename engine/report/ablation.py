@@ -4,14 +4,28 @@ accepted@1, its paired-bootstrap interval and the probability of improvement."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
+from engine.price.power import from_matrices
+from engine.price.profiles import PowerPrior, load_profiles
 from engine.report.main_table import PRIMARY_METRIC, Column, per_problem
 from engine.report.stats import paired_delta
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
 
 IDENTITY = {"variant", "phase", "run_id"}  # keys that name the run, not what it does
+
+
+def _prior() -> PowerPrior:
+    try:
+        return load_profiles().power
+    except Exception:  # a broken hardware file must not take the results down: the defaults stand
+        return PowerPrior()
+
+
+def _mdd(a: Any, b: Any, control_seeded: bool = True) -> str:
+    """The smallest difference this comparison detects (80 % power, 5 % two-sided), from its own data."""
+    return f"{from_matrices(a, b, _prior(), control_seeded=control_seeded):.3f}"
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -38,9 +52,16 @@ def config_diff(study: Study, variant: str, phase: str) -> tuple[list[str], list
     return differ, declared
 
 
+# Config keys a declared spec field shows up under besides its own name: a flywheel's harvest
+# (`pairs_from: {failures}`, `mix`) is `flywheel` in the config, and dataset uses are listed per dataset.
+COVERED_BY = {"flywheel": ("pairs_from", "mix"),
+              "datasets": ("train", "pairs_from", "select_on", "early_stop_on", "evaluate", "mix")}
+
+
 def _declared_covers(key: str, declared: list[str]) -> bool:
     top = key.split(".")[0]
-    return top in declared or (key == "from" and "from" in declared) or top == "parents"
+    return (top in declared or (key == "from" and "from" in declared) or top == "parents"
+            or any(field in declared for field in COVERED_BY.get(top, ())))
 
 
 def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Table, list[str]]]:
@@ -59,14 +80,16 @@ def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Tabl
             seeds = sorted({c.run.seed for c in ours} & {c.run.seed for c in theirs})
             a = per_problem([c for c in ours if c.run.seed in seeds])
             b = per_problem([c for c in theirs if c.run.seed in seeds])
-            if a is None or b is None or a.shape != b.shape:
-                rows.append([col.dataset, "—", "—", "—", "— (per-problem records differ)"])
+            if a is None or b is None or a.problems != b.problems:
+                rows.append([col.dataset, "—", "—", "—", "— (per-problem records differ)", "—"])
                 continue
+            a, b = a.values, b.values
             d = paired_delta(a, b)
             rows.append([col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
-                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})"])
+                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})",
+                         _mdd(a, b)])
         table = Table(headers=["dataset", f"{phase} (control)", f"{phase}/{variant}", f"Δ {PRIMARY_METRIC} [95 %]",
-                               "P(improvement)"], rows=rows,
+                               "P(improvement)", "detectable Δ (80 %)"], rows=rows,
                       footer=[f"_Declared factor: {', '.join(declared) or '—'}; configs differ in: "
                               f"{', '.join(differ) or 'nothing'}._"])
         out.append((f"{variant} vs {phase}", table, warnings))
@@ -81,32 +104,41 @@ def _verdict(low: float, high: float) -> str:
     return "no clear difference"
 
 
+def parent_of(study: Study, unit: str) -> Optional[str]:
+    """The unit a phase or variant starts from: a variant's own `from:` when it declares one
+    (matrix.yaml's dpo_grpo is GRPO from dpo, not from grpo's sft), else its phase's."""
+    phase, _, variant = unit.partition("/")
+    declared = (study.spec_data.get("variants") or {}).get(variant) or {} if variant else {}
+    return declared.get("from") or ((study.spec_data.get("phases") or {}).get(phase) or {}).get("from")
+
+
 def versus_parent(study: Study, columns: list[Column]) -> Table:
     """Each phase against the phase it starts from (`from:`), paired by seed and problem; an
     unseeded parent (the base evaluation) stands paired with every seed. This is where a phase
     that does not beat its parent (GRPO at toy scale) is said so."""
-    phases = study.spec_data.get("phases") or {}
     rows = []
     for col in columns:
         for unit, ours in col.cells.items():
-            parent = (phases.get(unit.split("/")[0]) or {}).get("from")
+            parent = parent_of(study, unit)
             theirs = col.cells.get(parent) if parent else None
             if not theirs:
                 continue
             seeds = sorted({c.run.seed for c in ours})
-            a = per_problem(ours)
-            b = per_problem(theirs if any(c.run.seed is not None for c in theirs)
-                            else theirs[:1])
-            if a is None or b is None:
+            mine = per_problem(ours)
+            base = per_problem(theirs if any(c.run.seed is not None for c in theirs)
+                               else theirs[:1])
+            if mine is None or base is None:
                 continue
+            a, b = mine.values, base.values
+            seeded = b.shape[0] > 1 or a.shape[0] == 1
             if b.shape[0] == 1 and a.shape[0] > 1:
                 b = b.repeat(a.shape[0], axis=0)
-            if a.shape != b.shape:
-                rows.append([unit, parent, col.dataset, "—", "—", "— (per-problem records differ)", "—", "—"])
+            if a.shape != b.shape or mine.problems != base.problems:
+                rows.append([unit, parent, col.dataset, "—", "—", "— (per-problem records differ)", "—", "—", "—"])
                 continue
             d = paired_delta(a, b)
             rows.append([unit, parent, col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
                          f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {len(seeds)})",
-                         _verdict(d.low, d.high)])
+                         _verdict(d.low, d.high), _mdd(a, b, control_seeded=seeded)])
     return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)",
-                          "verdict"], rows=rows)
+                          "verdict", "detectable Δ (80 %)"], rows=rows)

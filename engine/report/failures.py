@@ -11,9 +11,10 @@ from engine.data.dataset import LoadedDataset
 from engine.evaluate.records import SampleRecord
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
+from engine.isolation.public import public_view
 from engine.plan.frozen import load_frozen_dataset, read_frozen_run, run_registry
 from engine.problem import Problem
-from engine.repair.public import public_view
+from engine.prompts.templates import PromptChoice
 from engine.report.main_table import Column
 from engine.report.study import Study
 
@@ -37,49 +38,69 @@ def _clip(text: str) -> str:
     return "\n".join(lines[:MAX_LINES] + ([f"… ({len(lines) - MAX_LINES} more lines)"] if len(lines) > MAX_LINES else []))
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A run's problems as it showed them (its evaluation prompt), and the judge it judged with:
+    a failure case's public test is run exactly as the run would have run it."""
+
+    problems: dict[str, Problem]
+    choice: PromptChoice
+    judge: JudgeConfig
+
+    def view(self, problem_id: str) -> Optional[Problem]:
+        problem = self.problems.get(problem_id)
+        return public_view(problem, self.choice.prompt(problem)) if problem is not None else None
+
+
 # A frozen dataset entry pins its content (fingerprint, id-list hash): runs sharing one share
 # its problems, so a study's pages load each dataset (and parse the registry) once, not per run.
 _LOADED: dict[tuple[str, str], dict[str, Problem]] = {}
 
 
-def _problems(col: Column, unit: str) -> dict[str, Problem]:
-    run_dir = Path(col.cells[unit][0].run.run_dir or ".")
+def shown(run_dir: Path, dataset: str) -> Optional[Shown]:
+    """What the run at `run_dir` showed of `dataset`, or None when it cannot be read back."""
     try:
         frozen = read_frozen_run(run_dir)
-        entry = frozen.datasets[col.dataset]
-        key = (col.dataset, entry.model_dump_json())
+        entry = frozen.datasets[dataset]
+        registry = run_registry(run_dir)
+        key = (dataset, entry.model_dump_json())
         if key not in _LOADED:
-            loaded: LoadedDataset = load_frozen_dataset(col.dataset, entry, run_registry(run_dir), frozen.judge)
+            loaded: LoadedDataset = load_frozen_dataset(dataset, entry, registry, frozen.judge)
             _LOADED[key] = {p.id: p for p in loaded.problems}
+        choice = PromptChoice(registry=registry, template=frozen.protocols.get("evaluate", {}).get("prompt"),
+                              model=frozen.base_model)
+        config = frozen.judge_config()
     except Exception:  # the data moved since the run: show the cases without their public tests
-        return {}
-    return _LOADED[key]
+        return None
+    return Shown(problems=_LOADED[key], choice=choice, judge=config)
 
 
-class _LazyJudge:
-    """The judge's workers start only if a public test is actually run."""
+class LazyJudge:
+    """The judges' workers start only if a public test is actually run; one judge per run config."""
 
     def __init__(self) -> None:
-        self.judge: Optional[Judge] = None
+        self.judges: dict[str, Judge] = {}  # by repr: a JudgeConfig is a mutable dataclass
 
-    def __enter__(self) -> "_LazyJudge":
+    def __enter__(self) -> "LazyJudge":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.judge is not None:
-            self.judge.close()
+        for judge in self.judges.values():
+            judge.close()
 
-    def run(self, problem: Problem, completion: str):  # type: ignore[no-untyped-def]
-        if self.judge is None:
-            self.judge = Judge(JudgeConfig())
-        return self.judge.judge(problem, completion)
+    def run(self, config: JudgeConfig, problem: Problem, completion: str):  # type: ignore[no-untyped-def]
+        key = repr(config)
+        if key not in self.judges:
+            self.judges[key] = Judge(config)
+        return self.judges[key].judge(problem, completion)
 
 
-def _public(judge: "_LazyJudge", problem: Optional[Problem], completion: str) -> str:
-    view = public_view(problem) if problem else None
-    if view is None:
+def public_case(judge: LazyJudge, run: Optional[Shown], problem_id: str, completion: str) -> str:
+    """The first public test `completion` fails, as the run judges it, or why there is none."""
+    view = run.view(problem_id) if run is not None else None
+    if run is None or view is None:
         return "no public test to show"
-    result = judge.run(view, completion)
+    result = judge.run(run.judge, view, completion)
     failing = next((t for t in result.failures), None)
     if failing is None:
         return f"passes the public tests ({result.passed}/{result.total}); fails hidden ones"
@@ -97,16 +118,16 @@ def cases(study: Study, col: Column) -> tuple[list[Case], list[Case]]:
     """(failures per phase, repaired cases) on one dataset column."""
     failed: list[Case] = []
     repaired: list[Case] = []
-    with _LazyJudge() as judge:
+    with LazyJudge() as judge:
         for unit in study.units():
             if unit not in col.cells:
                 continue
-            problems = _problems(col, unit)
+            run = shown(Path(col.cells[unit][0].run.run_dir or "."), col.dataset)
             records = col.cells[unit][0].samples()
             firsts = [r for r in records if r.round == 1 and not r.accepted]
             for r in sorted(firsts, key=lambda r: r.problem_id)[:PER_PHASE]:
                 failed.append(Case(unit, r.problem_id, r.verdict, _clip(r.completion),
-                                   _public(judge, problems.get(r.problem_id), r.completion)))
+                                   public_case(judge, run, r.problem_id, r.completion)))
             repaired += _repaired(unit, records)[: REPAIRED - len(repaired)]
     return failed, repaired
 

@@ -8,6 +8,7 @@ never sees half a page. A page whose data is missing says so instead of failing 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,11 +17,16 @@ from typing import Any, Callable, Optional
 
 import jinja2
 
+from engine.errors import UserError
 from engine.evaluate.metrics import mean_pass_at_k
 from engine.files import atomic_write
+from engine.judge.config import judged_unsandboxed
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
 from engine.report.failures import cases
+from engine.report.flywheel import errors_section, flywheel_units, harvest_table, shift_table
+from engine.price.forecast import Forecast
+from engine.report.forecast import COMMAND, forecast_tables, study_forecast, study_versus, versus_tables
 from engine.report.main_table import (
     Column,
     column,
@@ -60,7 +66,8 @@ class Report:
     pages: list[Path] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
     seconds: float = 0.0
-    headline: str = ""  # the main table (Markdown), as the results page prints it
+    headline: str = ""  # the main table (Markdown), for the console at the end of a study
+    failed: dict[str, str] = field(default_factory=dict)  # page → why it could not be built
     headline_table: Optional[Table] = None  # the same table as data, for a terminal to draw
 
 
@@ -88,16 +95,17 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     columns = [c for c in columns if c.cells or c.why]
     report.headline_table = headline_table(study, columns)
     report.headline = report.headline_table.markdown()
+    priced = _Priced(study)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
-        "index": lambda: _index(study),
+        "index": lambda: {**_index(study), **priced.forecast()},
         "results": lambda: {"headline": report.headline,
                             "versus_parent": versus_parent(study, columns).markdown(),
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
-        "ablations": lambda: {"ablations": [(t, table.markdown(), w) for t, table, w in ablation_tables(study, columns)]},
+        "ablations": lambda: _ablations(study, columns),
         "matched-cost": lambda: _matched(study, columns, out, report),
         "errors": lambda: _errors(study, columns, out, report),
         "cost": lambda: {"eval": [(c.dataset, cost_table(study, c).markdown()) for c in columns if c.cells],
-                         "training": training_cost_table(study).markdown()},
+                         "training": training_cost_table(study).markdown(), **priced.versus()},
         "curves": lambda: _curves(study, out, report),
         "repair": lambda: _repair(study, columns),
         "failures": lambda: _failures(study, columns) if failures else {"columns": [], "skipped": True},
@@ -106,8 +114,9 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     for page, build in builders.items():
         try:
             context, error = build(), None
-        except Exception as exc:  # partial data must not take the other pages down
+        except Exception as exc:  # partial data must not take the other pages down (the caller says it failed)
             context, error = {}, f"{type(exc).__name__}: {exc}"
+            report.failed[page] = error
         text = (env.get_template(f"{page}.md.j2").render(study=study.name, pages=PAGES, **context) if error is None
                 else f"# {page}\n\nThis page could not be built from the data there is: {error}\n")
         report.pages.append(_write(out / f"{page}.md", text))
@@ -126,12 +135,51 @@ def _index(study: Study) -> dict[str, Any]:
                           r.reason or ""] for r in study.runs if r.state.value in ("failed", "blocked", "cancelled")])
     waivers = Table(headers=["rule", "what", "reason", "spec line"],
                     rows=[[str(w.rule), w.what, w.reason, str(w.spec_line or "—")] for w in study.waivers])
+    leaks = Table(headers=["training", "evaluation", "kind", "scores", "test run", "outcome"],
+                  rows=[[f"{k.train}: {k.train_id}", f"{k.evaluation}: {k.eval_id}", k.kind, _scores(k.scores_json),
+                         k.evidence or "—", k.outcome] for k in study.leaks])
     data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
+    unsandboxed = sorted({m.judge_version for ms in study.metrics.values() for m in ms
+                          if m.judge_version and judged_unsandboxed(m.judge_version)})
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
+            "unsandboxed": unsandboxed,
             "waivers": waivers.markdown(), "datasets": data.markdown(),
+            "leaks": leaks.markdown() if study.leaks else "",
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}
+
+
+def _scores(scores_json: str) -> str:
+    return ", ".join(f"{name} {value:.2f}" for name, value in json.loads(scores_json or "{}").items()) or "—"
+
+
+class _Priced:
+    """The study's forecast, computed once for the index and the cost page."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self._forecast: Optional[Forecast] = None
+        self._error = ""
+        try:
+            self._forecast = study_forecast(study)
+        except UserError as exc:  # an uncalibrated or unknown profile: the rest of the pages stand
+            self._error = f"No forecast: {exc}"
+        except Exception as exc:  # partial data must not take the other pages down
+            self._error = f"No forecast: {type(exc).__name__}: {exc}"
+
+    def forecast(self) -> dict[str, Any]:
+        if self._forecast is None:
+            return {"forecast": "", "forecast_lines": [self._error]}
+        table, lines = forecast_tables(self._forecast)
+        return {"forecast": table.markdown(), "forecast_lines": lines}
+
+    def versus(self) -> dict[str, Any]:
+        if self._forecast is None:
+            return {"versus_kinds": "", "versus_runs": "", "versus_whole": self._error, "versus_command": COMMAND}
+        kinds, runs, whole = versus_tables(study_versus(self.study, self._forecast))
+        return {"versus_kinds": kinds.markdown(), "versus_runs": runs.markdown(), "versus_whole": whole,
+                "versus_command": COMMAND}
 
 
 def _matched(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:
@@ -161,6 +209,25 @@ def _n(cell: Any) -> int:
     return int(cell.metrics.get("samples", 0) / problems) if problems else 1
 
 
+def _ablations(study: Study, columns: list[Column]) -> dict[str, Any]:
+    """Each variant against its control; a flywheel variant also with the shift of its failure classes."""
+    wheels = flywheel_units(study)
+    out = []
+    for title, table, warnings in ablation_tables(study, columns):
+        variant, _, phase = title.partition(" vs ")
+        unit = f"{phase}/{variant}"
+        shift = (shift_table(columns, unit, phase, list(wheels[unit]["classes"])).markdown()
+                 if unit in wheels else "")
+        out.append((title, table.markdown(), warnings, shift))
+    return {"ablations": out}
+
+
+def _flywheel(study: Study, columns: list[Column]) -> dict[str, Any]:
+    if not flywheel_units(study):
+        return {}
+    return {"harvest": harvest_table(study).markdown(), "shifts": errors_section(study, columns)}
+
+
 def _errors(study: Study, columns: list[Column], out: Path, report: Report) -> dict[str, Any]:
     panels = []
     for col in columns:
@@ -171,7 +238,7 @@ def _errors(study: Study, columns: list[Column], out: Path, report: Report) -> d
                                      list(shares.values()))
         report.images.append(image)
         panels.append((col.dataset, error_table(study, col).markdown(), image.relative_to(out).as_posix()))
-    return {"panels": panels}
+    return {"panels": panels, "flywheel": _flywheel(study, columns)}
 
 
 def _curves(study: Study, out: Path, report: Report) -> dict[str, Any]:

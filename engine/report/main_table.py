@@ -7,13 +7,16 @@ column's (the context most of its cells share); any other cell says which one di
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
-from engine.report.stats import Estimate, estimate
+from engine.evaluate.metrics import RAN, pass_at_k
+from engine.evaluate.records import SampleRecord
+from engine.report.stats import REPS, Estimate, estimate
 from engine.report.study import Cell, Context, Study
 from engine.report.tables import Table, best_indices, cell_text
 
@@ -89,26 +92,66 @@ def _mismatch(have: Context, want: Optional[Context]) -> str:
     return "judge version differs"
 
 
-def per_problem(cells: list[Cell]) -> Optional[np.ndarray]:
-    """seeds × problems of first-round accepted rates, problems aligned across seeds."""
+def _first(group: list[SampleRecord]) -> float:
+    return float(min(group, key=lambda r: r.sample).accepted)
+
+
+# Per-problem values whose mean over problems IS the metric (`engine.evaluate.metrics`): a
+# cell's point estimate and its interval are both computed from these, on the same records.
+PER_PROBLEM: dict[str, Callable[[list[SampleRecord]], float]] = {
+    "accepted@1": _first,
+    "mean@n": lambda g: statistics.fmean(r.accepted for r in g),
+    "pass_ratio_mean": lambda g: statistics.fmean(r.pass_ratio for r in g),
+    "exec_success": lambda g: statistics.fmean(r.verdict in RAN for r in g),
+}
+
+
+def _per_problem_fn(metric: str) -> Optional[Callable[[list[SampleRecord]], float]]:
+    if metric.startswith("pass@") and metric[5:].isdigit():
+        k = int(metric[5:])
+        return lambda g: pass_at_k(len(g), sum(r.accepted for r in g), k)
+    return PER_PROBLEM.get(metric)
+
+
+@dataclass(frozen=True)
+class ProblemMatrix:
+    problems: tuple[str, ...]  # the columns, sorted
+    values: np.ndarray  # seeds (in seed order) × problems
+
+
+def per_problem(cells: list[Cell], metric: str = PRIMARY_METRIC) -> Optional[ProblemMatrix]:
+    """seeds × problems of the metric's per-problem values on first-round samples, problems
+    aligned across seeds; None when the metric has no per-problem form or the seeds' records do
+    not cover the same problems (then no interval is shown, never one of other records)."""
+    fn = _per_problem_fn(metric)
+    if fn is None:
+        return None
     rows: list[dict[str, float]] = []
     for cell in sorted(cells, key=lambda c: c.run.seed or 0):
-        counts: dict[str, list[bool]] = {}
+        groups: dict[str, list[SampleRecord]] = {}
         for r in cell.samples():
             if r.round == 1:
-                counts.setdefault(r.problem_id, []).append(r.accepted)
-        rows.append({p: sum(v) / len(v) for p, v in counts.items()})
-    common = sorted(set.intersection(*(set(r) for r in rows))) if rows and all(rows) else []
-    if not common:
+                groups.setdefault(r.problem_id, []).append(r)
+        try:
+            rows.append({p: fn(g) for p, g in groups.items()})
+        except ValueError:  # pass@k of a problem with fewer than k samples
+            return None
+    if not rows or not rows[0] or any(set(r) != set(rows[0]) for r in rows):
         return None
-    return np.array([[row[p] for p in common] for row in rows], dtype=float)
+    common = tuple(sorted(rows[0]))
+    return ProblemMatrix(common, np.array([[row[p] for p in common] for row in rows], dtype=float))
 
 
 def cell_estimate(cells: list[Cell], metric: str) -> Optional[Estimate]:
+    """The cell: from the per-problem records when they exist (the point estimate is the mean of
+    the very matrix the interval resamples), else the recorded per-seed values, without interval."""
+    matrix = per_problem(cells, metric)
+    if matrix is not None:
+        return estimate(list(matrix.values.mean(axis=1)), matrix.values)
     values = [c.metrics[metric] for c in cells if metric in c.metrics]
     if not values:
         return None
-    return estimate(values, per_problem(cells) if metric == PRIMARY_METRIC else None)
+    return estimate(values, None)
 
 
 def headline_table(study: Study, columns: list[Column]) -> Table:
@@ -130,8 +173,15 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
             row.append(text)
         rows.append(row)
     table = Table(headers=["phase", *(c.header() for c in columns)], rows=[r for r in rows if _has_any(r)])
-    table.footer = [protocol_sentence(study, c) for c in columns if c.reference]
+    table.footer = [protocol_sentence(study, c) for c in columns if c.reference] + [INTERVAL_SENTENCE]
     return table
+
+
+INTERVAL_SENTENCE = (f"_Each cell: the mean over seeds ± their standard deviation of one metric on the judged "
+                     f"first-round records; in brackets its 95 % percentile-bootstrap interval ({REPS} draws), "
+                     "resampling seeds (each with its own decoding draw) and, within them, problems — the same "
+                     "problems for every seed. A cell whose records are not all readable shows its recorded mean "
+                     "without an interval._")
 
 
 def _has_any(row: list[str]) -> bool:
@@ -155,7 +205,10 @@ def protocol_sentence(study: Study, col: Column) -> str:
     assert ref is not None and col.context is not None
     p = study.protocol(ref.run)
     temp = p.get("temperature") or 0
-    decoding = ("greedy decoding" if not temp else f"sampling at temperature {temp}, top_p {p.get('top_p', 1.0)}")
+    decoding = ("greedy decoding" if not temp else
+                f"sampling at temperature {temp}, top_p {p.get('top_p', 1.0)}, each training seed's evaluation "
+                f"with its own decoding seed derived from the protocol's ({p.get('seed') or 0}) and the run's — "
+                "independent draws, shared by a variant and its control of one seed")
     problems = int(ref.metrics.get("problems", 0))
     return (f"_{col.dataset}: {decoding}, n = {p.get('n') or 1} per problem, at most {p.get('max_tokens')} new tokens, "
             f"prompt template `{p.get('prompt') or 'registry default'}` (protocol `{ref.protocol}`, sha256 "

@@ -91,8 +91,11 @@ def matched_cost(study: Study, col: Column) -> tuple[Table, list[tuple[str, floa
         else:
             tokens = (_mean(col, unit, "total_tokens") or 0) / problems if problems else 0.0
         accepted = _mean(col, unit, "accepted@1")
+        blind = _mean(col, unit, "best_of_n/without_public")
         if accepted is not None:
-            points.append((unit + (" (best-of-n)" if candidates is not None else ""), tokens, accepted))
+            label = (f" (best-of-n; {blind:.0f} of {problems:.0f} problems without a public test took their "
+                     "first sample)" if blind else " (best-of-n)") if candidates is not None else ""
+            points.append((unit + label, tokens, accepted))
     table = Table(headers=["phase", "tokens per problem", "accepted"],
                   rows=[[label, f"{tokens:.0f}", fmt(acc)] for label, tokens, acc in points])
     return table, points

@@ -14,11 +14,13 @@ from typing import Any, Optional
 
 from ruamel.yaml import YAML
 
-from engine.evaluate.records import SampleRecord, read
+from engine.evaluate.records import Keys, SampleRecord, read
+from engine.evaluate.eval_run import METRICS_FILE, EvalOutput
 from engine.runs.lineage import (
     ArtifactRecord,
     DatasetRecord,
     Event,
+    LeakRecord,
     Lineage,
     Metric,
     RunRecord,
@@ -48,13 +50,23 @@ class Cell:
     _samples: Optional[list[SampleRecord]] = field(default=None, repr=False)
 
     def samples(self) -> list[SampleRecord]:
-        """Its judged samples (all rounds), read from the run's records once."""
+        """Its judged samples (all rounds), read from the run's records once: those of the full
+        keys (model, protocol, id list, decoding seed) its metrics were computed from, as the run's
+        outputs/metrics.json records them; none when it does not (no interval, then)."""
         if self._samples is None:
-            path = Path(self.run.run_dir or "/nonexistent") / "outputs" / "samples" / f"{self.dataset}.jsonl"
-            self._samples = [r for r in read(path, SampleRecord)  # type: ignore[misc]
-                             if r.keys.protocol == self.context.protocol_sha256
-                             and r.keys.idlist == self.context.idlist_sha256]
+            outputs = Path(self.run.run_dir or "/nonexistent") / "outputs"
+            keys = _keys(outputs / METRICS_FILE, self.dataset)
+            self._samples = [r for r in read(outputs / "samples" / f"{self.dataset}.jsonl", SampleRecord, keys)  # type: ignore[misc]
+                             if r.judge_version == self.context.judge_version] if keys else []
         return self._samples
+
+
+def _keys(path: Path, dataset: str) -> Optional[Keys]:
+    try:
+        output = EvalOutput.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return next((d.keys for d in output.datasets if d.dataset == dataset), None)
 
 
 @dataclass
@@ -68,6 +80,7 @@ class Study:
     waivers: list[WaiverRecord]
     datasets: list[DatasetRecord]
     artifacts: dict[str, list[ArtifactRecord]]
+    leaks: list[LeakRecord] = field(default_factory=list)  # rule 3's waived leaks and warnings
 
     def protocol(self, run: RunRecord) -> dict[str, Any]:
         """An evaluation run's frozen protocol (what its numbers were generated with)."""
@@ -144,4 +157,5 @@ def load_study(lineage: Lineage, name: str) -> Study:
         metrics.setdefault(m.run_id, []).append(m)
     return Study(name=name, spec=lineage.spec(name), runs=runs, configs=configs, metrics=metrics,
                  events=[e for e in lineage.events() if e.run_id in set(ids)], waivers=lineage.waivers(name),
-                 datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids})
+                 datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids},
+                 leaks=lineage.leaks(name))

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Optional
 
-from engine.files import read_jsonl
+from engine.evaluate.records import FAULTS, GEN_ERROR, INTERNAL_ERROR, SampleRecord, read
+from engine.evaluate.eval_run import DatasetMetrics, EvalOutput
 from engine.spec.model import TRAINED_KINDS, PhaseKind
 from engine.train.outcome import TRAINING_FILE, TrainingOutcome, last_step, read_outcome
 
@@ -22,6 +24,13 @@ MODEL_CONFIG = "model/config.json"  # the exported HF model children and evaluat
 EVAL_METRICS = "outputs/metrics.json"  # evaluation summary
 SAMPLES_DIR = "outputs/samples"  # judged samples (eval); the chosen samples (best_of_n)
 BEST_OF_N = "outputs/best_of_n.json"
+
+# Faults (GEN_ERROR: the server gave no text; INTERNAL_ERROR: the judge failed) are not the
+# model's answers: an evaluation keeping more than this share of them after a run publishes no
+# number (docs/numbers.md).
+FAULT_SHARE = 0.01
+FAULT_NAMES = {GEN_ERROR: "generations failed on the server (GEN_ERROR)",
+               INTERNAL_ERROR: "judge faults (INTERNAL_ERROR)"}
 
 Check = Callable[[Path], Optional[str]]  # run_dir -> None when complete, else the reason
 _CHECKS: dict[str, Check] = {}
@@ -102,31 +111,33 @@ def _model_loads(run_dir: Path) -> Optional[str]:
 
 @register_check(PhaseKind.eval.value)
 def _evaluated(run_dir: Path) -> Optional[str]:
-    """Every problem of every evaluated dataset has its n judged samples (counted in the records)."""
+    """Every problem of every evaluated dataset has its n judged samples (counted in the records),
+    and at most FAULT_SHARE of them are faults (a generation or a judging that failed)."""
     path = run_dir / EVAL_METRICS
     if not path.is_file():
         return f"exited 0 but wrote no {EVAL_METRICS}"
     try:
-        datasets = json.loads(path.read_text())["datasets"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        return f"{EVAL_METRICS} is not an evaluation summary ({exc})"
-    missing = [f"{d['dataset']}: {d['expected_samples'] - n} of {d['expected_samples']} samples missing"
-               for d in datasets if (n := _judged(run_dir, d)) < d["expected_samples"]]
-    return "; ".join(missing) or None
+        datasets = EvalOutput.model_validate_json(path.read_text()).datasets
+    except ValueError as exc:
+        return f"{EVAL_METRICS} is not an evaluation summary ({str(exc).splitlines()[0]})"
+    problems = []
+    for d in datasets:
+        records = _judged(run_dir, d)
+        faults = Counter(r.verdict for r in records if r.verdict in FAULTS)
+        if len(records) < d.expected_samples:
+            problems.append(f"{d.dataset}: {d.expected_samples - len(records)} of {d.expected_samples} samples missing")
+        elif sum(faults.values()) > FAULT_SHARE * d.expected_samples:
+            kinds = ", ".join(f"{count} {FAULT_NAMES[v]}" for v, count in sorted(faults.items()))
+            problems.append(f"{d.dataset}: {sum(faults.values())} of {d.expected_samples} samples are faults ({kinds}), "
+                            f"more than the {FAULT_SHARE:.0%} an evaluation may keep; re-run it to generate and judge "
+                            "them again")
+    return "; ".join(problems) or None
 
 
-def _judged(run_dir: Path, summary: dict) -> int:
-    """Distinct judged first-round samples of the summary's model, protocol and id list."""
-    path = run_dir / SAMPLES_DIR / f"{summary['dataset']}.jsonl"
-    if not path.is_file():
-        return 0
-    seen = set()
-    for record in read_jsonl(path):
-        keys = record.get("keys", {})
-        if (record.get("round", 1) == 1 and keys.get("protocol") == summary["protocol_sha256"]
-                and keys.get("idlist") == summary["idlist_sha256"] and keys.get("model") == summary["model"]):
-            seen.add((record["problem_id"], record["sample"]))
-    return len(seen)
+def _judged(run_dir: Path, summary: DatasetMetrics) -> list[SampleRecord]:
+    """The judged first-round samples of the summary's keys (model, protocol, id list, decoding seed)."""
+    path = run_dir / SAMPLES_DIR / f"{summary.dataset}.jsonl"
+    return [r for r in read(path, SampleRecord, summary.keys) if r.round == 1]  # type: ignore[misc]
 
 
 @register_check(PhaseKind.best_of_n.value)
@@ -142,6 +153,10 @@ def _sampled(run_dir: Path) -> Optional[str]:
         if counts["generated"] < counts["expected_samples"]:
             problems.append(f"{dataset}: {counts['expected_samples'] - counts['generated']} of "
                             f"{counts['expected_samples']} samples missing")
+        elif counts.get("failed", 0) > FAULT_SHARE * counts["expected_samples"]:
+            problems.append(f"{dataset}: {counts['failed']} of {counts['expected_samples']} samples are "
+                            f"{FAULT_NAMES[GEN_ERROR]}, more than the {FAULT_SHARE:.0%} a choice may be made without; "
+                            "re-run it to generate them again")
         elif lines < counts["problems"]:
             problems.append(f"{dataset}: {counts['problems'] - lines} of {counts['problems']} problems have no choice")
     return "; ".join(problems) or None

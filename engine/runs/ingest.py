@@ -7,11 +7,22 @@ succeeded, so a succeeded run always has its numbers in lineage.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
-from engine.evaluate.run import METRICS_FILE, EvalOutput
+from engine.errors import UserError
+from engine.evaluate.eval_run import METRICS_FILE, EvalOutput
+from engine.plan.frozen import FrozenFlywheel, read_frozen_run
 from engine.runs.lineage import ArtifactRecord, Lineage, Metric
 from engine.spec.model import TRAINED_KINDS
 from engine.train.curves import curves
+from engine.train.flywheel import (
+    FLYWHEEL_SERIES,
+    HARVEST_FILE,
+    HARVEST_REPORT,
+    REPAIR_ROWS,
+    flywheel_counts,
+    sha256_file,
+)
 from engine.train.outcome import MODEL_DIR, PAIRS_FILE, read_outcome
 from engine.train.rollout_reward import TRACES_FILE
 
@@ -39,11 +50,39 @@ def ingest_training(lineage: Lineage, run_id: str, run_dir: Path) -> None:
     for cycle in outcome.cycles if outcome else []:
         metrics += [Metric(run_id=run_id, dataset=TRAIN_SERIES, name=f"raft/{name}", value=cycle[name],
                            step=int(cycle["cycle"])) for name in ("acceptance", "rows")]
+    wheel = _flywheel(run_dir)
+    source = wheel.of_run if wheel else None
     artifacts = [ArtifactRecord(run_id=run_id, kind="model", path=str(run_dir / MODEL_DIR))]
-    artifacts += [ArtifactRecord(run_id=run_id, kind=kind, path=str(path))
+    artifacts += [ArtifactRecord(run_id=run_id, kind=kind, path=str(path), sha256=sha256_file(path),
+                                 source_run=source if kind == "pairs" else None)
                   for kind, path in (("traces", run_dir / TRACES_FILE), ("pairs", run_dir / PAIRS_FILE))
                   if path.is_file()]
+    if wheel is not None:
+        more_metrics, more_artifacts = flywheel_outputs(run_id, run_dir, wheel.of_run)
+        metrics += more_metrics
+        artifacts += more_artifacts
     lineage.record_outputs(metrics, artifacts)
+
+
+def _flywheel(run_dir: Path) -> Optional[FrozenFlywheel]:
+    try:
+        return read_frozen_run(run_dir).flywheel
+    except UserError:
+        return None
+
+
+def flywheel_outputs(run_id: str, run_dir: Path, source: str) -> tuple[list[Metric], list[ArtifactRecord]]:
+    """The harvest and the rows built from it, with their sha256 and the run they came from, and
+    the counts the pages show (dataset `flywheel`): failures harvested per class, pairs or rows
+    built per class, problems without a chosen answer or without public tests."""
+    artifacts = [ArtifactRecord(run_id=run_id, kind=kind, path=str(run_dir / rel), sha256=sha256_file(run_dir / rel),
+                                source_run=source)
+                 for kind, rel in (("harvest", HARVEST_FILE), ("harvest-report", HARVEST_REPORT),
+                                   ("repair-rows", REPAIR_ROWS))
+                 if (run_dir / rel).is_file()]
+    metrics = [Metric(run_id=run_id, dataset=FLYWHEEL_SERIES, name=name, value=value)
+               for name, value in flywheel_counts(run_dir).items()]
+    return metrics, artifacts
 
 
 def ingest_eval(lineage: Lineage, run_id: str, run_dir: Path) -> None:

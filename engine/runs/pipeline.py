@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Optional, Union
 
 from engine.errors import UserError
-from engine.plan.model import Plan, Run
+from engine.plan.model import Plan, Run, canonical_json
+from engine.resources import visible_gpus
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.local import LocalExecutor
 from engine.runs.executors.ray import RayExecutor, auth_token_from_env
@@ -24,7 +25,7 @@ from engine.runs.materialize import RunDir, materialize
 from engine.runs.preflight import preflight
 from engine.runs.runlock import RunLock
 from engine.runs.schedule import ExecutionResult, execute
-from engine.spec.model import ExecutorSpec, Transfer
+from engine.spec.model import ExecutorSpec, PhaseKind, Transfer
 from engine.spec.validated import ValidatedSpec
 from engine.tinymodel import build_tiny_model
 
@@ -81,6 +82,7 @@ class UnverifiedData(UserError):
 class RunOutcome:
     plan: Plan
     result: Optional[ExecutionResult] = None  # None for a dry run
+    validated: Optional[ValidatedSpec] = None  # what the plan came from (a dry run prices it)
 
     @property
     def exit_code(self) -> int:
@@ -96,7 +98,7 @@ def run_spec(
     *,
     runs_dir: Path | str = "runs",
     dry_run: bool = False,
-    gpus: int = 0,
+    gpus: Optional[int] = None,
     cpus: Optional[int] = None,
     skip_unmet: bool = False,
     executor: Optional[str] = None,
@@ -105,8 +107,10 @@ def run_spec(
     heartbeat_s: float = 5.0,
     grace_s: float = 10.0,
 ) -> RunOutcome:
-    """`executor` ("local" | "ray") and `address` override the spec's `executor:` block."""
+    """`executor` ("local" | "ray") and `address` override the spec's `executor:` block; `gpus`
+    defaults to the GPUs this machine shows (CUDA_VISIBLE_DEVICES when set)."""
     runs_dir = Path(runs_dir)
+    gpus = len(visible_gpus()) if gpus is None else gpus
     checked = preflight(Path(path), on_step=lambda step: on_event(Validating(step)))
     validated, the_plan = checked.validated, checked.plan
     choice = ExecutorChoice.of(validated.spec.executor, kind=executor, address=address, runs_dir=runs_dir)
@@ -116,7 +120,7 @@ def run_spec(
     unmet = unmet_runs(the_plan, states, gpus=gpus)
     on_event(Planned(plan=the_plan, states=states, unmet=unmet, gpus=gpus, dry_run=dry_run))
     if real is None:
-        return RunOutcome(plan=the_plan)
+        return RunOutcome(plan=the_plan, validated=validated)
     if unmet and not skip_unmet:
         raise UnmetResources(unmet, gpus)
     if validated.unverified:
@@ -204,5 +208,15 @@ def job_of(run_dir: RunDir) -> Job:
     run = run_dir.run
     return Job(
         id=run.id, run_dir=run_dir.path, kind=run.kind.value, parents=tuple(run.parents),
-        gpus=run.resources.gpus, cpus=run.resources.cpus,
+        gpus=run.resources.gpus, cpus=run.resources.cpus, group=evaluation_group(run),
     )
+
+
+def evaluation_group(run: Run) -> Optional[str]:
+    """Evaluations of one checkpoint (or of the base model) that generate alike share a group: the
+    executor runs those that are ready together in one process, which loads the model once.
+    Evaluations scoring a best_of_n run's chosen samples load nothing and stay alone."""
+    if run.kind is not PhaseKind.eval or any("samples" in e.flows for e in run.edges):
+        return None
+    how = {k: run.config.get(k) for k in ("generation", "endpoint", "resources", "base_model")}
+    return f"eval:{run.evaluates or 'base'}:{canonical_json(how)}"

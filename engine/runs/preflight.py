@@ -15,9 +15,11 @@ from engine.isolation.validate import check_spec
 from engine.plan.expand import plan
 from engine.plan.model import Plan
 from engine.spec.validated import ValidatedSpec
+from engine.train.select_metric import select_metric_problems
 from engine.train.trl_config import trl_run_problems
 from engine.train.verl_checks import plan_run_problems
 from engine.verify.declared import check_declarations, read_declarations
+from engine.verify.leakage import confirm_by_execution
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,14 +30,15 @@ class Checked:
 
 def preflight(path: Path, *, content: bool = True, on_step: Optional[Callable[[str], None]] = None) -> Checked:
     """The validated spec and its plan; raises SpecError listing every problem of every stage."""
-    validated, diags = check_spec(path, content=content, on_step=on_step)
+    validated, diags = check_spec(path, content=content, on_step=on_step, confirm=confirm_by_execution)
     if validated is None:
         raise _sorted(diags)
     diags += check_declarations(validated)
     if content and not diags:
         _declare(validated)
     the_plan = plan(validated)
-    diags += plan_run_problems(the_plan.runs, validated) + trl_run_problems(the_plan.runs, validated)
+    diags += (plan_run_problems(the_plan.runs, validated) + trl_run_problems(the_plan.runs, validated)
+              + select_metric_problems(the_plan.runs, validated))
     if diags:
         raise _sorted(diags)
     return Checked(validated=validated, plan=the_plan)

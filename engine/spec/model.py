@@ -6,12 +6,17 @@ declares the shape a researcher writes.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 Scalar = Union[str, int, float, bool, None]
+# The error type of the models' own checks (PydanticCustomError(SPEC_ADVICE, message, {"fix": ...})):
+# reported in their words with their fix, never echoing the value (it may be a secret).
+SPEC_ADVICE = "spec_advice"
 
 
 class StrictModel(BaseModel):
@@ -84,6 +89,9 @@ class JudgeSpec(StrictModel):
     concurrency: Optional[int] = Field(default=None, gt=0)
     compare: Literal["tokens", "exact", "float"] = "tokens"
     float_tol: float = Field(default=1e-6, ge=0)
+    # true: judge (evaluate, reward) even where the local judge cannot isolate the network and the
+    # filesystem; the pages then say so in bold. Unset (the default) refuses instead.
+    allow_unsandboxed: Optional[bool] = None
 
 
 class Resources(StrictModel):
@@ -94,11 +102,94 @@ class Resources(StrictModel):
     time_limit_h: Optional[float] = Field(default=None, gt=0)
 
 
+class EndpointSpec(StrictModel):
+    """A model served elsewhere (a vLLM or SGLang server of your own, a hosted API), evaluated by an
+    eval phase through its OpenAI-compatible API. The key stays in the environment: the spec names
+    the variable, and neither the spec, config.yaml nor any log holds its value."""
+
+    base_url: str  # e.g. http://gpu-node:8000/v1
+    model: str = Field(min_length=1)  # the served model's name, as the server knows it
+    api_key_env: Optional[str] = None  # the environment variable holding the key
+    concurrency: int = Field(default=32, ge=1, le=4096)  # requests in flight (a sliding window)
+    api_key: Optional[str] = None  # refused: only here to say where a key belongs
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or any(c.isspace() for c in value):
+            raise PydanticCustomError(SPEC_ADVICE, "the endpoint's base_url must be an http(s) URL",
+                                      {"fix": "write the API's root, e.g. http://gpu-node:8000/v1"})
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise PydanticCustomError(SPEC_ADVICE, "api_key_env names an environment variable, and '{name}' cannot be one",
+                                      {"name": value, "fix": "use letters, digits and '_', e.g. OPENAI_API_KEY"})
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _no_key_in_the_spec(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            raise PydanticCustomError(SPEC_ADVICE, "an API key never goes in the spec: it would be copied into "
+                                      "every run's config.yaml", {"fix": "export the key and name its variable "
+                                                                  "instead: `api_key_env: OPENAI_API_KEY`"})
+        return value
+
+
+class GenerationSpec(StrictModel):
+    """How an evaluation generates; each field absent is decided from the evaluation's GPUs and the
+    model's size (vllm where it is installed and a GPU is given, else hf; tensor parallelism only
+    as wide as the weights need, one engine per remaining GPU group)."""
+
+    backend: Optional[Literal["hf", "vllm"]] = None
+    batch_size: Optional[int] = Field(default=None, ge=1)  # hf: prompts per forward batch
+    tensor_parallel_size: Optional[int] = Field(default=None, ge=1)  # vllm: GPUs per engine
+    gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)  # vllm: share of each GPU's memory
+
+
 class PairsSpec(StrictModel):
     """Preference pairs from judged samples (engine.train.pairs)."""
 
     k: int = Field(default=8, ge=2)  # samples drawn and judged per problem
     min_delta: float = Field(default=0.3, gt=0, le=1)  # keep a pair when chosen − rejected pass_ratio ≥ this
+
+
+# What the flywheel can harvest: a failing sample's class is its judge verdict, or `truncated` when
+# generation hit the token limit (the cause, whatever the judge then made of the cut-off code).
+ERROR_CLASSES = ("WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "OUTPUT_LIMIT",
+                 "NO_CODE", "truncated")
+ErrorClass = Literal["WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "OUTPUT_LIMIT",
+                     "NO_CODE", "truncated"]
+
+
+class FailuresSpec(StrictModel):
+    """dpo `pairs_from:` as hard negatives: the failures of another run's policy on its training
+    problems (engine.train.flywheel). `of` names the phase or variant whose judged training samples
+    are harvested (GRPO / repair rollout traces, DPO / RAFT samples); `on`, a harvest pass of its
+    model over this train dataset instead."""
+
+    failures: list[ErrorClass] = Field(min_length=1)
+    of: str
+    on: Optional[str] = None
+    # where the accepted answer of a pair comes from, in order: an accepted sample of the same problem
+    # in the harvest, or the dataset's reference solution (judged first)
+    chosen: list[Literal["harvest", "reference"]] = Field(default=["harvest"], min_length=1)
+
+
+class RepairMixSpec(StrictModel):
+    """sft `mix:` of format-repair rows: a failing answer of `repair_of`'s policy on a training
+    problem, its public-test feedback, and the corrected answer the repair loop obtained from that
+    policy; they make up `share` of the phase's training rows."""
+
+    repair_of: str
+    classes: list[ErrorClass] = Field(min_length=1)
+    share: float = Field(gt=0, lt=1)
+    # where the corrected answer comes from, in order: the repair loop (the harvested policy asked
+    # again with the public-test feedback), or the problem's reference solution (judged first)
+    corrected: list[Literal["repair", "reference"]] = Field(default=["repair"], min_length=1)
 
 
 class EarlyStopSpec(StrictModel):
@@ -117,7 +208,7 @@ class PhaseFields(StrictModel):
     from_: Optional[str] = Field(default=None, alias="from")
     trainer: Optional[Literal["verl", "trl"]] = None
     train: Optional[str] = None
-    pairs_from: Optional[str] = None
+    pairs_from: Optional[Union[str, FailuresSpec]] = None  # a train dataset, or failures (the flywheel)
     select_on: Optional[str] = None
     early_stop_on: Optional[str] = None
     evaluate: Optional[list[str]] = None
@@ -125,6 +216,9 @@ class PhaseFields(StrictModel):
     rollout: Optional[str] = None  # protocol name used for RL rollouts / sampling
     protocol: Optional[str] = None  # protocol name for eval / best_of_n generation
     n: Optional[int] = Field(default=None, gt=0)  # best_of_n samples per problem
+    # best_of_n on a problem whose prompt shows no public test (engine.isolation.public): unset,
+    # validation refuses the dataset; `first` takes its first sample, and the pages say how many did.
+    without_public: Optional[Literal["first"]] = None
     rounds: Optional[int] = Field(default=None, ge=1)  # repair rounds
     curriculum: Optional[Literal["none", "difficulty"]] = None
     hparams: Optional[dict[str, Scalar]] = None
@@ -141,6 +235,8 @@ class PhaseFields(StrictModel):
     round_penalty: Optional[float] = Field(default=None, ge=0)
     # Rollouts kept in traces/rollouts.jsonl per training step: a number, or `all`.
     traces: Optional[Union[int, Literal["all"]]] = None
+    mix: Optional[RepairMixSpec] = None  # sft: format-repair rows from another run's failures
+    endpoint: Optional[EndpointSpec] = None  # eval phases: the model is served elsewhere
 
 
 class PhaseSpec(PhaseFields):
@@ -157,6 +253,7 @@ class EvalSchedule(StrictModel):
     # Evaluation is inference: by default one GPU when the evaluated phase uses GPUs,
     # not the (often 8-GPU) allocation of the training it follows.
     resources: Optional[Resources] = None
+    generation: Optional[GenerationSpec] = None
 
 
 class EvaluateSpec(StrictModel):
@@ -187,6 +284,13 @@ class LeakageSpec(StrictModel):
     # and on the real HumanEval × MBPP × CodeContests pairs (docs/data-trust.md).
     containment: float = Field(default=0.85, gt=0, le=1)  # share of the smaller statement's shingles in the other
     reworded: float = Field(default=0.5, gt=0, le=1)  # mean of the content-word cosine and the shingle containment
+    # By meaning (engine.isolation.semantic, the `semantic` extra): each evaluation problem's top
+    # training neighbours and every pair at or above `semantic_review` are run against each other's
+    # tests; a confirmed pair is a leak, one not confirmed at or above `semantic_warn` a warning.
+    semantic: bool = True
+    semantic_top_k: int = Field(default=5, ge=0, le=100)
+    semantic_review: float = Field(default=0.7, gt=0, le=1)  # embedding cosine
+    semantic_warn: float = Field(default=0.85, gt=0, le=1)
 
 
 class TrackingSpec(StrictModel):
@@ -221,6 +325,13 @@ class ExecutorSpec(StrictModel):
     shared_dir: Optional[str] = None
 
 
+class DetectSpec(StrictModel):
+    """What the study must be able to see: `validate` warns when a declared comparison's minimum
+    detectable difference in accepted@1 (80 % power, 5 % two-sided) is larger than this."""
+
+    min_effect: float = Field(gt=0, lt=1)
+
+
 class Spec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_model: Union[str, ModelRef]
@@ -235,3 +346,4 @@ class Spec(StrictModel):
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)
     tracking: Optional[TrackingSpec] = None
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    detect: Optional[DetectSpec] = None

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from engine.errors import Diagnostic
-from engine.spec.model import ExecutorKind, PhaseFields, PhaseKind, Spec, Transfer
+from engine.spec.flywheel import HARVESTABLE, flywheel, overlay, unit_fields
+from engine.spec.model import TRAINED_KINDS, ExecutorKind, FailuresSpec, PhaseFields, PhaseKind, Spec, Transfer
 from engine.spec.schema_errors import did_you_mean
 
 Key = str | int
@@ -36,13 +37,14 @@ _TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on"
 _RAFT_ONLY = ("cycles", "samples_per_prompt")
 _REPAIR_ONLY = ("repair_return", "round_penalty")
 FORBIDDEN: dict[PhaseKind, tuple[str, ...]] = {
-    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds"),
-    PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds"),
-    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.dpo: ("train", "reward", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.grpo: ("pairs_from", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY),
-    PhaseKind.repair: ("pairs_from", "n", *_RAFT_ONLY),
-    PhaseKind.raft: ("pairs_from", "n", "rounds", *_REPAIR_ONLY),
+    PhaseKind.eval: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "n", "rounds", "mix", "without_public"),
+    PhaseKind.best_of_n: (*_TRAINING_ONLY, *_RAFT_ONLY, *_REPAIR_ONLY, "rounds", "mix", "endpoint"),
+    PhaseKind.sft: ("pairs_from", "reward", "rollout", "n", "rounds", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public",
+                    "endpoint"),
+    PhaseKind.dpo: ("train", "reward", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public", "endpoint"),
+    PhaseKind.grpo: ("pairs_from", "n", "rounds", "mix", *_RAFT_ONLY, *_REPAIR_ONLY, "without_public", "endpoint"),
+    PhaseKind.repair: ("pairs_from", "n", "mix", *_RAFT_ONLY, "without_public", "endpoint"),
+    PhaseKind.raft: ("pairs_from", "n", "rounds", "mix", *_REPAIR_ONLY, "without_public", "endpoint"),
 }
 _EXAMPLE = {"trainer": "verl", "train": "<a train dataset>", "pairs_from": "<a train dataset>",
             "reward": "dense", "rollout": "<a protocol, e.g. rollout>", "protocol": "<a protocol>",
@@ -79,7 +81,10 @@ def _dangling(at: At, keys: tuple[Key, ...], value: str, known: set[str], what: 
 def _field_refs(section: str, name: str, fields: PhaseFields, names: Names, at: At) -> Iterator[Diagnostic]:
     for use in DATASET_USES:
         value = getattr(fields, use)
-        if value is not None:
+        if isinstance(value, FailuresSpec):
+            if value.on is not None:
+                yield from filter(None, [_dangling(at, (section, name, use, "on"), value.on, names.datasets, "dataset")])
+        elif value is not None:
             yield from filter(None, [_dangling(at, (section, name, use), value, names.datasets, "dataset")])
     for i, value in enumerate(fields.evaluate or []):
         yield from filter(None, [_dangling(at, (section, name, "evaluate", i), value, names.datasets, "dataset")])
@@ -109,6 +114,64 @@ def _reference_errors(spec: Spec, names: Names, at: At) -> Iterator[Diagnostic]:
             yield from filter(None, [_dangling(at, ("evaluate", when, "datasets", i), value, names.datasets, "dataset")])
         yield from filter(None, [_dangling(at, ("evaluate", when, "protocol"), schedule.protocol, names.protocols, "protocol")])
     yield from _waiver_refs(spec, names, at)
+
+
+def _flywheel_errors(spec: Spec, names: Names, at: At) -> Iterator[Diagnostic]:
+    """`of` / `repair_of` names a trained unit that leaves judged training samples, and not one
+    that (through `from:` or its own flywheel) depends on the phase that harvests it."""
+    units = names.phases | names.variants
+    for section, name, own in [*(("phases", n, p) for n, p in spec.phases.items()),
+                               *(("variants", n, v) for n, v in spec.variants.items())]:
+        wheel = flywheel(own)
+        if wheel is None:
+            continue
+        keys = (section, name, wheel.field, wheel.of_key)
+        if wheel.of not in units:
+            hint = did_you_mean(wheel.of, units)
+            yield at(keys, f"unknown phase or variant {wheel.of!r}{hint}",
+                     f"name the trained phase or variant whose failures feed this one ({', '.join(sorted(units))})",
+                     at_value=True)
+            continue
+        found = unit_fields(spec, wheel.of)
+        if found is None:
+            continue
+        kind, _ = found
+        if wheel.of == name:
+            yield at(keys, f"{name!r} would harvest its own failures before it has run",
+                     "harvest a phase that runs before this one", at_value=True)
+            continue
+        if kind not in TRAINED_KINDS:
+            yield at(keys, f"{wheel.of!r} is {_article(kind)} phase: it has no policy whose training failures "
+                     "could be harvested", "name a trained phase or variant (grpo, repair, dpo, raft)", at_value=True)
+        elif wheel.on is None and kind not in HARVESTABLE:
+            kinds = " / ".join(k.value for k in HARVESTABLE)
+            yield at(keys, f"{_article(kind)} run judges no samples of its own training problems, so "
+                     f"{wheel.of!r} has no failures to harvest",
+                     (f"add `on: <a train dataset>` for a harvest pass of its model, or harvest a {kinds} phase"
+                      if wheel.field == "pairs_from" else f"harvest a {kinds} phase"), at_value=True)
+        elif wheel.on is None and kind is PhaseKind.dpo and isinstance(found[1].pairs_from, FailuresSpec):
+            yield at(keys, f"{wheel.of!r} builds its pairs from harvested failures and judges no samples itself",
+                     "harvest the run its failures came from, or add `on: <a train dataset>`", at_value=True)
+        if name in _ancestors(spec, wheel.of):
+            yield at(keys, f"{wheel.of!r} depends on {name!r} (through `from:` or its own failures), so "
+                     f"{name!r} cannot wait for its failures", "harvest a phase that runs before this one",
+                     at_value=True)
+
+
+def _ancestors(spec: Spec, unit: str) -> set[str]:
+    """Every unit `unit`'s runs wait for: its `from:` chain and the units its flywheel harvests."""
+    seen: set[str] = set()
+    todo = [unit]
+    while todo:
+        found = unit_fields(spec, todo.pop())
+        if found is None:
+            continue
+        wheel = flywheel(found[1])
+        for dep in (found[1].from_, wheel.of if wheel else None):
+            if dep and dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
 
 
 def _waiver_refs(spec: Spec, names: Names, at: At) -> Iterator[Diagnostic]:
@@ -157,6 +220,9 @@ def _kind_errors(section: str, name: str, kind: PhaseKind, fields: PhaseFields, 
         if getattr(own, bad) is not None:
             yield at((section, name, bad), f"`{bad}` has no meaning for {_article(kind)} phase and would be ignored",
                      f"remove `{bad}` (or change the phase's kind)")
+    if own.endpoint is not None and fields.from_ is not None:
+        yield at((section, name, "endpoint"), f"an eval phase with an endpoint evaluates the model the endpoint "
+                 f"serves, not phase {fields.from_!r}", "remove `from:` (or the endpoint)")
     if kind in (PhaseKind.dpo, PhaseKind.raft) and fields.trainer == "verl":
         what = "offline DPO" if kind == PhaseKind.dpo else "RAFT"
         yield at((section, name, "trainer"), f"verl has no {what} trainer", f"use `trainer: trl` for {kind.value}",
@@ -165,12 +231,6 @@ def _kind_errors(section: str, name: str, kind: PhaseKind, fields: PhaseFields, 
 
 def _article(kind: PhaseKind) -> str:
     return f"{'an' if kind.value[0] in 'aeiou' else 'a'} {kind.value}"
-
-
-def overlay(phase: PhaseFields, variant: PhaseFields) -> PhaseFields:
-    """The fields a variant's runs use: its phase's, with what the variant names replaced."""
-    changed = {k: getattr(variant, k) for k in variant.model_fields_set if k in PhaseFields.model_fields}
-    return phase.model_copy(update=changed)
 
 
 def _seed_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
@@ -228,5 +288,5 @@ def _working_dir_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
 
 def check_references(spec: Spec, names: Names, at: At) -> list[Diagnostic]:
     """Every reference, cycle, seed, phase-kind and executor problem in `spec`."""
-    return [*_reference_errors(spec, names, at), *_cycle_errors(spec, at),
+    return [*_reference_errors(spec, names, at), *_flywheel_errors(spec, names, at), *_cycle_errors(spec, at),
             *_seed_errors(spec, at), *_all_kind_errors(spec, at), *_executor_errors(spec, at)]

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from engine.spec.model import Spec
+from engine.spec.model import SPEC_ADVICE, Spec
 
 Key = str | int
 # (key path, message, fix, whether to point at the value rather than the key)
@@ -148,6 +148,8 @@ def _describe(err: dict[str, Any], keys: tuple[Key, ...], data: Any, root: type[
     if kind == "string_pattern_mismatch":
         return (f"{_shown(value)} is not a valid name",
                 "use letters, digits, '.', '_' or '-', starting with a letter or digit", True)
+    if kind == SPEC_ADVICE:  # a model's own check: its words and fix, never the value (it may be a secret)
+        return (err["msg"], str(ctx.get("fix", f"fix the value of `{_name(keys)}`")), True)
     if kind == "int_from_float":
         return (f"expected an integer, got {_shown(value)}", f"write a whole number for `{_name(keys)}`", True)
     if kind.endswith("_type") or kind.endswith("_parsing") or kind == "model_type" or kind == "model_attributes_type":

@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, Optional
 
 from engine.errors import Diagnostic
 from engine.spec.load import LoadedSpec
@@ -29,6 +30,52 @@ class AppliedWaiver:
     index: int  # position of the entry in `allow:`
 
 
+@dataclass(frozen=True, kw_only=True)
+class Execution:
+    """One judge run of a rule-3 candidate pair: one side's solution against the other's tests."""
+
+    solution: str  # whose solution ran against whose tests: "training → evaluation" or the reverse
+    verdict: str  # the judge's verdict (accepted, wrong_answer, ...)
+    passed: int
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Confirmation:
+    """What running the pair's solutions said: confirmed when every run that could be made
+    passed (at least one); `why` says why nothing ran (no solution, no tests, no common form)."""
+
+    confirmed: bool
+    runs: tuple[Execution, ...] = ()
+    why: str = ""
+
+    def describe(self) -> str:
+        if not self.runs:
+            return f"not run: {self.why}"
+        return "; ".join(f"{r.solution}: {r.verdict} {r.passed}/{r.total}" for r in self.runs)
+
+
+LeakKind = Literal["id", "exact", "near", "contained", "examples", "reworded", "semantic", "confirmed"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Leak:
+    """One training-side problem that duplicates (level error) or resembles (level warning) one
+    evaluation-side problem, with every score measured on the pair and, for candidates found by
+    meaning, what running their solutions said."""
+
+    train_id: str
+    eval_id: str
+    kind: LeakKind
+    similarity: float  # the score that decided `kind` (1.0 for id and exact)
+    level: Literal["error", "warning"] = "error"
+    scores: dict[str, float] = field(default_factory=dict)  # score name → value, every one measured
+    confirmation: Optional[Confirmation] = None
+    train: str = ""  # dataset names, set once the pair is known
+    evaluation: str = ""
+    outcome: str = ""  # refused | waived: <reason> | warning, set when the report concludes
+
+
 @dataclass(kw_only=True)
 class RuleReport:
     errors: list[Diagnostic] = field(default_factory=list)
@@ -37,6 +84,7 @@ class RuleReport:
     unverified: list[str] = field(default_factory=list)  # checks that could not run here
     fingerprints: dict[str, str] = field(default_factory=dict)  # dataset → content fingerprint, when loaded
     sizes: dict[str, int] = field(default_factory=dict)  # dataset → problems loaded
+    leaks: list[Leak] = field(default_factory=list)  # rule 3's findings, waived or warned (errors refuse)
 
 
 @dataclass(kw_only=True)
@@ -61,6 +109,8 @@ class ValidatedSpec:
     dataset_sizes: dict[str, int] = field(default_factory=dict)
     # dataset name → what its `verified:` keeps and drops, in words (engine.verify.declared)
     verified: dict[str, str] = field(default_factory=dict)
+    # rule 3's findings that did not refuse the spec: waived pairs and warnings, with their evidence
+    leaks: list[Leak] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line: what the spec declares, for `rlvr-run validate`."""

@@ -9,15 +9,18 @@ reuses the judged samples (resumable records under pairs/).
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from engine.errors import UserError
 from engine.evaluate.records import SampleRecord
 from engine.evaluate.score import score_model
+from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult, Verdict
+from engine.train import flywheel
 from engine.train.outcome import PAIRS_FILE
-from engine.train.pairs import PairsResult, build_pairs, report_path, write_pairs
+from engine.train.pairs import PairsResult, PreferencePair, build_pairs, report_path, write_pairs
 from engine.train.selection import CheckpointScorer, choose
 from engine.train.session import TrainRun, load_model, run_main
 
@@ -40,6 +43,40 @@ def sample_pairs(run: TrainRun) -> PairsResult:
     return result
 
 
+def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
+    """The flywheel's pairs: the harvested run's failures on training problems as rejected answers
+    (engine.train.flywheel), written to data/pairs.jsonl with their report."""
+    wheel = run.frozen.flywheel
+    assert wheel is not None
+    source = flywheel.source_dir(run.run_dir, wheel)
+    problems = [p for loaded in run.datasets("harvest") for p in loaded.problems]
+    if wheel.on is not None:  # a harvest pass of the source run's model over a train dataset
+        score_model(run.run_dir, str(source / "model"), run.frozen, protocol="rollout", datasets=[wheel.on],
+                    out_dir=run.run_dir / "harvest")
+        samples = flywheel.record_samples(run.run_dir, [run.run_dir / "harvest"])
+    else:
+        samples = flywheel.source_samples(source, wheel.of_kind)
+    kept, harvested = flywheel.harvest(run.run_dir, wheel, {p.id: p for p in problems}, samples,
+                                       run.run_dir if wheel.on is not None else source)
+    choice = run.choice("rollout")
+    with Judge(run.frozen.judge_config()) as judge:
+        pairs, report = flywheel.hard_negatives(problems, kept, harvested, wheel.chosen,
+                                                lambda p: _plain(choice.prompt(p)), choice.response, judge)
+    path = run.run_dir / PAIRS_FILE
+    flywheel.write_jsonl(path, pairs)
+    flywheel.write_atomic(report_path(path), report.model_dump_json(indent=2) + "\n")
+    print(f"harvest: {harvested.samples} judged training samples of {wheel.of} ({wheel.of_run}): "
+          + ", ".join(f"{c} {n}" for c, n in harvested.harvested.items())
+          + f"; pairs {len(pairs)} ({json.dumps(report.pairs_by_class)}), no chosen answer for "
+          f"{len(report.no_chosen)} problem(s)", flush=True)
+    if not pairs:
+        raise UserError(f"no hard-negative pairs: {report.problems_with_failures} problem(s) with harvested failures, "
+                        f"none with a chosen answer (see {report_path(path).name})\n"
+                        "  fix: add `reference` to pairs_from.chosen, declare more failure classes, or "
+                        "harvest a longer run")
+    return pairs
+
+
 def _result(record: SampleRecord) -> SampleResult:
     verdict = Verdict.INTERNAL_ERROR if record.verdict not in Verdict.__members__ else Verdict(record.verdict)
     return SampleResult(problem_id=record.problem_id, verdict=verdict, accepted=record.accepted,
@@ -50,7 +87,7 @@ def _plain(prompt: Any) -> Any:
     return prompt if isinstance(prompt, str) else [m.model_dump() for m in prompt]
 
 
-def dpo_dataset(result: PairsResult) -> Any:
+def dpo_dataset(pairs: Sequence[PreferencePair]) -> Any:
     from datasets import Dataset
 
     def turn(text: str) -> Any:
@@ -58,17 +95,17 @@ def dpo_dataset(result: PairsResult) -> Any:
 
     rows = [{"prompt": _plain(p.prompt), "chosen": turn(p.chosen), "rejected": turn(p.rejected)}
             if not isinstance(p.prompt, str) else {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}
-            for p in result.pairs]
+            for p in pairs]
     return Dataset.from_list(rows)
 
 
-def train_dpo(run: TrainRun, result: PairsResult) -> Any:
+def train_dpo(run: TrainRun, pairs: Sequence[PreferencePair]) -> Any:
     from trl import DPOConfig, DPOTrainer
 
     model, tokenizer = load_model(run.model)
     args = run.args(DPOConfig, learning_rate=5e-7, beta=0.1, max_length=1024)
     extra = [CheckpointScorer(run)] if run.frozen.uses("select", "early_stop") else []
-    trainer = DPOTrainer(model=model, args=args, train_dataset=dpo_dataset(result), processing_class=tokenizer,
+    trainer = DPOTrainer(model=model, args=args, train_dataset=dpo_dataset(pairs), processing_class=tokenizer,
                          callbacks=run.callbacks(*extra))
     run.train(trainer)
     return trainer
@@ -76,6 +113,10 @@ def train_dpo(run: TrainRun, result: PairsResult) -> Any:
 
 def main(argv: Optional[list[str]] = None) -> int:
     def body(run: TrainRun) -> None:
+        if run.frozen.flywheel is not None:
+            train_dpo(run, hard_negative_pairs(run))
+            run.hand_off(choose(run))
+            return
         result = sample_pairs(run)
         report = result.report
         print(f"pairs: {report.pairs} of {report.problems} problems ({report.samples} samples judged; "
@@ -84,7 +125,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise UserError(f"no preference pairs from {report.samples} judged samples ({report.dropped})\n"
                             "  fix: start from a model that solves some problems (an SFT parent), raise pairs.k, "
                             "or lower pairs.min_delta")
-        train_dpo(run, result)
+        train_dpo(run, result.pairs)
         run.hand_off(choose(run))
 
     return run_main("python -m engine.train.dpo", argv, body)

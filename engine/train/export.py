@@ -57,12 +57,12 @@ MANIFEST = "manifest.json"
 
 
 def load_run_dataset(name: str, entry: FrozenDataset, registry: Registry,
-                     judge: Optional[dict[str, Any]] = None) -> LoadedDataset:
+                     judge: Optional[dict[str, Any]] = None, run_dir: Optional[Path] = None) -> LoadedDataset:
     """The problems `entry` names, narrowed by its id list (verified against the frozen hash)."""
     if entry.role not in TRAINABLE_ROLES:
         raise UserError(f"dataset `{name}` has role {entry.role}: it is never written into training data\n"
                         "  fix: train and validate on train/valid datasets only (isolation rules 1-2)")
-    return load_frozen_dataset(name, entry, registry, judge)
+    return load_frozen_dataset(name, entry, registry, judge, run_dir)
 
 
 def _manifest_entry(out: Path, fmt: str, parts: list[LoadedDataset], rows: int, skipped: list[str]) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def _export_files(run: FrozenRun, fmt: str, layout: RunLayout, registry: Registr
     entries = []
     for names, filename in ((train, layout.train), (valid, layout.valid)):
         if names:
-            parts = [load_run_dataset(n, run.datasets[n], registry, run.judge) for n in names]
+            parts = [load_run_dataset(n, run.datasets[n], registry, run.judge, data_dir.parent) for n in names]
             if filename == layout.train:  # verl reads the rows in file order (data.shuffle=False)
                 parts = ordered(run, data_dir.parent, model, parts)
             entries.append(_write_file(parts, data_dir / filename, fmt, choice, run.reward or "dense"))

@@ -9,8 +9,9 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
+from engine.errors import UserError
 from engine.train.curriculum import ordered
-from engine.train.early_stop import timeout_reason
+from engine.train.early_stop import judge_fault_reason, timeout_reason
 from engine.train.rollout_reward import JudgeReward
 from engine.train.rows import grpo_rows
 from engine.train.selection import CheckpointScorer, choose
@@ -37,14 +38,20 @@ def grpo_dataset(run: TrainRun) -> Any:
                               for r in grpo_rows(loaded, choice, run.frozen.reward or "dense")])
 
 
-class TimeoutGuard(TrainerCallback):
-    """Stops training when one step's share of TIMEOUT verdicts passes the spec's threshold."""
+class RewardGuard(TrainerCallback):
+    """After each step: fails the run when the step's share of judge faults passes the limit, and
+    stops it early when its share of TIMEOUT verdicts passes the spec's threshold (if it has one)."""
 
-    def __init__(self, run: TrainRun, reward: JudgeReward, threshold: float) -> None:
-        self.run, self.reward, self.threshold = run, reward, threshold
+    def __init__(self, run: TrainRun, reward: JudgeReward, timeout_rate: Optional[float]) -> None:
+        self.run, self.reward, self.timeout_rate = run, reward, timeout_rate
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        reason = timeout_reason(self.reward.last.get("timeout_rate", 0.0), state.global_step, self.threshold)
+        fault = judge_fault_reason(self.reward.last.get("judge_fault_rate", 0.0), state.global_step)
+        if fault:
+            raise UserError(fault)
+        if self.timeout_rate is None:
+            return
+        reason = timeout_reason(self.reward.last.get("timeout_rate", 0.0), state.global_step, self.timeout_rate)
         if reason:
             from engine.train.outcome import write_outcome
 
@@ -63,16 +70,20 @@ def train_grpo(run: TrainRun, reward: JudgeReward, rollout_func: Any = None, **d
     args = run.args(GRPOConfig, **{"learning_rate": 1e-6, "beta": 0.0, **rollout_settings(run), **defaults})
     extra: list[TrainerCallback] = [CheckpointScorer(run)] if run.frozen.uses("select", "early_stop") else []
     stop = run.frozen.early_stop
-    if stop is not None and stop.timeout_rate is not None:
-        extra.append(TimeoutGuard(run, reward, stop.timeout_rate))
+    extra.append(RewardGuard(run, reward, stop.timeout_rate if stop is not None else None))
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=grpo_dataset(run),
                           processing_class=tokenizer, callbacks=run.callbacks(*extra), rollout_func=rollout_func)
     run.train(trainer)
     return trainer
 
 
+def _keep(run: TrainRun) -> Any:
+    """Rollouts traced per step: the spec's `traces:`, or all of them when a flywheel harvests the run."""
+    return run.frozen.traces if run.frozen.traces is not None or not run.frozen.harvested else "all"
+
+
 def judge_reward(run: TrainRun, **kw: Any) -> JudgeReward:
-    return JudgeReward(run.run_dir, mode=run.frozen.reward or "dense", keep=run.frozen.traces, attempt=run.attempt, **kw)
+    return JudgeReward(run.run_dir, mode=run.frozen.reward or "dense", keep=_keep(run), attempt=run.attempt, **kw)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

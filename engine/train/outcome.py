@@ -60,8 +60,15 @@ def write_outcome(run_dir: Path, outcome: TrainingOutcome) -> None:
 
 
 def metric_logs(run_dir: Path) -> list[Path]:
-    """The run's metric logs, oldest attempt first (attempt ids sort by time)."""
-    return sorted(Path(run_dir).glob(METRICS_GLOB))
+    """The run's metric logs, oldest attempt first: the runner numbers its attempts (2 before 10,
+    which string order would reverse, letting attempt 2's lines replace attempt 10's), and a
+    script started by hand names its attempt by the UTC time (which sorts as text), after them."""
+    return sorted(Path(run_dir).glob(METRICS_GLOB), key=_attempt_order)
+
+
+def _attempt_order(path: Path) -> tuple[int, int, str]:
+    attempt = path.name[len("metrics."):-len(".jsonl")]
+    return (0, int(attempt), "") if attempt.isdigit() else (1, 0, attempt)
 
 
 def logged_steps(run_dir: Path) -> list[dict]:

@@ -49,6 +49,8 @@ class PreferencePair(BaseModel):
     chosen_verdict: Verdict
     rejected_verdict: Verdict
     delta: float
+    rejected_class: Optional[str] = None  # hard negatives (engine.train.flywheel): the failure's class
+    chosen_from: Optional[str] = None  # hard negatives: harvest | reference
 
 
 class PairsReport(BaseModel):

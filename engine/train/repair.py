@@ -13,13 +13,11 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from engine.evaluate.run import decoding_of
+from engine.evaluate.eval_run import decoding_of
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.problem import Problem
 from engine.repair.loop import Answer
 from engine.repair.loop import repair as repair_loop
-from engine.spec.model import JudgeSpec
 from engine.train.grpo import judge_reward, train_grpo
 from engine.train.rollout_reward import repair_return
 from engine.train.selection import choose
@@ -140,7 +138,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             for p in loaded.problems:
                 prompt = choice.prompt(p)
                 problems[prompt if isinstance(prompt, str) else prompt[-1].content] = p
-        with Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(run.frozen.judge))) as judge:
+        with Judge(run.frozen.judge_config()) as judge:
             rollout = chain_rollout(run, judge, problems, run.frozen.rounds or 2)
             train_grpo(run, judge_reward(run, shape=shaped(run)), rollout_func=rollout)
         run.hand_off(choose(run))

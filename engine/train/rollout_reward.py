@@ -1,7 +1,7 @@
-"""The RL reward of a trl run: the project's judge through `engine.judge.reward.compute_score`
-(the function verl calls), per completion, with what a reviewer needs kept beside it.
+"""The RL reward of a trl run: the project's judge through `engine.judge.reward.compute_score_batch`
+(verl's reward, a step's completions in one judge stream), with what a reviewer needs kept beside it.
 
-Per step it logs judge time, timeout rate and acceptance into the metric log (trl's
+Per step it logs judge time, timeout rate, judge-fault rate and acceptance into the metric log (trl's
 `log_metric`), and appends the step's rollouts (all, or the first N, as the phase's
 `traces:` says) to `traces/rollouts.jsonl`: problem, completion, reward, verdict, tokens.
 """
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from engine.judge.reward import compute_score
+from engine.judge.reward import compute_score_batch, run_judge
 
 TRACES_FILE = "traces/rollouts.jsonl"
 DEFAULT_TRACES = 16  # rollouts kept per step when the spec does not say
@@ -31,9 +30,13 @@ class JudgeReward:
     """A trl reward function (called with the batch's completions and dataset columns as kwargs)."""
 
     def __init__(self, run_dir: Path, *, mode: str, keep: Union[int, str, None], attempt: str,
-                 shape: Optional[Callable[[list[dict], dict], list[float]]] = None, workers: int = 4) -> None:
+                 shape: Optional[Callable[[list[dict], dict], list[float]]] = None) -> None:
         self.__name__ = f"judge_{mode}"  # trl names the reward's metrics after it
-        self.mode, self.attempt, self.shape, self.workers = mode, attempt, shape, workers
+        self.mode, self.attempt, self.shape = mode, attempt, shape
+        # The run's frozen `judge:` settings, read now so that a missing config fails the run
+        # here rather than turning every reward into an internal error.
+        self.run_config = str(Path(run_dir) / "config.yaml")
+        run_judge(self.run_config)
         self.keep = DEFAULT_TRACES if keep is None else keep
         self.traces = Path(run_dir) / TRACES_FILE
         self.traces.parent.mkdir(parents=True, exist_ok=True)
@@ -44,13 +47,13 @@ class JudgeReward:
                  **extra: Any) -> list[float]:
         texts = extra.get("final_text") or [_text(c) for c in completions]
         began = time.perf_counter()
-        with ThreadPoolExecutor(self.workers) as pool:
-            results = list(pool.map(lambda a: compute_score("rlvr", a[0], a[1], mode=self.mode),
-                                    zip(texts, ground_truth)))
+        results = compute_score_batch(["rlvr"] * len(texts), texts, ground_truth, mode=self.mode,
+                                      run_config=self.run_config)
         judge_s = time.perf_counter() - began
         rewards = self.shape(results, extra) if self.shape else [r["score"] for r in results]
         n = max(1, len(results))
         self.last = {"judge_s": judge_s, "timeout_rate": sum(r["verdict"] == "TIMEOUT" for r in results) / n,
+                     "judge_fault_rate": sum(r["verdict"] == "INTERNAL_ERROR" for r in results) / n,
                      "accepted_rate": sum(r["acc"] for r in results) / n}
         for name, value in self.last.items():
             if log_metric is not None:

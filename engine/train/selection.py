@@ -7,7 +7,8 @@ holds is the free one): generated with the run's `select` protocol on its `selec
 checkpoint twice. The chosen checkpoint is the best by `select_metric` (default
 accepted@1) on the select_on dataset, ties to the higher mean pass ratio, then the later
 step; without select_on, the last one. Early stopping ends training after `patience`
-scored checkpoints without a gain above `min_delta` on the early_stop_on dataset.
+scored checkpoints without a gain above `min_delta` on the early_stop_on dataset. A scored
+checkpoint without the metric is an error (`engine.train.select_metric`), never a 0.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from engine.evaluate.score import score_model
 from engine.spec.model import EarlyStopSpec
 from engine.train.early_stop import early_stop_reason
 from engine.train.outcome import CheckpointScore, Chosen, TrainingOutcome, write_outcome
+from engine.train.select_metric import metric_name, metric_value
 from engine.train.session import TrainRun
 
-DEFAULT_METRIC = "accepted@1"
 TIE_BREAK = "pass_ratio_mean"
 
 
@@ -40,7 +41,7 @@ class CheckpointScorer(TrainerCallback):
 
     def __init__(self, run: TrainRun) -> None:
         self.run = run
-        self.metric = run.frozen.select_metric or DEFAULT_METRIC
+        self.metric = metric_name(run.frozen.select_metric)
         self.stop: Optional[EarlyStopSpec] = run.frozen.early_stop or EarlyStopSpec()
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -60,14 +61,15 @@ class CheckpointScorer(TrainerCallback):
 
 
 def _headline(score: CheckpointScore, metric: str) -> str:
-    return ", ".join(f"{d} {metric} {m.get(metric, 0.0):.3f}" for d, m in score.metrics.items())
+    return ", ".join(f"{d} {metric} " + (f"{m[metric]:.3f}" if metric in m else "missing")
+                     for d, m in score.metrics.items())
 
 
 def choose(run: TrainRun) -> Chosen:
     """The checkpoint children load: the best scored one on select_on, else the last saved."""
     outcome = run.outcome()
     select = run.frozen.uses("select")
-    metric = run.frozen.select_metric or DEFAULT_METRIC
+    metric = metric_name(run.frozen.select_metric)
     last = run.last_checkpoint()
     if last is None:
         raise RuntimeError(f"training left no checkpoint under {run.checkpoints}")
@@ -77,8 +79,8 @@ def choose(run: TrainRun) -> Chosen:
     name = select[0]
 
     def key(c: CheckpointScore) -> tuple[float, float, int]:
-        m = c.metrics.get(name, {})
-        return (m.get(metric, 0.0), m.get(TIE_BREAK, 0.0), c.step)
+        return (metric_value(c.metrics, name, metric, c.step), metric_value(c.metrics, name, TIE_BREAK, c.step),
+                c.step)
 
     best = max(outcome.checkpoints, key=key)
     return Chosen(step=best.step, path=best.path,

@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 
 from engine.data.dataset import LoadedDataset
 from engine.errors import UserError
+from engine.evaluate.model_key import write_manifest
 from engine.plan.frozen import (
     FrozenRun,
     load_frozen_dataset,
@@ -80,7 +81,7 @@ class TrainRun:
         return PromptChoice(registry=self.registry, template=template, model=self.frozen.base_model)
 
     def datasets(self, *uses: str) -> list[LoadedDataset]:
-        return [load_frozen_dataset(n, self.frozen.datasets[n], self.registry, self.frozen.judge) for n in self.frozen.uses(*uses)]
+        return [load_frozen_dataset(n, self.frozen.datasets[n], self.registry, self.frozen.judge, self.run_dir) for n in self.frozen.uses(*uses)]
 
     @property
     def checkpoints(self) -> Path:
@@ -155,6 +156,7 @@ class TrainRun:
         partial = target.with_name(f".{target.name}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(source, partial, ignore=shutil.ignore_patterns(*RESUME_ONLY, "rng_state*"))
+        write_manifest(partial)  # the model's key, hashed once from its whole content
         shutil.rmtree(target, ignore_errors=True)
         os.replace(partial, target)
         if target == self.run_dir / MODEL_DIR:

@@ -4,9 +4,15 @@ so the loss covers the answer only."""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
+from engine.errors import UserError
+from engine.evaluate.eval_run import Settings, generator_for
+from engine.judge.api import Judge
+from engine.train import flywheel
 from engine.train.curriculum import ordered
 from engine.train.rows import sft_rows
 from engine.train.selection import CheckpointScorer, choose
@@ -21,7 +27,62 @@ def sft_dataset(run: TrainRun, rows: Optional[list[dict[str, Any]]] = None) -> A
         choice = run.choice("select")
         rows = [r for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train"))
                 for r in sft_rows(loaded, choice, skipped, split_prompt=True)]
+        if run.frozen.flywheel is not None:
+            rows = repair_mix(run, rows)
     return Dataset.from_list(rows)
+
+
+def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`base` with the flywheel's format-repair rows mixed in at the declared share; the distinct rows
+    and their report go to data/. A re-run reuses them while the harvested files are unchanged (the
+    repair loop samples: rebuilding would train a resumed run on other rows)."""
+    wheel = run.frozen.flywheel
+    assert wheel is not None and wheel.share is not None
+    source = flywheel.source_dir(run.run_dir, wheel)
+    rows_path, report_path = run.run_dir / flywheel.REPAIR_ROWS, run.run_dir / flywheel.MIX_REPORT
+    report = _reusable(report_path, source)
+    if report is not None and rows_path.is_file():
+        rows = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        problems = {p.id: p for loaded in run.datasets("harvest") for p in loaded.problems}
+        kept, harvested = flywheel.harvest(run.run_dir, wheel, problems, flywheel.source_samples(source, wheel.of_kind),
+                                           source)
+        choice = run.choice("select")
+        decoding = flywheel.decoding_of_source(source)
+        backend = generator_for(run.frozen, Settings(), str(source / "model"))
+        try:
+            with Judge(run.frozen.judge_config()) as judge:
+                rows, report = flywheel.repair_rows(problems, kept, harvested, lambda p: _dumps(choice.prompt(p)),
+                                                    backend, decoding, judge, share=wheel.share,
+                                                    tries=max(1, decoding.n), corrected=wheel.corrected,
+                                                    respond=choice.response)
+        finally:
+            backend.close()
+        flywheel.write_jsonl(rows_path, rows)
+    mixed = flywheel.mix(base, rows, report)
+    flywheel.write_atomic(report_path, report.model_dump_json(indent=2) + "\n")
+    print(f"repair mix: {report.repaired} of {report.failures} harvested failures corrected "
+          f"({json.dumps(report.corrected_from)}; {report.no_public_tests} on problems without public tests); "
+          f"{report.mixed_rows} repair rows in "
+          f"{len(mixed)} (share {report.achieved_share:.3f}, declared {report.share})", flush=True)
+    return mixed
+
+
+def _reusable(path: Path, source: Path) -> Optional[flywheel.RepairRowsReport]:
+    try:
+        report = flywheel.RepairRowsReport.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    same = all((source / f.path).is_file() and flywheel.sha256_file(source / f.path) == f.sha256
+               for f in report.harvest.sources)
+    return report if same else None
+
+
+def _dumps(prompt: Any) -> Any:
+    if isinstance(prompt, str):
+        raise UserError("format-repair rows need a chat prompt (the feedback is a user turn)\n"
+                        "  fix: use a chat prompt template")
+    return [m.model_dump() for m in prompt]
 
 
 def train_sft(run: TrainRun, model_path: str, rows: Optional[list[dict[str, Any]]] = None, **defaults: Any) -> Any:

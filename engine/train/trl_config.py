@@ -8,7 +8,6 @@ version under the rlvr-run cache; validate imports trl once per version, never p
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
@@ -17,6 +16,7 @@ from engine.data.cache import cache_root
 from engine.errors import Diagnostic, UserError
 from engine.files import atomic_write
 from engine.plan.model import Run
+from engine.resources import load_object
 from engine.spec.model import PhaseKind
 from engine.spec.schema_errors import did_you_mean
 from engine.spec.validated import ValidatedSpec
@@ -50,8 +50,7 @@ RESERVED: dict[str, str] = {
 
 
 def config_class(kind: PhaseKind) -> Any:
-    module, name = CONFIG_CLASSES[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+    return load_object(CONFIG_CLASSES[kind])
 
 
 def trl_field_names(kind: PhaseKind) -> frozenset[str]:

@@ -1,10 +1,12 @@
 """`python -m engine.train.verl_finish --run-dir DIR`: after a verl training run, choose the
 checkpoint to hand off and write outputs/training.json; prints the chosen global step.
 
-verl validates every `test_freq` steps on the select_on data (its `val-core/...` metrics in
-the file log) and saves every `save_freq` steps. The choice is the saved step with the best
-validation score (`acc/mean@1` of our reward, i.e. accepted@1; SFT: the lowest `val/loss`),
-else the last saved step. The launch script then merges that step to model/. When
+verl validates every `test_freq` steps on the select_on data (its `val-core/...` and
+`val-aux/...` metrics in the file log) and saves every `save_freq` steps. The choice is the
+saved step with the best validation score by the run's `select_metric`, as trl's choice
+(`engine.train.select_metric`: accepted@1 = our reward's `acc/mean@1`, pass_ratio_mean, ...;
+SFT: the lowest `val/loss`), else the last saved step. A validated step without that metric
+is an error, never a 0. The launch script then merges that step to model/. When
 `engine.train.verl_watch` stopped the run early, its reason goes into training.json too.
 """
 
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from engine.plan.frozen import read_frozen_run
+from engine.plan.frozen import FrozenRun, read_frozen_run
 from engine.train.outcome import (
     CheckpointScore,
     Chosen,
@@ -25,10 +27,10 @@ from engine.train.outcome import (
     logged_steps,
     write_outcome,
 )
+from engine.train.select_metric import VERL_SFT_METRIC, MissingMetric, metric_name, verl_value
 
 STOP_FILE = "outputs/early_stop.json"  # written by engine.train.verl_watch when it stops the run
 _STEP = re.compile(r"^global_step_(\d+)$")
-_ACC = re.compile(r"^val-core/(.+)/acc/mean@1$")
 
 
 def saved_steps(run_dir: Path) -> list[int]:
@@ -43,10 +45,10 @@ def validated_checkpoints(run_dir: Path) -> list[CheckpointScore]:
             for s in saved_steps(run_dir) if validation.get(s)]
 
 
-def headline_name(kind: str) -> str:
-    """What a verl run's checkpoints are ranked by: SFT's validation loss (lower is better), else
-    accepted@1 (the mean of verl's `acc/mean@1` over the validation data sources)."""
-    return "val/loss" if kind == "sft" else "accepted@1"
+def ranking(run: FrozenRun) -> tuple[str, bool]:
+    """(metric, lower is better) a verl run's checkpoints are ranked by: SFT's validation loss,
+    else the run's select_metric (the mean over the validation data sources)."""
+    return (VERL_SFT_METRIC, True) if run.kind == "sft" else (metric_name(run.select_metric), False)
 
 
 def finish(run_dir: Path) -> TrainingOutcome:
@@ -55,11 +57,15 @@ def finish(run_dir: Path) -> TrainingOutcome:
     if not saved:
         raise SystemExit(f"error: verl saved no checkpoint under {run_dir / 'checkpoints'} (trained zero steps?)")
     scores = validated_checkpoints(run_dir)
-    lower = run.kind == "sft"
+    name, lower = ranking(run)
     if scores:
-        best = (min if lower else max)(scores, key=lambda c: (headline(c, lower), c.step))
-        chosen = Chosen(step=best.step, path=best.path, why=f"best {headline_name(run.kind)} on the validation "
-                        f"data ({headline(best, lower):.3f}) of {len(scores)} checkpoints")
+        try:
+            values = {c.step: headline(c, name) for c in scores}
+        except MissingMetric as exc:
+            raise SystemExit(f"error: {exc}") from None
+        best = (min if lower else max)(scores, key=lambda c: (values[c.step], c.step))
+        chosen = Chosen(step=best.step, path=best.path, why=f"best {name} on the validation "
+                        f"data ({values[best.step]:.3f}) of {len(scores)} checkpoints")
     else:
         chosen = Chosen(step=saved[-1], path=f"checkpoints/global_step_{saved[-1]}", why="last checkpoint")
     total = run.hparams.get("total_steps")
@@ -78,18 +84,18 @@ def stop_recorded(run_dir: Path) -> Optional[str]:
 
 
 def _val(data: dict) -> dict[str, float]:
-    out = {f"accepted@1/{m.group(1)}": v for k, v in data.items() if (m := _ACC.match(k))}
-    if "val/loss" in data:
-        out["val/loss"] = data["val/loss"]
-    return out
+    """verl's validation metrics of one logged step (kept under their verl names)."""
+    return {k: v for k, v in data.items() if k.startswith(("val-core/", "val-aux/")) or k == VERL_SFT_METRIC}
 
 
-def headline(score: CheckpointScore, lower: bool) -> float:
+def headline(score: CheckpointScore, name: str) -> float:
+    """`name` of one validated checkpoint; raises MissingMetric when verl did not log it."""
     metrics = score.metrics["valid"]
-    if lower:
-        return metrics.get("val/loss", float("inf"))
-    accs = [v for k, v in metrics.items() if k.startswith("accepted@1/")]
-    return sum(accs) / len(accs) if accs else 0.0
+    if name == VERL_SFT_METRIC:
+        if name not in metrics:
+            raise MissingMetric(f"verl's validation at step {score.step} logged no {name!r}")
+        return metrics[name]
+    return verl_value(metrics, name, score.step)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

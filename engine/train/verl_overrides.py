@@ -22,6 +22,7 @@ from typing import Any, Optional
 from engine.data.cache import cache_root
 from engine.errors import UserError
 from engine.files import atomic_write
+from engine.judge.reward import JUDGE_KWARGS
 from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
 from engine.train.verl_watch import ROLLOUTS_DIR
@@ -41,6 +42,7 @@ KNOWN_UNDECLARED = (
 # default attention), and without hf_model a checkpoint has no weights a child can load.
 SDPA = "sdpa"
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
+REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
 # Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
 LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
 
@@ -136,11 +138,16 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def user_override_errors(overrides: dict[str, Any]) -> list[str]:
-    """Rules Hydra cannot enforce: legacy reward keys and `+` only where verl needs it."""
+    """Rules Hydra cannot enforce: legacy reward keys, `+` only where verl needs it, and no judge
+    setting for the reward beside the run's own `judge:` block."""
     errors = []
     for key in flatten(overrides):
         bare = key.lstrip("+")
-        if bare.startswith(LEGACY_PREFIXES):
+        judged = bare.removeprefix(REWARD_KWARGS)
+        if bare.startswith(REWARD_KWARGS) and judged in JUDGE_KWARGS:
+            errors.append(f"override {key!r} sets the reward's judge apart from the run's: the reward judges "
+                          f"with the spec's `judge:` block, as the evaluations do; set `judge: {{{judged}: ...}}`")
+        elif bare.startswith(LEGACY_PREFIXES):
             errors.append(f"override {key!r} is a legacy key verl 0.9 parses and then ignores; "
                           f"use the reward.* key instead (e.g. reward.{bare})")
         elif key.startswith("++") or (key.startswith("+") and not bare.startswith(KNOWN_UNDECLARED)):
@@ -221,8 +228,9 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
     }
     if not has_valid:
         values["trainer.test_freq"] = -1
-    if _timeout_rate(run) is not None:  # the watcher reads each step's verdicts from there
-        values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
+    # The watcher reads each step's verdicts from there (judge faults always, timeouts if asked);
+    # a flywheel harvests its failures from there.
+    values["trainer.rollout_data_dir"] = str(paths.run_dir / ROLLOUTS_DIR)
     if run.kind == PhaseKind.repair:
         values["actor_rollout_ref.rollout.agent.default_agent_loop"] = REPAIR_AGENT_LOOP
         values["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = _rounds(run)
@@ -265,12 +273,9 @@ def loggers(run: Run) -> list[str]:
 
 
 def watched(run: Run) -> bool:
-    """Whether a verl run's command goes through `engine.train.verl_watch`: it declares early stopping."""
-    return any("early_stop" in d.uses for d in run.datasets.values()) or _timeout_rate(run) is not None
-
-
-def _timeout_rate(run: Run) -> Optional[float]:
-    return (run.config.get("early_stop") or {}).get("timeout_rate")
+    """Whether a verl run's command goes through `engine.train.verl_watch`: it declares early
+    stopping, or it is rewarded by the judge (whose faults fail it)."""
+    return run.kind in (PhaseKind.grpo, PhaseKind.repair) or any("early_stop" in d.uses for d in run.datasets.values())
 
 
 def _trainer_common(run: Run, paths: VerlPaths) -> dict[str, Any]:

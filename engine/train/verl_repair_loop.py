@@ -4,7 +4,7 @@ verl imports this module from `VERL_USE_EXTERNAL_MODULES` (the repair launch scr
 and the rollout names the loop with `agent.default_agent_loop=rlvr_repair`. Per prompt: the
 policy answers through verl's rollout server, the judge scores the answer on all tests, a
 failing answer gets the PUBLIC-test feedback the evaluation's repair loop gives
-(`engine.repair.public`, `engine.repair.feedback`) and another turn, up to
+(`engine.isolation.public`, `engine.repair.feedback`) and another turn, up to
 `multi_turn.max_assistant_turns` answers. Feedback tokens are masked out of the loss; the
 trajectory's reward is the same return trl's repair trains on
 (`engine.train.rollout_reward.repair_return`), with the run's `repair_return` and
@@ -25,12 +25,10 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
 from engine.judge.ground_truth import RewardTests
+from engine.isolation.public import public_view
 from engine.plan.frozen import FrozenRun, read_frozen_run
 from engine.repair.feedback import feedback
-from engine.repair.public import public_view
-from engine.spec.model import JudgeSpec
 from engine.train.rollout_reward import repair_return
 from engine.train.verl_overrides import REPAIR_AGENT_LOOP
 
@@ -42,7 +40,7 @@ def _run(config_path: str) -> FrozenRun:
 
 @functools.lru_cache(maxsize=4)
 def _judge(config_path: str) -> Judge:
-    return Judge(JudgeConfig.from_spec(JudgeSpec.model_validate(_run(config_path).judge)))
+    return Judge(_run(config_path).judge_config())
 
 
 @register(REPAIR_AGENT_LOOP)
@@ -71,7 +69,7 @@ class RepairAgentLoop(AgentLoopBase):
             accepted = result.accepted
             if accepted or turn == rounds:
                 break
-            view = public_view(problem)
+            view = public_view(problem, kwargs["raw_prompt"])
             public = await self.loop.run_in_executor(None, judge.judge, view, answer) if view else None
             answered = messages + [{"role": "assistant", "content": answer}]
             asked = answered + [{"role": "user", "content": feedback(public)}]

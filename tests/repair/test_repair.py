@@ -9,7 +9,7 @@ from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 from engine.repair.feedback import feedback
 from engine.repair.loop import Answer, repair
-from engine.repair.public import public_view
+from engine.isolation.public import public_view
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +30,11 @@ WRONG = "```python\nprint(0)\n```"
 
 def test_feedback_shows_public_tests_and_never_a_private_one(problems, judge):
     for problem in problems:
-        public = public_view(problem)
-        assert public is not None
-        private_inputs = ([t.input for t in problem.stdio_tests if t.kind != "public"] if problem.kind == "stdio"
-                          else problem.function_tests.asserts[1:])
+        public = public_view(problem, [{"role": "user", "content": problem.prompt or problem.statement}])
+        if problem.kind == "function":  # a toy function prompt shows no example: nothing is public
+            assert public is None and "no public tests" in feedback(None)
+            continue
+        private_inputs = [t.input for t in problem.stdio_tests if t.kind != "public"]
         text = feedback(judge.judge(public, WRONG))
         assert "public tests" in text and len(text) <= 1600
         for secret in private_inputs:

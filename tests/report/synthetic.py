@@ -8,7 +8,9 @@ import random
 from pathlib import Path
 
 from engine.evaluate.records import Keys, SampleRecord, append
+from engine.evaluate.eval_run import METRICS_FILE, DatasetMetrics, EvalOutput
 from engine.runs.lineage import (
+    LeakRecord,
     Metric,
     PlanRecords,
     RunRecord,
@@ -32,7 +34,8 @@ OTHER = Keys(model="m", protocol="q" * 64, idlist="i" * 64)
 VERDICTS = ("ACCEPTED", "WRONG_ANSWER", "SYNTAX_ERROR", "TIMEOUT")
 
 
-def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, ...] = ("sft", "grpo", "dpo")) -> Path:
+def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, ...] = ("sft", "grpo", "dpo"),
+          judge_version: str = "judge-v1") -> Path:
     """`root/lineage.sqlite` and run directories; returns the lineage path."""
     rng = random.Random(0)
     runs, metrics = [], []
@@ -67,15 +70,27 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
                       "prompt_tokens_mean": 100.0, "output_tokens_mean": 50.0, "total_tokens": 150.0 * problems,
                       "judge_s_mean": 0.01, "timeout_rate": 0.05, **{f"errors/{v}": float(sum(r.verdict == v for r in records))
                                                                     for v in VERDICTS[1:]}}
+            summary = DatasetMetrics(dataset=dataset, protocol="greedy", protocol_sha256=keys.protocol,
+                                     idlist_sha256=keys.idlist, judge_version="judge-v1", seed=seed,
+                                     expected_samples=problems, model=keys.model, metrics=values)
+            (Path(run.run_dir) / "outputs" / METRICS_FILE).write_text(
+                EvalOutput(run_id=rid, datasets=[summary]).model_dump_json())
             for name, value in values.items():
                 metrics.append(Metric(run_id=rid, dataset=dataset, protocol="greedy", seed=seed, name=name, value=value,
-                                      protocol_sha256=keys.protocol, idlist_sha256=keys.idlist, judge_version="judge-v1"))
+                                      protocol_sha256=keys.protocol, idlist_sha256=keys.idlist, judge_version=judge_version))
     path = root / "lineage.sqlite"
     with open_lineage(path) as lineage:
         lineage.record_spec(SpecRecord(name="synth", path=str(root / "synth.yaml"), sha256="s" * 64, text=SPEC_TEXT))
         lineage.record_plan_records(PlanRecords(runs=runs))
         lineage.record_waivers([WaiverRecord(spec_name="synth", rule=3, what="2 problems of valid in train",
                                              reason="templated toy families", spec_line=7)])
+        lineage.record_leaks("synth", [
+            LeakRecord(spec_name="synth", train="train", evaluation="test", train_id="mbpp/10001", eval_id="HumanEval/24",
+                       kind="confirmed", level="error", similarity=0.95, scores_json='{"semantic": 0.95}',
+                       evidence="training → evaluation: accepted 3/3", outcome="waived: kept on purpose"),
+            LeakRecord(spec_name="synth", train="train", evaluation="test", train_id="mbpp/10003", eval_id="HumanEval/24",
+                       kind="semantic", level="warning", similarity=0.86, scores_json='{"semantic": 0.86}',
+                       evidence="training → evaluation: wrong_answer 0/3", outcome="warning")])
         for run in runs:
             lineage.set_state(run.id, RunState.queued)
             lineage.set_state(run.id, RunState.running)

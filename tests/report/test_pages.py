@@ -58,6 +58,21 @@ def test_index_records_failures_waivers_and_id_lists(report):
     assert "templated toy families" in text and "5. compared runs share the evaluation protocol exactly" in text
 
 
+def test_the_index_says_in_bold_when_numbers_were_judged_unsandboxed(report, tmp_path):
+    assert "unsandboxed" not in (report.dir / "index.md").read_text()
+    build(tmp_path, seeds=1, problems=4, phases=("sft",), judge_version="rlvr-judge-1/local/cpu6s/mem1024MB/tokens/none")
+    [open_report] = write_reports(tmp_path, failures=False)
+    text = (open_report.dir / "index.md").read_text()
+    assert "**Judged unsandboxed:" in text and "`rlvr-judge-1/local/cpu6s/mem1024MB/tokens/none`.**" in text
+
+
+def test_index_lists_rule_3_findings_with_their_evidence(report):
+    text = (report.dir / "index.md").read_text()
+    assert re.search(r"\| train: mbpp/10001 +\| test: HumanEval/24 +\| confirmed +\| semantic 0\.95 +\| "
+                     r"training → evaluation: accepted 3/3 +\| waived: kept on purpose", text)
+    assert re.search(r"\| semantic +\| semantic 0\.86 +\| training → evaluation: wrong_answer 0/3 +\| warning", text)
+
+
 def test_pages_are_byte_stable(report, tmp_path):
     build(tmp_path)
     [again] = write_reports(tmp_path)
@@ -85,6 +100,21 @@ def test_the_report_verb(report, tmp_path, capsys):
     assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 0
     assert "9 pages" in capsys.readouterr().out
     assert main(["report", "other", "--runs-dir", str(tmp_path)]) == 2
+
+
+def test_a_page_that_cannot_be_built_fails_the_report_verb(tmp_path, capsys, monkeypatch):
+    from engine.report import generate
+
+    build(tmp_path)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("lineage row 7 has no seed")  # what a bug or a damaged record would raise
+
+    monkeypatch.setattr(generate, "versus_parent", broken)
+    assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "synth: results.md could not be built: RuntimeError: lineage row 7 has no seed" in err
+    assert (tmp_path / "synth" / "report" / "index.md").is_file()  # the other pages are still written
 
 
 def test_the_headline_is_a_table_on_a_terminal_and_markdown_in_a_pipe(report):

@@ -86,6 +86,6 @@ def test_matrix_validates_and_resolves():
     kinds = {n: p.kind for n, p in spec.phases.items()}
     assert kinds == {"base": PhaseKind.eval, "sft": PhaseKind.sft, "dpo": PhaseKind.dpo, "grpo": PhaseKind.grpo,
                      "best_of_n": PhaseKind.best_of_n, "repair": PhaseKind.repair}
-    assert set(spec.variants) == {"grpo_sparse", "dpo_grpo", "grpo_curriculum", "repair_3"}
+    assert set(spec.variants) == {"grpo_sparse", "dpo_grpo", "grpo_curriculum", "repair_3", "dpo_flywheel"}
     assert spec.seeds == [1, 2]
     assert validated.protocol_hash("greedy") != validated.protocol_hash("passk")

@@ -100,7 +100,7 @@ def test_hostile_input_is_a_spec_error(tmp_path: Path, name: str):
 def test_cli_validate_ok(capsys: pytest.CaptureFixture[str]):
     assert main(["validate", "--no-content", str(ROOT / "specs" / "matrix.yaml")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("ok: rlvr-coder-7b — 5 datasets, 3 protocols, 6 phases + 4 variants, 2 seeds, 0 waivers")
+    assert out.startswith("ok: rlvr-coder-7b — 5 datasets, 3 protocols, 6 phases + 5 variants, 2 seeds, 0 waivers")
 
 
 @pytest.mark.parametrize("spec", [*BAD, ROOT / "tests" / "specs" / "no_such.yaml", ROOT / "tests" / "specs"],

@@ -3,8 +3,9 @@ what verl writes while it trains, on the same paths and in the same formats — 
 rows (validation at saved steps), `checkpoints/global_step_N/`, and the per-step rollout
 dumps of `trainer.rollout_data_dir` with our reward's verdicts — and marks how it ended.
 
-    python fake_verl_trainer.py RUN_DIR VALIDATION TIMEOUT_RATES
-VALIDATION and TIMEOUT_RATES: comma-separated values, one per step (empty: none that step).
+    python fake_verl_trainer.py RUN_DIR VALIDATION RATES [VERDICT]
+VALIDATION and RATES: comma-separated values, one per step (empty: none that step); RATES is
+the share of each step's rollouts given VERDICT (default TIMEOUT; INTERNAL_ERROR: judge faults).
 """
 
 import json
@@ -19,6 +20,7 @@ ROLLOUTS = 4
 
 def main() -> None:
     run_dir, validation, rates = Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[3].split(",")
+    verdict = sys.argv[4] if len(sys.argv) > 4 else "TIMEOUT"
     signal.signal(signal.SIGTERM, lambda *_: _end(run_dir, "terminated", 143))
     log = run_dir / "logs" / "metrics.1.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -33,7 +35,7 @@ def main() -> None:
             timeouts = round(float(rate) * ROLLOUTS)
             dump = run_dir / "traces" / "verl_rollouts" / f"{step}.jsonl"
             dump.parent.mkdir(parents=True, exist_ok=True)
-            dump.write_text("".join(json.dumps({"step": step, "verdict": "TIMEOUT" if i < timeouts else "ACCEPTED"})
+            dump.write_text("".join(json.dumps({"step": step, "verdict": verdict if i < timeouts else "ACCEPTED"})
                                     + "\n" for i in range(ROLLOUTS)))
         time.sleep(STEP_S)
     _end(run_dir, "finished", 0)

@@ -13,6 +13,7 @@ from engine.train.outcome import (
     CheckpointScore,
     TrainingOutcome,
     logged_steps,
+    metric_logs,
     read_outcome,
 )
 from engine.train.rollout_reward import repair_return
@@ -55,6 +56,15 @@ def test_verl_file_logs_become_series_and_a_resumed_attempt_continues(tmp_path):
     points = {(p.step, p.series): p.value for p in curves(tmp_path)}
     assert points[(2, "loss")] == 0.45 and points[(2, "reward_mean")] == 0.25  # the resumed attempt's value
     assert points[(1, "step_time_s")] == 9.0 and points[(3, "val/rlvr/toy/acc/mean@1")] == 0.5
+
+
+def test_attempt_10_replaces_what_attempt_2_logged_not_the_reverse(tmp_path):
+    _verl_log(tmp_path, "2", [(5, {"actor/pg_loss": 0.9})])
+    _verl_log(tmp_path, "10", [(5, {"actor/pg_loss": 0.1})])
+    _verl_log(tmp_path, "20261126T120000Z", [(6, {"actor/pg_loss": 0.05})])  # a script started by hand, later
+    assert [p.name for p in metric_logs(tmp_path)] == ["metrics.2.jsonl", "metrics.10.jsonl",
+                                                       "metrics.20261126T120000Z.jsonl"]
+    assert logged_steps(tmp_path)[0]["data"]["actor/pg_loss"] == 0.1
 
 
 def test_verl_finish_picks_the_best_validated_saved_step(tmp_path):

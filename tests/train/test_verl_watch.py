@@ -23,8 +23,9 @@ def _run_dir(tmp_path: Path, early_stop: str, uses: str) -> Path:
     return tmp_path
 
 
-def _watch(run_dir: Path, validation: str, rates: str, wrapped: list[str] | None = None) -> subprocess.CompletedProcess:
-    command = [*(wrapped or []), sys.executable, str(FAKE), str(run_dir), validation, rates]
+def _watch(run_dir: Path, validation: str, rates: str, wrapped: list[str] | None = None,
+           verdict: str = "TIMEOUT") -> subprocess.CompletedProcess:
+    command = [*(wrapped or []), sys.executable, str(FAKE), str(run_dir), validation, rates, verdict]
     return subprocess.run([sys.executable, "-m", "engine.train.verl_watch", "--run-dir", str(run_dir),
                            "--poll-s", "0.1", "--", *command],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -59,3 +60,12 @@ def test_without_a_reason_the_command_runs_out_and_its_exit_code_passes_through(
     failed = subprocess.run([sys.executable, "-m", "engine.train.verl_watch", "--run-dir", str(run_dir), "--",
                              "bash", "-c", "exit 3"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert failed.returncode == 3
+
+
+def test_judge_faults_in_a_step_fail_the_run_without_a_hand_off(tmp_path):
+    run_dir = _run_dir(tmp_path, "{patience: 3}", "train")  # no timeout rule: the fault rule is always on
+    done = _watch(run_dir, ",,,,,,,,,,,", "0,0,0.75,0,0,0,0,0,0,0,0,0", verdict="INTERNAL_ERROR")
+    assert done.returncode == 1
+    assert "error: judge faults (INTERNAL_ERROR) in 75% of the rewards at step 3" in done.stderr
+    assert (run_dir / "fake_trainer_ended").read_text() == "terminated"
+    assert not (run_dir / "outputs" / "early_stop.json").exists()

@@ -1,9 +1,16 @@
-"""What every generation backend takes and returns."""
+"""What every generation backend takes and returns.
+
+A backend is handed every request of a dataset at once and yields each request's samples as
+soon as they are done (`stream`), in whatever order they finish: the engine keeps its batch
+full (vLLM schedules them all, the openai backend keeps `concurrency` requests in flight as a
+sliding window, hf fills batches of `batch_size`), and the caller writes each record as it
+arrives, so a kill loses only what was in flight.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional, Protocol, Sequence, Union
+from typing import Iterator, Literal, Optional, Protocol, Sequence, Union
 
 Prompt = Union[str, list[dict[str, str]]]  # a completion prompt, or chat messages
 FinishReason = Literal["stop", "length", "error"]
@@ -31,7 +38,7 @@ class Generation:
     """One sample: its text and the facts of how it was produced."""
 
     text: str
-    prompt_tokens: int
+    prompt_tokens: int  # this sample's share of its prompt (`prompt_share`): n samples count it once
     completion_tokens: int
     finish_reason: FinishReason  # "length": cut at max_tokens; "error": no text after every retry
     latency_s: float
@@ -39,14 +46,39 @@ class Generation:
     error: Optional[str] = None
 
 
+@dataclass(frozen=True)
+class Request:
+    """One prompt and how to sample it (`decoding.n` samples)."""
+
+    prompt: Prompt
+    decoding: Decoding
+
+
+Finished = tuple[int, list[Generation]]  # a request's index and its `decoding.n` samples
+
+
 class Backend(Protocol):
     name: str
 
-    def generate(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
-        """`decoding.n` generations per prompt, in prompt order."""
+    def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
+        """Each request's samples once they are all done, with its index, in finishing order."""
         ...
 
     def close(self) -> None: ...
+
+
+def generate(backend: Backend, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
+    """`decoding.n` generations per prompt, in prompt order (callers that need them all together)."""
+    out: list[list[Generation]] = [[] for _ in prompts]
+    for index, gens in backend.stream([Request(p, decoding) for p in prompts]):
+        out[index] = gens
+    return out
+
+
+def prompt_share(tokens: int, n: int, index: int) -> int:
+    """Sample `index`'s share of a prompt of `tokens` that its n samples share: the prompt is read
+    once per request (one usage figure, one prefill), so the shares of the n samples sum to it."""
+    return tokens // n + (index < tokens % n)
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

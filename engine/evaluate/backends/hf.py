@@ -1,13 +1,23 @@
-"""transformers on CPU or one GPU: batched with left padding, n samples per prompt in one call."""
+"""transformers on CPU or one GPU: every request of a dataset, in batches of `batch_size` prompts
+(left padding, n samples per prompt in one call), grouped by decoding and sorted by length so a
+batch wastes little on padding; each batch's samples are yielded as it finishes."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from engine.errors import UserError
-from engine.evaluate.backends.base import Decoding, Generation, Prompt, cut_at_stop
+from engine.evaluate.backends.base import (
+    Decoding,
+    Finished,
+    Generation,
+    Prompt,
+    Request,
+    cut_at_stop,
+    prompt_share,
+)
 
 
 class HFBackend:
@@ -34,17 +44,25 @@ class HFBackend:
             return prompt
         return self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
-    def generate(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
-        out: list[list[Generation]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            out += self._batch([self._text(p) for p in prompts[start:start + self.batch_size]], decoding)
-        return out
+    def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
+        texts = [self._text(r.prompt) for r in requests]
+        lengths = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        order = sorted(range(len(requests)), key=lambda i: (_decoding_key(requests[i].decoding), -lengths[i]))
+        batch: list[int] = []
+        for index in order:
+            if batch and (len(batch) == self.batch_size or requests[batch[0]].decoding != requests[index].decoding):
+                yield from zip(batch, self._batch([texts[i] for i in batch], requests[batch[0]].decoding))
+                batch = []
+            batch.append(index)
+        if batch:
+            yield from zip(batch, self._batch([texts[i] for i in batch], requests[batch[0]].decoding))
 
     def _batch(self, texts: list[str], decoding: Decoding) -> list[list[Generation]]:
         import torch
 
         if decoding.greedy and decoding.n > 1:  # greedy samples are all the same: decode once
-            return [gens * decoding.n for gens in self._batch(texts, replace(decoding, n=1))]
+            return [[replace(g, prompt_tokens=prompt_share(g.prompt_tokens, decoding.n, j)) for j, g in enumerate(gens * decoding.n)]
+                    for gens in self._batch(texts, replace(decoding, n=1))]
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         torch.manual_seed(decoding.seed)
         sampling = {} if decoding.greedy else {"do_sample": True, "temperature": decoding.temperature,
@@ -58,7 +76,8 @@ class HFBackend:
         latency = (time.perf_counter() - began) / max(1, len(texts) * decoding.n)
         new = ids[:, enc["input_ids"].shape[1]:]
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-        gens = [self._generation(row, prompt_lens[i // decoding.n], decoding, latency) for i, row in enumerate(new)]
+        gens = [self._generation(row, prompt_share(prompt_lens[i // decoding.n], decoding.n, i % decoding.n), decoding,
+                                 latency) for i, row in enumerate(new)]
         return [gens[i * decoding.n:(i + 1) * decoding.n] for i in range(len(texts))]
 
     def _generation(self, row, prompt_tokens: int, decoding: Decoding, latency: float) -> Generation:
@@ -73,3 +92,7 @@ class HFBackend:
 
     def close(self) -> None:
         self.model = None
+
+
+def _decoding_key(decoding: Decoding) -> str:
+    return repr(decoding)

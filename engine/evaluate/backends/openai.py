@@ -1,16 +1,29 @@
-"""Any OpenAI-compatible server (vLLM's, SGLang's, ...) through httpx: async, bounded concurrency,
-`engine.retry`'s policy (jittered backoff, Retry-After), timeouts. A request that fails after its
-last retry gives its samples an explicit error (finish_reason "error", verdict GEN_ERROR later), never an empty answer."""
+"""Any OpenAI-compatible server (vLLM's, SGLang's, a hosted API) through httpx: every request of a
+dataset handed over at once and kept `concurrency` in flight as a sliding window (a slow answer
+holds one slot, not a batch), each yielded as it arrives; `engine.retry`'s policy (jittered
+backoff, Retry-After), timeouts. A request
+that fails after its last retry gives its samples an explicit error (finish_reason "error",
+verdict GEN_ERROR later), never an empty answer."""
 
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence, Union
 
 import httpx
 
-from engine.evaluate.backends.base import Decoding, Generation, Prompt, cut_at_stop
+from engine.evaluate.backends.base import (
+    Decoding,
+    Finished,
+    Generation,
+    Prompt,
+    Request,
+    cut_at_stop,
+    prompt_share,
+)
 from engine.retry import RETRYABLE_STATUS, Retryable, RetryPolicy, retry_after_s
 
 
@@ -28,13 +41,37 @@ class OpenAIBackend:
         self.concurrency, self.timeout_s = concurrency, timeout_s
         self.retry = RetryPolicy(attempts=retries + 1, first_wait_s=backoff_s)
 
-    def generate(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
-        return asyncio.run(self._all(prompts, decoding))
+    def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
+        """The event loop runs in a thread of its own and hands each answer over as it lands; a
+        caller that stops early (Ctrl-C, an error) cancels what is still in flight."""
+        landed: queue.Queue[Union[Finished, BaseException]] = queue.Queue()
+        loop = asyncio.new_event_loop()
+        main = loop.create_task(self._all(requests, landed)) if requests else None
+        thread = threading.Thread(target=_run_until_done, args=(loop, main), name="openai-backend", daemon=True)
+        thread.start()
+        try:
+            for _ in range(len(requests)):
+                item = landed.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if main is not None and not main.done():
+                loop.call_soon_threadsafe(main.cancel)
+            thread.join()
 
-    async def _all(self, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
+    async def _all(self, requests: Sequence[Request], landed: queue.Queue) -> None:
         gate = asyncio.Semaphore(self.concurrency)
-        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
-            return list(await asyncio.gather(*(self._one(client, gate, p, decoding) for p in prompts)))
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers, limits=limits) as client:
+
+            async def one(index: int, request: Request) -> None:
+                landed.put((index, await self._one(client, gate, request.prompt, request.decoding)))
+
+            try:
+                await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+            except Exception as exc:  # noqa: BLE001 (handed to the consuming thread, which raises it)
+                landed.put(exc)
 
     async def _one(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, prompt: Prompt,
                    decoding: Decoding) -> list[Generation]:
@@ -72,15 +109,24 @@ class OpenAIBackend:
         return None
 
 
+def _run_until_done(loop: asyncio.AbstractEventLoop, main: "asyncio.Task[None] | None") -> None:
+    try:
+        if main is not None:
+            loop.run_until_complete(asyncio.gather(main, return_exceptions=True))
+    finally:
+        loop.close()
+
+
 def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float) -> list[Generation]:
     usage = data.get("usage") or {}
     choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
     per_choice = usage.get("completion_tokens", 0) // max(1, len(choices))
     out = []
-    for choice in choices:
+    for i, choice in enumerate(choices):
         text = choice["message"]["content"] if chat else choice["text"]
         text, stopped = cut_at_stop(text or "", decoding.stop)
         finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
-        out.append(Generation(text=text, prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=per_choice,
+        prompt_tokens = prompt_share(usage.get("prompt_tokens", 0), len(choices), i)  # usage counts it once
+        out.append(Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=per_choice,
                               finish_reason=finish, latency_s=latency / max(1, len(choices)), seed=decoding.seed))
     return out

@@ -5,6 +5,7 @@ ever holds a job's expected side) and reaps them.
 from __future__ import annotations
 
 import gc
+import json
 import mmap
 import os
 import resource
@@ -38,7 +39,7 @@ class Nursery:
         job_r, self.job_w = os.pipe()
         # The nursery is the init of a PID namespace in which every runner's own one nests: when it
         # dies, however it dies, the kernel kills them all, so runners need no parent-death signal.
-        sandbox.new_pid_namespace(iso)
+        sandbox.nursery_pid_namespace(iso)
         self.pid = os.fork()
         if self.pid == 0:
             try:
@@ -49,14 +50,21 @@ class Nursery:
                 sandbox.die_with_parent()
                 sandbox.set_name(b"judge-nursery")
                 sandbox.adopt_pid_namespace(iso)
+                sandbox.lock_filesystem(iso, workdir)
+                theirs.send(json.dumps({"proc": iso.proc, "read_only": iso.read_only, "notes": iso.notes}).encode())
                 sandbox.lock_down_descendants()
                 _scrub_environment(workdir)
                 _nursery_loop(theirs, job_r, workdir, iso, self.progress)
             finally:
                 os._exit(0)
-        sandbox.enter_own_pid_namespace(iso)
+        sandbox.forked(iso)
         theirs.close()
         os.close(job_r)
+        ready = self.sock.recv(1 << 16)  # what the nursery obtained for its runners
+        if not ready:
+            raise NurseryDied(f"the sandbox nursery {self.pid} died while starting")
+        state = json.loads(ready)
+        iso.proc, iso.read_only, iso.notes = state["proc"], state["read_only"], state["notes"]
 
     def spawn(self, start: int, fds: list[int], raw_job: bytes | None) -> None:
         """Start a runner at test position `start`; `raw_job` is sent with a sample's first runner
@@ -127,6 +135,7 @@ def _nursery_loop(sock: socket.socket, job_r: int, workdir: str, iso: sandbox.Is
         pid = os.fork()
         if pid == 0:
             _become_runner(job, workdir, fds, start, iso, progress, reset_dumpable)
+        sandbox.forked(iso)
         for fd in fds:
             os.close(fd)
         _until_exit(sock, pid)
@@ -173,7 +182,7 @@ def _become_runner(jobs: JobBuffer, workdir: str, fds: list[int], start: int, is
         os.closerange(3, wfd)
         os.closerange(wfd + 1, 65536)
         os.chdir(workdir)
-        sandbox.drop_privileges(iso.uid, reset_dumpable=reset_dumpable)
+        sandbox.drop_privileges(iso.uid, reset_dumpable=reset_dumpable, drop_capabilities=iso.userns)
         if not iso.pidns:  # else the nursery's namespace ends every runner with it
             sandbox.die_with_parent()  # after the uid change, which clears it
         limits = job["limits"]

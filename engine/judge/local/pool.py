@@ -22,10 +22,10 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator
 
 from engine.judge.cases import CasePlan, function_plan, stdio_plan
-from engine.judge.config import JudgeConfig, JudgeJob, test_count
+from engine.judge.config import JudgeConfig, JudgeJob, given_cpus, test_count
 from engine.judge.local import wire
 from engine.judge.local.worker import REPO
 from engine.judge.verdict import SampleResult, TestResult, Verdict
@@ -50,20 +50,34 @@ def sandbox_uid() -> int:
     return BASE_UID + (os.getpid() % UID_BLOCKS) * SLOTS + next(_slots) % SLOTS
 
 
+# The run's own directories: a sample must not read the exported training data (its tests) or
+# anything else the run wrote. The judge's working directory is hidden too.
+RUN_DIRS_ENV = ("RLVR_RUN_DIR", "RLVR_RUN_CACHE_DIR", "RLVR_RUN_DATA_MIRROR")
+
+
+def hidden_dirs() -> list[str]:
+    """Directories of this process that its sandboxes must not see, beyond the worker's own list."""
+    return [os.getcwd(), *(os.environ[name] for name in RUN_DIRS_ENV if os.environ.get(name))]
+
+
 def worker_cpus(config: JudgeConfig) -> list[int] | None:
     """The CPU of each worker slot, or None when workers float (see `JudgeConfig.pin_workers`)."""
     allowed = sorted(os.sched_getaffinity(0))
-    pin = config.pin_workers if config.pin_workers is not None else config.workers >= len(allowed)
+    pin = config.pin_workers if config.pin_workers is not None else (
+        given_cpus() is None and config.workers >= len(allowed))
     return [allowed[slot % len(allowed)] for slot in range(config.workers)] if pin else None
 
 
 class _WorkerProcess:
-    def __init__(self, slot: int, cpu: int | None) -> None:
+    def __init__(self, slot: int, cpu: int | None, python: str) -> None:
         self.slot, self.cpu = slot, cpu
+        # A session of its own: a sample that signals its parent's process group (where no PID
+        # namespace hides it) reaches this worker, never the judge's caller.
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid()), str(-1 if cpu is None else cpu)],
+            [python, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid()), str(-1 if cpu is None else cpu),
+             json.dumps(hidden_dirs())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
-            close_fds=True,
+            close_fds=True, start_new_session=True,
         )
         self.plans: collections.OrderedDict[int, int] = collections.OrderedDict()  # held: id → bytes sent
         self.plan_bytes = 0
@@ -71,6 +85,7 @@ class _WorkerProcess:
         if hello is None:
             raise RuntimeError("sandbox worker failed to start")
         self.isolation: str = hello["hello"]
+        self.level: str = hello["level"]
         self.pid: int = hello["pid"]
 
     def send(self, head: dict, plan: CasePlan) -> None:
@@ -117,7 +132,7 @@ class LocalBackend:
         self._idle: queue.Queue[_WorkerProcess] = queue.Queue()
         self._all: list[_WorkerProcess] = []
         self._lock = threading.Lock()
-        self._isolation = ""
+        self._isolation = self._level = ""
         self._cpus = worker_cpus(config)
 
     def _start(self) -> None:
@@ -129,62 +144,66 @@ class LocalBackend:
             for w in started:
                 self._all.append(w)
                 self._idle.put(w)
-            self._isolation = started[0].isolation
+            self._isolation, self._level = started[0].isolation, started[0].level
 
     def _spawn(self, slot: int) -> _WorkerProcess:
-        return _WorkerProcess(slot, self._cpus[slot] if self._cpus else None)
+        return _WorkerProcess(slot, self._cpus[slot] if self._cpus else None, self.config.python or sys.executable)
 
     def isolation(self) -> str:
         self._start()
         return self._isolation
 
-    def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]:
-        """Every job on the first idle worker, from this one thread: it waits on the busy workers'
-        answer pipes together and prepares the next jobs while they run (no thread per job, no
-        hand-off between threads per sample). Calls from several threads share the workers."""
+    def isolation_level(self) -> str:
         self._start()
-        batch = _Batch(jobs)
-        busy: dict[int, tuple[_WorkerProcess, int]] = {}  # answer fd → (worker, job index)
-        try:
-            while batch.left or busy:
-                self._dispatch(batch, busy)
-                for fd in self._ready(batch, busy):
-                    worker, i = busy[fd]
-                    batch.results[i] = self._collect(worker, jobs[i])
-                    del busy[fd]
-                    if progress:
-                        progress(1)
-        finally:
-            for worker, _ in busy.values():  # interrupted: their answers will never be read
-                self._idle.put(self._replace(worker))
-        return batch.results
+        return self._level
 
-    def _dispatch(self, batch: "_Batch", busy: dict) -> None:
+    def run_stream(self, jobs: Iterable[JudgeJob], *, read_ahead: bool = True) -> Iterator[tuple[int, SampleResult]]:
+        """(job index, result) as each job ends, every job on the first idle worker, from this one
+        thread: it waits on the busy workers' answer pipes together and prepares the next jobs
+        while they run (no thread per job, no hand-off between threads per sample). Jobs are read
+        from `jobs` a few ahead of the workers (`read_ahead`), or only when a worker is idle (an
+        iterable that may block waiting for its next item). Calls from several threads share
+        the workers."""
+        feed = _Feed(jobs, read_ahead=read_ahead)
+        busy: dict[int, tuple[_WorkerProcess, int, JudgeJob]] = {}  # answer fd → (worker, index, job)
+        try:
+            while feed.left or busy:
+                if not busy:
+                    self._start()
+                yield from self._dispatch(feed, busy)
+                for fd in self._ready(feed, busy):
+                    worker, i, job = busy.pop(fd)
+                    yield i, self._collect(worker, job)
+        finally:
+            for worker, _, _ in busy.values():  # abandoned or interrupted: their answers are never read
+                self._idle.put(self._replace(worker))
+
+    def _dispatch(self, feed: "_Feed", busy: dict) -> Iterator[tuple[int, SampleResult]]:
         """Hand pending jobs to idle workers; wait for one only when nothing is in flight."""
-        while batch.left:
+        while feed.left:
             try:
                 worker = self._idle.get(block=not busy)
             except queue.Empty:
                 return
-            i, (head, plan) = batch.next(self._prepare)
+            i, job, (head, plan) = feed.next(self._prepare)
             try:
                 worker.send(head, plan)
             except OSError as exc:
-                batch.results[i] = _internal(batch.jobs[i], f"sandbox worker {worker.pid} died ({exc})", self._isolation)
                 self._idle.put(self._replace(worker))
+                yield i, _internal(job, f"sandbox worker {worker.pid} died ({exc})", self._isolation)
                 continue
-            busy[worker.proc.stdout.fileno()] = (worker, i)
+            busy[worker.proc.stdout.fileno()] = (worker, i, job)
 
-    def _ready(self, batch: "_Batch", busy: dict) -> list[int]:
+    def _ready(self, feed: "_Feed", busy: dict) -> list[int]:
         """The answer pipes that are readable; while none is, the next job is prepared."""
         poller = select.poll()  # not select(): a trainer's process may hold fds past FD_SETSIZE
         for fd in busy:
             poller.register(fd, select.POLLIN)
         while True:
-            ready = [fd for fd, _ in poller.poll(0 if batch.can_prepare else None)]
-            if ready or not batch.can_prepare:
+            ready = [fd for fd, _ in poller.poll(0 if feed.can_prepare else None)]
+            if ready or not feed.can_prepare:
                 return ready
-            batch.prepare_ahead(self._prepare)
+            feed.prepare_ahead(self._prepare)
 
     def _collect(self, worker: _WorkerProcess, job: JudgeJob) -> SampleResult:
         try:
@@ -232,33 +251,54 @@ def _encode(message: dict) -> bytes:
     return wire.frame(json.dumps(message).encode())
 
 
-class _Batch:
-    """One `run_many` call's jobs: which are left, the next ones prepared, their results."""
+class _Feed:
+    """One stream's jobs, read lazily: the next ones prepared ahead of the workers."""
 
     AHEAD = 4  # jobs prepared (plan looked up or built) before a worker asks for them
 
-    def __init__(self, jobs: Sequence[JudgeJob]) -> None:
-        self.jobs = jobs
-        self.results: list[SampleResult] = [None] * len(jobs)  # type: ignore[list-item]
-        self.prepared: collections.deque[tuple[dict, CasePlan]] = collections.deque()
-        self.sent = 0
+    def __init__(self, jobs: Iterable[JudgeJob], *, read_ahead: bool) -> None:
+        self._jobs, self.read_ahead = iter(jobs), read_ahead
+        self._read = 0  # jobs taken from the iterable
+        self._ended = False
+        self.prepared: collections.deque[tuple[int, JudgeJob, tuple[dict, CasePlan] | None]] = collections.deque()
+
+    def _pull(self) -> bool:
+        if self._ended:
+            return False
+        try:
+            job = next(self._jobs)
+        except StopIteration:
+            self._ended = True
+            return False
+        self.prepared.append((self._read, job, None))
+        self._read += 1
+        return True
 
     @property
     def left(self) -> bool:
-        return self.sent < len(self.jobs)
+        return bool(self.prepared) or self._pull()
 
     @property
     def can_prepare(self) -> bool:
-        return len(self.prepared) < self.AHEAD and self.sent + len(self.prepared) < len(self.jobs)
+        """A job read but not prepared yet, or room to read one more."""
+        if any(p is None for _, _, p in self.prepared):
+            return True
+        return self.read_ahead and len(self.prepared) < self.AHEAD and not self._ended
 
     def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> None:
-        self.prepared.append(prepare(self.jobs[self.sent + len(self.prepared)]))
+        for n, (i, job, done) in enumerate(self.prepared):
+            if done is None:
+                self.prepared[n] = (i, job, prepare(job))
+                return
+        if self._pull():
+            i, job, _ = self.prepared[-1]
+            self.prepared[-1] = (i, job, prepare(job))
 
-    def next(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> tuple[int, tuple[dict, CasePlan]]:
+    def next(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> tuple[int, JudgeJob, tuple[dict, CasePlan]]:
         if not self.prepared:
-            self.prepare_ahead(prepare)
-        self.sent += 1
-        return self.sent - 1, self.prepared.popleft()
+            self._pull()
+        i, job, done = self.prepared.popleft()
+        return i, job, done if done is not None else prepare(job)
 
 
 def _to_result(job: JudgeJob, answer: dict, isolation: str) -> SampleResult:

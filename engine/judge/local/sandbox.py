@@ -1,22 +1,27 @@
 """Kernel-level isolation for the sandbox worker: namespaces, mounts, rlimits, privileges.
 
-Set up once per worker (`isolate_worker`): a network namespace (no interface
-is up, so no network at all, loopback included), an IPC namespace in which no
-System V IPC object or POSIX message queue can be made (they would outlive a
-sample and carry its answers to the next), a private mount namespace in
-which `/` is read-only, `/tmp` & co. are fresh root-owned tmpfs, and the
-judge's own files (the repository, the shared data sets, the home directory,
-the usual data roots such as /work, /mnt, /opt) are hidden under empty tmpfs
-while the interpreter's prefix stays visible.
-Once per nursery (the process forking the runners): the init of a PID namespace
-of its own, so every runner dies with it, plus no_new_privs and non-dumpable,
-which its runners inherit. Per sample (`new_pid_namespace` + `drop_privileges`
-+ `apply_rlimits`): a fresh PID namespace whose init is the sample's runner, so
-every process the sample starts dies with it; an unprivileged uid of its own per
-worker, so RLIMIT_NPROC is effective and the program cannot signal or trace the
-judge; rlimits on CPU, address space, processes, file size, open files and core
-dumps. Without root (or where the kernel refuses) the worker falls
-back to rlimits + its own session/process group, and says so.
+Set up once per worker (`isolate_worker`). Not root (a cluster's ordinary user): first an
+unprivileged user namespace, in which the worker is root over its own namespaces only (as
+bubblewrap and nsjail do); as root, a sandbox uid per worker instead. Then, either way: a
+network namespace (no interface is up, so no network at all, loopback included), an IPC
+namespace in which no System V IPC object or POSIX message queue can be made (they would
+outlive a sample and carry its answers to the next), a UTS namespace, and a private mount
+namespace: fresh tmpfs on /tmp & co., a /dev with only null, zero, full, random and urandom,
+an empty /sys and /run, the judge's own files (the repository, the shared data sets, the home
+directory, the usual data roots such as /work, /mnt, /opt, the judge's working directory)
+hidden under empty tmpfs while the interpreter's prefix stays visible, and one tmpfs of its
+own for the samples' work directory.
+Once per nursery (the process forking the runners): the init of a PID namespace of its own,
+so every runner dies with it; a fresh /proc that shows only its runners, and every mount but
+the work directory read-only (in a user namespace the sandbox runs as the judge's own uid, so
+read-only is what keeps it from writing where a later sample could read); no_new_privs and
+non-dumpable, which its runners inherit. Per sample
+(`new_pid_namespace` + `drop_privileges` + `apply_rlimits`): a fresh PID namespace whose init
+is the sample's runner, so every process the sample starts dies with it; the sandbox uid (as
+root) or no capabilities at all (in a user namespace), so the program can neither signal nor
+trace the judge nor undo a mount; rlimits on CPU, address space, processes, file size, open
+files and core dumps. Where the kernel refuses a step the worker goes on without it and says
+so: `Isolation.level()` names exactly what was obtained, and is part of the judge's version.
 Stdlib only: the worker imports this file before hiding the repository.
 """
 
@@ -33,8 +38,11 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = (
-    1, 2, 4, 32, 4096, 8192, 16384, 1 << 18)
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 8192, 16384, 1 << 18)
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+MNT_DETACH = 2
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -56,19 +64,37 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 class Isolation:
-    """What is active in this worker; `describe()` is what results report.
+    """What is active in this worker; `level()` names it for versions, `describe()` for results.
 
     A plain class, like everything the worker imports: `dataclasses` would bring `inspect` and
     its imports into the nursery, 1.3 MB that every fork copies the page tables of."""
 
     def __init__(self) -> None:
-        self.netns = self.ipc_off = self.keys_off = self.mountns = self.pidns = False
-        self.uid: int | None = None
+        self.userns = self.netns = self.ipc_off = self.keys_off = self.mountns = self.pidns = False
+        self.proc = "host"  # the runners' /proc: "private" (their own PID namespace), "hidden" or "host"
+        self.read_only = False  # every mount but the work directory read-only for the runners
+        self.uid: int | None = None  # the sandbox uid (root only)
         self.notes: list[str] = []
         self._own_pidns_fd: int | None = None
+        # Where this process's next child goes: "own" PID namespace, a "fresh" one (it will be its
+        # init), or one "used" already by an earlier child.
+        self._children = "own"
+
+    def level(self) -> str:
+        """The isolation obtained, in words that change only when it does: `none` or e.g.
+        `userns+netns+ipcns+mountns+pidns`. The filesystem counts as isolated (`mountns`) only
+        when the judge's files are hidden, the runners' /proc is not the host's and they can write
+        nowhere but their work directory."""
+        fs = self.mountns and self.read_only and self.proc != "host"
+        parts = [name for name, on in (("userns", self.userns), ("sandbox-uid", self.uid is not None),
+                                       ("netns", self.netns), ("ipcns", self.ipc_off), ("mountns", fs),
+                                       ("pidns", self.pidns)) if on]
+        return "+".join(parts) or "none"
 
     def describe(self) -> str:
         parts = ["rlimits", "setsid"]
+        if self.userns:
+            parts.append("userns(no-capabilities)")
         if self.uid is not None:
             parts.append(f"uid={self.uid}")
         if self.netns:
@@ -78,21 +104,29 @@ class Isolation:
         if self.keys_off:
             parts.append("seccomp(no-keyrings)")
         if self.mountns:
-            parts.append("mountns(ro-root,private-tmp,hidden-judge-files)")
+            parts.append("mountns(private-tmp,private-dev,hidden-judge-files"
+                         + (",read-only" if self.read_only else "") + f",proc-{self.proc})")
         if self.pidns:
             parts.append("pidns-per-sample")
         text = "+".join(parts)
         return text + (f" (fallback: {'; '.join(self.notes)})" if self.notes else "")
 
 
-def isolate_worker(uid: int, hide: list[str], keep: list[str]) -> Isolation:
-    """Enter new net/mount/ipc/uts namespaces once; the per-sample cost is then only a fork."""
+def isolate_worker(uid: int, hide: list[str], keep: list[str], workdir: str) -> Isolation:
+    """Enter new user (not root), net, ipc, uts, mount namespaces once; the per-sample cost is then
+    only a fork. Each step that the kernel refuses is left out and noted."""
     iso = Isolation()
     iso.keys_off = _forbid_keyrings(iso.notes)
-    if os.geteuid() != 0:
-        iso.notes.append("not root: no namespaces, no uid switch, RLIMIT_NPROC counts the judge's own uid")
-        return iso
-    iso.uid = uid
+    if os.geteuid() == 0:
+        iso.uid = uid
+    else:
+        try:
+            _enter_user_namespace(iso.notes)
+            iso.userns = True
+        except (IsolationError, OSError) as exc:
+            iso.notes.append(f"no user namespace ({exc}): no namespaces at all; RLIMIT_NPROC counts the "
+                             "judge's own uid")
+            return iso
     try:
         _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare(net)")
         iso.netns = True
@@ -101,18 +135,30 @@ def isolate_worker(uid: int, hide: list[str], keep: list[str]) -> Isolation:
         iso.notes.append(f"network not isolated ({exc})")
     try:
         _check(_libc.unshare(CLONE_NEWNS), "unshare(mount)")
-        _private_filesystem(hide, keep)
+        _private_filesystem(hide, keep, workdir, iso.uid)
         iso.mountns = True
-    except IsolationError as exc:
-        iso.notes.append(f"filesystem not isolated ({exc})")
-    try:
-        iso._own_pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
-        new_pid_namespace(iso)
-        enter_own_pid_namespace(iso)
-        iso.pidns = True
     except (IsolationError, OSError) as exc:
-        iso.notes.append(f"no per-sample PID namespace ({exc}); leftovers are killed by uid sweep")
+        iso.notes.append(f"filesystem not isolated ({exc})")
+    iso._own_pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    iso.pidns = True  # until the nursery's namespace is refused (`nursery_pid_namespace`)
     return iso
+
+
+def _enter_user_namespace(notes: list[str]) -> None:
+    """Become root of a user namespace of our own: capabilities over the namespaces made from it,
+    none over the machine. Only our own uid and gid are mapped (to 0), as an unprivileged user may."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare(user)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+    # Samples must not make user namespaces of their own (each one is kernel attack surface and
+    # gives capabilities back): the limit is per namespace, so this one sets it for ours.
+    try:
+        with open("/proc/sys/user/max_user_namespaces", "w") as fh:
+            fh.write("0")
+    except OSError as exc:
+        notes.append(f"nested user namespaces not forbidden ({exc})")
 
 
 # System V IPC objects and POSIX message queues outlive the process that made them: in a worker's
@@ -173,12 +219,16 @@ def _forbid_keyrings(notes: list[str]) -> bool:
     return True
 
 
-def _private_filesystem(hide: list[str], keep: list[str]) -> None:
+def _private_filesystem(hide: list[str], keep: list[str], workdir: str, uid: int | None) -> None:
+    """The worker's view, which its nursery copies (and makes read-only, `lock_filesystem`)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-    for path, size in (("/tmp", "512m"), ("/var/tmp", "1m"), ("/run/lock", "1m"), ("/dev/shm", "1m")):
+    for path, size in (("/tmp", "1m"), ("/var/tmp", "1m"), ("/run", "1m"), ("/sys", "1k")):
         if os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=755")
+    os.mkdir(workdir, 0o700)
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size=512m,mode=700{owner}")
+    _private_dev()
     hidden = []
     for path in sorted({os.path.abspath(h) for h in hide if os.path.isdir(h)}, key=len):
         if not any(_under(path, outer) for outer in hidden):  # gone from view once its parent is covered
@@ -195,8 +245,85 @@ def _private_filesystem(hide: list[str], keep: list[str]) -> None:
     for stage, path in staged:
         os.makedirs(path, exist_ok=True)
         _mount(stage, path, None, MS_MOVE)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
         os.rmdir(stage)
+
+
+DEVICES = ("null", "zero", "full", "random", "urandom")
+
+
+def _private_dev() -> None:
+    """A /dev with the harmless character devices only: no disk, GPU or terminal of the host
+    (in a user namespace the sandbox runs as the user who owns them)."""
+    stage = "/tmp/.dev"
+    os.mkdir(stage)
+    _mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            open(f"{stage}/{name}", "w").close()
+            _mount(f"/dev/{name}", f"{stage}/{name}", None, MS_BIND)
+    os.mkdir(f"{stage}/shm")
+    _mount("tmpfs", f"{stage}/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=755")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{stage}/{name}")
+    _mount(stage, "/dev", None, MS_MOVE)
+    os.rmdir(stage)
+
+
+def lock_filesystem(iso: Isolation, workdir: str) -> None:
+    """In the nursery, once: a /proc of its PID namespace (only its runners show; the judge, the
+    trainer and the host do not) and every mount read-only but the work directory, whose contents
+    the worker empties between samples. Done in the worker's mount namespace, which the worker no
+    longer reads /proc or writes outside the work directory in: a mount namespace of the nursery's
+    own cost every sample ≈ 10 % more CPU (measured with bench/judge_ab.py)."""
+    if not iso.mountns:
+        return
+    with open("/proc/self/mountinfo") as fh:  # before /proc is replaced
+        points = [_unescape(line.split()[4]) for line in fh]
+    try:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        iso.proc = "private"
+    except IsolationError as exc:
+        try:
+            _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1k,mode=555")
+            iso.proc = "hidden"
+            iso.notes.append(f"no private /proc ({exc}): runners have none")
+        except IsolationError as exc2:
+            iso.notes.append(f"runners see the host's /proc ({exc2})")
+    failed = _read_only_mounts(points, except_for=workdir)
+    if failed:
+        iso.notes.append("could not make read-only: " + ", ".join(failed[:5]))
+    iso.read_only = not failed
+
+
+_ST_TO_MS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+             (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
+
+
+def _read_only_mounts(points: list[str], except_for: str) -> list[str]:
+    """Remount every visible mount read-only, keeping its other flags (a user namespace may not
+    clear flags the host set). Returns the mount points that stayed writable."""
+    failed = []
+    for point in dict.fromkeys(points):
+        if point == except_for or _under(point, "/proc"):
+            continue
+        try:
+            flags = os.statvfs(point).f_flag
+        except OSError:
+            continue  # covered by a later mount: not visible
+        if flags & os.ST_RDONLY:
+            continue
+        keep = sum(ms for st, ms in _ST_TO_MS if flags & st)
+        try:
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+        except IsolationError:
+            failed.append(point)
+    return [p for p in failed if not (os.statvfs(p).f_flag & os.ST_RDONLY)] if failed else []
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in a path as octal escapes."""
+    return field.encode().decode("unicode_escape") if "\\" in field else field
 
 
 def _under(path: str, root: str) -> bool:
@@ -207,12 +334,33 @@ def new_pid_namespace(iso: Isolation) -> None:
     """Make this process's next child the init of a fresh PID namespace.
 
     unshare(CLONE_NEWPID) only works while the children's namespace is still
-    our own, so we first point it back at our own (setns) — about 0.1 ms.
+    our own, so we first point it back at our own (setns) — about 0.1 ms. Not
+    in the worker, which makes one child only (its nursery): in a user namespace
+    it may not enter its own PID namespace again (the machine's owns it).
     """
-    if iso._own_pidns_fd is None:
+    if iso._own_pidns_fd is None or iso._children == "fresh":
         return
-    enter_own_pid_namespace(iso)
+    if iso._children == "used":
+        enter_own_pid_namespace(iso)
     _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
+    iso._children = "fresh"
+
+
+def nursery_pid_namespace(iso: Isolation) -> None:
+    """For the worker's one child, its nursery (made after the worker's own forks at warm-up)."""
+    try:
+        new_pid_namespace(iso)
+    except IsolationError as exc:
+        iso.notes.append(f"no per-sample PID namespace ({exc}); leftovers are killed by uid sweep")
+        iso.pidns = False
+        os.close(iso._own_pidns_fd)  # type: ignore[arg-type]
+        iso._own_pidns_fd = None
+
+
+def forked(iso: Isolation) -> None:
+    """In the parent, after a fork: the fresh PID namespace is the child's now."""
+    if iso._children == "fresh":
+        iso._children = "used"
 
 
 def lock_down_descendants() -> None:
@@ -240,23 +388,40 @@ def enter_own_pid_namespace(iso: Isolation) -> None:
     """This process's next child is made in its own PID namespace again."""
     if iso._own_pidns_fd is not None:
         _check(_libc.setns(iso._own_pidns_fd, CLONE_NEWPID), "setns(pid)")
+        iso._children = "own"
 
 
 def adopt_pid_namespace(iso: Isolation) -> None:
     """In the nursery: its runners' namespaces are made from its own (the worker's is an ancestor,
     which setns cannot enter)."""
+    iso._children = "own"
     if iso._own_pidns_fd is not None:
         os.close(iso._own_pidns_fd)
         iso._own_pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
 
 
-def drop_privileges(uid: int | None, *, reset_dumpable: bool) -> None:
+def drop_privileges(uid: int | None, *, reset_dumpable: bool, drop_capabilities: bool) -> None:
     if uid is not None and os.geteuid() == 0:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    if drop_capabilities:
+        _drop_capabilities()
     if reset_dumpable:
         _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+_CAP_VERSION_3 = 0x20080522
+
+
+def _drop_capabilities() -> None:
+    """In a user namespace the runner is its root: clear every capability (effective, permitted,
+    inheritable), so it cannot undo a mount or reach past its namespaces. no_new_privs (set in the
+    nursery) keeps an exec from giving them back. Raises when the kernel refuses: a runner that
+    kept its capabilities must not run the program."""
+    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(_libc.capset(header, data), "capset")
 
 
 def apply_rlimits(*, memory_mb: int, max_processes: int, max_open_files: int, max_file_bytes: int) -> None:
@@ -315,10 +480,15 @@ DATA_ROOTS = ("/home", "/root", "/work", "/workspace", "/data", "/datasets", "/m
               "/scratch")
 
 
-def private_dirs(repo: str) -> list[str]:
-    """Directories no sample may read: the data roots, home, the repository and its `shared/` sibling
-    (each also by its real path). Interpreter directories inside them stay visible (`keep`)."""
+def private_dirs(repo: str, extra: list[str]) -> list[str]:
+    """Directories no sample may read: the data roots, home, the repository and its `shared/` sibling,
+    and what the judge names in `extra` (its working directory, the run's directories), each also by
+    its real path. Interpreter directories inside them stay visible (`keep`); of `extra`, the root,
+    a directory holding an interpreter directory or one inside it is never hidden."""
     named = [*DATA_ROOTS, os.path.expanduser("~"), repo, os.path.join(os.path.dirname(repo), "shared")]
+    keep = interpreter_dirs()
+    named += [p for p in extra if p and os.path.realpath(p) != "/"
+              and not any(_under(k, p) or _under(p, k) for k in keep)]
     return sorted({q for p in named for q in (p, os.path.realpath(p))})
 
 

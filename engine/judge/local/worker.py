@@ -162,18 +162,20 @@ class _Frames:
 
 
 class Worker:
-    def __init__(self, uid: int, control_in: int, control_out: int) -> None:
+    def __init__(self, uid: int, control_in: int, control_out: int, hide: list[str]) -> None:
         self.uid, self.cin, self.cout = uid, control_in, control_out
-        self.iso = sandbox.isolate_worker(uid, sandbox.private_dirs(REPO), sandbox.interpreter_dirs())
-        # One path for every job (made afresh each time): the nursery sets HOME and TMPDIR once.
+        # One path for every job (a tmpfs of its own, emptied between jobs, where the mount namespace
+        # was obtained; else made afresh each time): the nursery sets HOME and TMPDIR once.
         self.workdir = os.path.join("/tmp", f"judge-{os.getpid()}")
+        self.iso = sandbox.isolate_worker(uid, sandbox.private_dirs(REPO, hide), sandbox.interpreter_dirs(),
+                                          self.workdir)
         _warm_up()
         self.nursery = Nursery(self.iso, self.workdir, (control_in, control_out))
         self.plans = Plans()
         self.seq = 0
 
     def serve(self) -> None:
-        send(self.cout, {"hello": self.iso.describe(), "pid": os.getpid()})
+        send(self.cout, {"hello": self.iso.describe(), "level": self.iso.level(), "pid": os.getpid()})
         while True:
             raw = receive_raw(self.cin)
             if raw is None:
@@ -209,7 +211,7 @@ class Worker:
         finally:
             os.close(out_fd)
             os.close(err_fd)
-            _remove_tree(workdir)
+            self._clear_workdir()
         outcome = collector.summary()
         outcome.update(wall=time.monotonic() - start, cpu=cpu, rss_kb=rss)
         return outcome
@@ -286,6 +288,12 @@ class Worker:
 
     def _fresh_workdir(self) -> str:
         path = self.workdir
+        if self.iso.mountns:
+            self._clear_workdir()
+            if os.listdir(path):
+                # Whatever a sample left here, the next one would read: this worker is done.
+                raise NurseryDied(f"the work directory {path} could not be emptied")
+            return path
         if os.path.lexists(path):  # a previous job's tree that could not be removed: set it aside
             self.seq += 1
             os.rename(path, f"{path}.stale{self.seq}")
@@ -293,6 +301,22 @@ class Worker:
         if self.iso.uid is not None:
             os.chown(path, self.iso.uid, self.iso.uid)
         return path
+
+    def _clear_workdir(self) -> None:
+        """Empty the work directory (its own tmpfs), or remove it (fallback without one)."""
+        import shutil
+
+        if not self.iso.mountns:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            return
+        for entry in os.scandir(self.workdir):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
 
 
 def _warm_up() -> None:
@@ -340,12 +364,6 @@ def _fd_tail(fd: int, limit: int) -> str:
     return os.pread(fd, limit, max(0, size - limit)).decode("utf-8", "replace")
 
 
-def _remove_tree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def _install_exit_builtins() -> None:
     """`exit`/`quit` come from the `site` module, which `-S` skips; programs use them."""
     def exit(code=None):  # noqa: A001
@@ -355,7 +373,7 @@ def _install_exit_builtins() -> None:
 
 
 def main() -> None:
-    uid, cpu = int(sys.argv[1]), int(sys.argv[2])
+    uid, cpu, hide = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     if cpu >= 0:  # first, so everything it warms and forks lives on that CPU
         os.sched_setaffinity(0, {cpu})
     sandbox.set_name(b"judge-worker")
@@ -369,4 +387,4 @@ def main() -> None:
 
     sys.set_int_max_str_digits(0)
     BUILTINS.snapshot()
-    Worker(uid, control_in, control_out).serve()
+    Worker(uid, control_in, control_out, hide).serve()

@@ -27,9 +27,9 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.errors import UserError
 from engine.judge.checkers import get_checker
 from engine.judge.compare import outputs_match
-from engine.judge.config import JudgeConfig, JudgeJob, test_count
+from engine.judge.config import REMOTE_LEVEL, JudgeConfig, JudgeJob, test_count
 from engine.judge.remote import harness
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 from engine.problem import Problem
@@ -306,6 +306,17 @@ class SandboxFusionRunner:
         return TestRun(result=result, stdout=_tail(own), stderr=_tail(stderr))
 
 
+def _decided(futures: list[Future[TestRun]], stop_on_first_failure: bool) -> bool:
+    """Whether `collect` would return without waiting: every test done, or (sparse) every test
+    before the first failing one."""
+    for fut in futures:
+        if not fut.done():
+            return False
+        if stop_on_first_failure and (fut.exception() is not None or fut.result().result.verdict != Verdict.ACCEPTED):
+            return True
+    return True
+
+
 def _message(response: RunCodeResponse, verdict: Verdict) -> Optional[str]:
     if verdict in (Verdict.ACCEPTED, Verdict.WRONG_ANSWER):
         return None
@@ -336,6 +347,9 @@ class SandboxFusionBackend:
     def isolation(self) -> str:
         return ISOLATION
 
+    def isolation_level(self) -> str:
+        return REMOTE_LEVEL
+
     def close(self) -> None:
         self.runner.close()
 
@@ -351,16 +365,24 @@ class SandboxFusionBackend:
             max_output_bytes=self.config.max_output_bytes,
         )
 
-    def run_many(self, jobs: Sequence[JudgeJob], progress: Callable[[int], None] | None = None) -> list[SampleResult]:
-        started = [(job, time.monotonic(), self.runner.submit(job.problem, job.program, self._limits(job.problem)))
-                   for job in jobs]
-        results = []
-        for job, t0, futures in started:
-            runs = self.runner.collect(futures, stop_on_first_failure=job.stop_on_first_failure)
-            results.append(self._sample(job.problem, runs, time.monotonic() - t0))
-            if progress:
-                progress(1)
-        return results
+    def run_stream(self, jobs: Iterable[JudgeJob], *, read_ahead: bool = True) -> Iterator[tuple[int, SampleResult]]:
+        """Every test of every job submitted at once (the pool bounds what is in flight), so `jobs`
+        is read whole first, whatever `read_ahead` says; a job's result as soon as its verdict is
+        decided, whatever the order of the jobs."""
+        started: dict[int, tuple[JudgeJob, float, list[Future[TestRun]]]] = {}
+        for i, job in enumerate(jobs):
+            started[i] = (job, time.monotonic(), self.runner.submit(job.problem, job.program, self._limits(job.problem)))
+        while started:
+            decided = [i for i, (job, _, futures) in started.items()
+                       if _decided(futures, job.stop_on_first_failure)]
+            if not decided:
+                wait([f for _, _, futures in started.values() for f in futures if not f.done()],
+                     return_when=FIRST_COMPLETED)
+                continue
+            for i in decided:
+                job, t0, futures = started.pop(i)
+                runs = self.runner.collect(futures, stop_on_first_failure=job.stop_on_first_failure)
+                yield i, self._sample(job.problem, runs, time.monotonic() - t0)
 
     def _sample(self, problem: Problem, runs: list[TestRun], wall_s: float) -> SampleResult:
 

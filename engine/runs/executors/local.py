@@ -14,11 +14,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import psutil
 
-from engine.runs.executors.base import RUN_ID_ENV, Job, Started
+from engine.errors import UserError
+from engine.resources import visible_gpus
+from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, RUN_ID_ENV, Job, Started
 from engine.runs.lineage import RunRecord, now_iso
 
 
@@ -30,15 +32,24 @@ class _Slots:
     released: bool = False
 
 
-def _visible_gpu_ids(count: int) -> list[str]:
-    # Respect a CUDA_VISIBLE_DEVICES the user already narrowed (e.g. "2,3").
-    preset = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
-    return preset[:count] if len(preset) >= count else [str(i) for i in range(count)]
+def gpu_ids(count: int) -> list[str]:
+    """The ids of `count` GPUs this process may use: the first of a CUDA_VISIBLE_DEVICES the user
+    narrowed (e.g. "2,3"), else 0..count-1. Asking for more than CUDA_VISIBLE_DEVICES shows is an
+    error, not a silent fall-back to devices the user fenced off."""
+    preset = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if preset is None:
+        return [str(i) for i in range(count)]
+    shown = visible_gpus()
+    if count > len(shown):
+        raise UserError(f"{count} GPU(s) asked for (--gpus {count}) but CUDA_VISIBLE_DEVICES={preset!r} shows "
+                        f"{len(shown)}\n  fix: pass --gpus {len(shown)}, or widen CUDA_VISIBLE_DEVICES to {count} GPUs")
+    return shown[:count]
 
 
 @dataclass(kw_only=True)
 class LocalExecutor:
-    gpus: int = 0
+    groups = True
+    gpus: int = field(default_factory=lambda: len(visible_gpus()))  # default: every GPU this machine shows
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
     _free_gpus: list[str] = field(init=False, repr=False)
     _free_cpus: int = field(init=False, repr=False)
@@ -46,7 +57,7 @@ class LocalExecutor:
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.cpus < 1:
             raise ValueError(f"LocalExecutor needs gpus >= 0 and cpus >= 1, got {self.gpus}, {self.cpus}")
-        self._free_gpus = _visible_gpu_ids(self.gpus)
+        self._free_gpus = gpu_ids(self.gpus)
         self._free_cpus = self.cpus
 
     def refusal(self, job: Job) -> Optional[str]:
@@ -63,7 +74,7 @@ class LocalExecutor:
     def fits(self, job: Job) -> bool:
         return job.gpus <= len(self._free_gpus) and self._cpus_for(job) <= self._free_cpus
 
-    def start(self, job: Job, *, attempt: int, log_path: Path) -> Started:
+    def start(self, job: Job, *, attempt: int, log_path: Path, also: Sequence[Job] = ()) -> Started:
         if not self.fits(job):
             raise RuntimeError(f"{job.id} started without free slots")
         cpus = self._cpus_for(job)
@@ -81,12 +92,15 @@ class LocalExecutor:
             "RLVR_PYTHON": sys.executable,
             # Always set, so a CPU-only job cannot grab a GPU another job holds.
             "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids),
+            GROUP_ENV: " ".join(j.id for j in also),
+            ALSO_ENV: "\n".join(str(j.run_dir) for j in also),
         }
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "xb") as log:  # "x": an earlier attempt's log is never truncated
             log.write(
                 f"# rlvr-run: {job.id} attempt {attempt} on {socket.gethostname()} at {now_iso()}; "
-                f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} cpus={cpus}\n".encode()
+                f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} cpus={cpus}"
+                f"{'; with ' + env[GROUP_ENV] if also else ''}\n".encode()
             )
             log.flush()
             popen = subprocess.Popen(
@@ -165,7 +179,8 @@ def _processes_of_run(run_id: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and proc.environ().get(RUN_ID_ENV) == run_id:
+            env = proc.environ()
+            if proc.pid != os.getpid() and (env.get(RUN_ID_ENV) == run_id or run_id in env.get(GROUP_ENV, "").split()):
                 found.append(proc)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue

@@ -12,6 +12,7 @@ from engine.runs.lineage.records import (
     EdgeRecord,
     Event,
     IllegalTransition,
+    LeakRecord,
     Metric,
     PlanRecords,
     ProtocolRecord,
@@ -28,6 +29,6 @@ from engine.runs.lineage.store import LINEAGE_FILE, Lineage, open_lineage
 
 __all__ = [
     "FINISHED", "TRANSITIONS", "ArtifactRecord", "DatasetRecord", "EdgeRecord", "Event", "IllegalTransition",
-    "Metric", "PlanRecords", "ProtocolRecord", "RunDatasetRecord", "RunProtocolRecord", "RunRecord", "RunState",
+    "LeakRecord", "Metric", "PlanRecords", "ProtocolRecord", "RunDatasetRecord", "RunProtocolRecord", "RunRecord", "RunState",
     "SpecRecord", "WaiverRecord", "now_iso", "parse_iso", "LINEAGE_FILE", "Lineage", "open_lineage",
 ]

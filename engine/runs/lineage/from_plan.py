@@ -11,6 +11,7 @@ from engine.plan.model import Plan
 from engine.runs.lineage.records import (
     DatasetRecord,
     EdgeRecord,
+    LeakRecord,
     PlanRecords,
     ProtocolRecord,
     RunDatasetRecord,
@@ -35,6 +36,16 @@ def waiver_records(validated: ValidatedSpec) -> list[WaiverRecord]:
             WaiverRecord(spec_name=validated.spec.name, rule=waiver.rule, what=waiver.what, reason=waiver.reason, spec_line=line)
         )
     return out
+
+
+def leak_records(validated: ValidatedSpec) -> list[LeakRecord]:
+    return [
+        LeakRecord(spec_name=validated.spec.name, train=leak.train, evaluation=leak.evaluation,
+                   train_id=leak.train_id, eval_id=leak.eval_id, kind=leak.kind, level=leak.level,
+                   similarity=leak.similarity, scores_json=json.dumps(leak.scores, sort_keys=True),
+                   evidence=leak.confirmation.describe() if leak.confirmation else "", outcome=leak.outcome)
+        for leak in validated.leaks
+    ]
 
 
 def plan_records(plan: Plan, validated: ValidatedSpec, run_dirs: Mapping[str, Path]) -> PlanRecords:

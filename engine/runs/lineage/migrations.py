@@ -101,3 +101,20 @@ def _m006(db: Database) -> None:
 def _m007(db: Database) -> None:
     # what a dataset's `verified:` declaration keeps, shown on the pages
     db["datasets"].add_column("verified", str)
+
+
+@MIGRATIONS(name="m008_artifact_source")
+def _m008(db: Database) -> None:
+    # The flywheel's files (harvested failures, the pairs and rows built from them) name the run
+    # they were harvested from; with their sha256, lineage says which outputs fed which run.
+    db["artifacts"].add_column("source_run", str)
+
+
+@MIGRATIONS(name="m009_leak_findings")
+def _m009(db: Database) -> None:
+    # rule 3's findings that did not refuse the spec (waived pairs, warnings), with their evidence
+    db["leaks"].create(
+        {"spec_name": str, "train": str, "evaluation": str, "train_id": str, "eval_id": str, "kind": str,
+         "level": str, "similarity": float, "scores_json": str, "evidence": str, "outcome": str},
+        pk=("spec_name", "train", "evaluation", "train_id", "eval_id"),
+    )

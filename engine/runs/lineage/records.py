@@ -117,6 +117,7 @@ class ArtifactRecord(BaseModel):
     path: str
     sha256: Optional[str] = None
     created_at: str = ""
+    source_run: Optional[str] = None  # the run whose outputs it was built from (the flywheel's harvest)
 
 
 class Metric(BaseModel):
@@ -146,6 +147,22 @@ class WaiverRecord(BaseModel):
     what: str
     reason: str
     spec_line: Optional[int] = None
+
+
+class LeakRecord(BaseModel):
+    """One rule-3 finding that did not refuse the spec: a waived leak or a warning."""
+
+    spec_name: str
+    train: str  # dataset names
+    evaluation: str
+    train_id: str
+    eval_id: str
+    kind: str
+    level: str  # error (waived) | warning
+    similarity: float
+    scores_json: str = "{}"  # every score measured, by name
+    evidence: str = ""  # what running the pair's solutions said
+    outcome: str = ""  # waived: <reason> | warning
 
 
 class PlanRecords(BaseModel):

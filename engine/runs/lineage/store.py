@@ -20,7 +20,7 @@ from engine.runs.lineage.sqlite import Database
 
 from engine.errors import UserError
 from engine.plan.model import Plan
-from engine.runs.lineage.from_plan import plan_records, spec_record, waiver_records
+from engine.runs.lineage.from_plan import leak_records, plan_records, spec_record, waiver_records
 from engine.runs.lineage.migrations import MIGRATIONS
 from engine.runs.lineage.records import (
     FINISHED,
@@ -29,6 +29,7 @@ from engine.runs.lineage.records import (
     DatasetRecord,
     Event,
     IllegalTransition,
+    LeakRecord,
     Metric,
     PlanRecords,
     RunRecord,
@@ -130,6 +131,7 @@ class Lineage:
         """Record the spec, its waivers and every run of `plan`; returns the ids of new runs."""
         self.record_spec(spec_record(validated))
         self.record_waivers(waiver_records(validated))
+        self.record_leaks(validated.spec.name, leak_records(validated))
         return self.record_plan_records(plan_records(plan, validated, run_dirs or {}))
 
     def record_plan_records(self, records: PlanRecords) -> list[str]:
@@ -162,6 +164,13 @@ class Lineage:
     def record_waivers(self, waivers: list[WaiverRecord]) -> None:
         with self._write() as db:
             db["waivers"].upsert_all([w.model_dump() for w in waivers], pk=("spec_name", "rule", "what"))
+
+    def record_leaks(self, spec_name: str, leaks: list[LeakRecord]) -> None:
+        """Replace the spec's rule-3 findings with those of its latest validation."""
+        with self._write() as db:
+            db["leaks"].delete_where("spec_name = ?", [spec_name])
+            db["leaks"].insert_all([leak.model_dump() for leak in leaks], pk=(
+                "spec_name", "train", "evaluation", "train_id", "eval_id"), replace=True)
 
     # ------------------------------------------------------------ life cycle
     def set_state(self, run_id: str, to_state: RunState, reason: str = "", **fields: Any) -> RunRecord:
@@ -262,6 +271,9 @@ class Lineage:
 
     def waivers(self, spec_name: str) -> list[WaiverRecord]:
         return [WaiverRecord.model_validate(r) for r in self.db["waivers"].rows_where("spec_name = ?", [spec_name])]
+
+    def leaks(self, spec_name: str) -> list[LeakRecord]:
+        return [LeakRecord.model_validate(r) for r in self.db["leaks"].rows_where("spec_name = ?", [spec_name])]
 
     def spec(self, name: str) -> Optional[SpecRecord]:
         """The spec as last recorded under `name` (its text, path and hash)."""

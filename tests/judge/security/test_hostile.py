@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 import uuid
@@ -25,8 +26,11 @@ SUM = Problem(id="toy/sum", source="toy", split="test", kind="stdio", statement=
 MANIFEST = Path(__file__).resolve().parents[3].parent / "shared" / "datasets" / "MANIFEST.md"
 # Only the interpreter's own directory (and the empty directories leading to it) may show.
 LIST_DATA_ROOTS = f"""import os, sys
-seen = [os.path.join(r, f) for d in {DATA_ROOTS!r} for r, ds, fs in os.walk(d)
-        if not r.startswith(sys.base_prefix) for f in fs]
+seen = []
+for d in {DATA_ROOTS!r}:
+    for r, ds, fs in os.walk(d):
+        ds[:] = [x for x in ds if not os.path.join(r, x).startswith(sys.base_prefix)]  # not the interpreter's
+        seen += [os.path.join(r, f) for f in fs]
 assert not seen, seen[:3]
 """
 GOOD_ADD = "def add(a, b):\n    return a + b\n"
@@ -155,46 +159,68 @@ CASES = [
 
 def _sandbox_processes(judge: Judge) -> list[psutil.Process]:
     """This judge's sandbox processes still alive after a grace period (a killed namespace exits
-    asynchronously). Other judges on the machine use the same sandbox uids, so only descendants of
-    this judge's own workers count, plus orphans adopted by the host's init (which no judge owns)."""
-    workers = {w.pid for w in judge.backend._all}
+    asynchronously): every descendant of its workers but their nurseries, plus orphans adopted by
+    the host's init with one of this judge's sandbox uids (as root; in a user namespace the
+    sandbox runs as the judge's own uid, and only the process tree tells its processes apart)."""
     deadline = time.monotonic() + 3.0
     while True:
-        found = [p for p in _sandbox_uid_processes() if _descends_from(p, workers)]
+        found = [p for p in _descendants(judge) + _orphans_with_our_uids() if _alive(p)]
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
 
 
-def _descends_from(proc: psutil.Process, pids: set[int]) -> bool:
+def _descendants(judge: Judge) -> list[psutil.Process]:
+    found = []
+    for worker in judge.backend._all:
+        try:
+            tree = psutil.Process(worker.pid).children(recursive=True)
+        except psutil.Error:
+            continue
+        found += [p for p in tree if not _is_nursery(p, worker.pid)]
+    return found
+
+
+def _is_nursery(proc: psutil.Process, worker: int) -> bool:
     try:
-        return proc.ppid() == 1 or any(parent.pid in pids for parent in proc.parents())
+        return proc.ppid() == worker and proc.name() == "judge-nursery"
     except psutil.Error:
         return False
 
 
-def _sandbox_uid_processes() -> list[psutil.Process]:
+def _orphans_with_our_uids() -> list[psutil.Process]:
+    if os.geteuid() != 0:
+        return []
+    ours = range(BASE_UID + (os.getpid() % UID_BLOCKS) * SLOTS, BASE_UID + (os.getpid() % UID_BLOCKS + 1) * SLOTS)
     found = []
-    for proc in psutil.process_iter(["uids"]):
+    for proc in psutil.process_iter(["uids", "ppid"]):
         uids = proc.info["uids"]
-        try:
-            if uids and BASE_UID <= uids.real < BASE_UID + SLOTS * UID_BLOCKS and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            pass  # exited meanwhile
+        if uids and uids.real in ours and proc.info["ppid"] == 1:
+            found.append(proc)
     return found
+
+
+# test_unprivileged.py runs this file again as an unprivileged user, with the workers under the
+# system interpreter, and compares the verdicts it writes here (JSON) with this run's.
+VERDICTS_FILE_ENV, WORKER_PYTHON_ENV = "HOSTILE_VERDICTS_FILE", "HOSTILE_WORKER_PYTHON"
+VERDICTS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
 def judge():
     with Judge(JudgeConfig(timeout_s=1.0, wall_timeout_s=3.0, memory_mb=512, max_output_bytes=1024 * 1024,
-                           cache=False, workers=2)) as j:
+                           cache=False, workers=2, python=os.environ.get(WORKER_PYTHON_ENV))) as j:
         yield j
+        if os.environ.get(VERDICTS_FILE_ENV):
+            Path(os.environ[VERDICTS_FILE_ENV]).write_text(json.dumps(
+                {"uid": os.geteuid(), "level": j.backend.isolation_level(), "isolation": j.stats()["isolation"],
+                 "verdicts": VERDICTS}))
 
 
 @pytest.mark.parametrize("name,problem,program,allowed", CASES, ids=[c[0] for c in CASES])
 def test_hostile_program(judge, name, problem, program, allowed):
     result = judge.judge(problem, program, code_is_program=True)
+    VERDICTS[name] = result.verdict.value
     assert result.verdict.value in allowed, (result.verdict, result.message, result.failures[:1])
     if "ACCEPTED" not in allowed:
         assert not result.accepted
@@ -206,7 +232,7 @@ def test_hostile_program(judge, name, problem, program, allowed):
 def test_host_unaffected_and_no_temp_dirs_left(judge):
     judge.judge(ADD, CASES[8][2], code_is_program=True)
     assert not glob.glob("/etc/judge_pwned") and not glob.glob("/tmp/judge_pwned")
-    assert not glob.glob("/tmp/judge-*")  # work dirs live in the worker's private /tmp, and are removed
+    assert not glob.glob("/tmp/judge-[0-9]*")  # work dirs live in the worker's private /tmp, and are removed
 
 
 def test_isolation_is_reported(judge):
@@ -348,7 +374,6 @@ def add(a, b):
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="IPC objects are forbidden in the worker's IPC namespace (root only)")
 def test_samples_cannot_leave_ipc_objects_for_later_samples():
     """Shared memory segments and message queues outlive their process: a sample must not be able
     to leave answers in them for a later sample (of the same prompt, say) to pick up."""

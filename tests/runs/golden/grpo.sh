@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
-# rlvr-run grpo run f893b4d1c31d (grpo@1) of spec golden.
+# rlvr-run grpo run 4a116ca57b28 (grpo@1) of spec golden.
 # Rendered from templates/launch/verl_grpo.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/f893b4d1c31d}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/4a116ca57b28}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=f893b4d1c31d
+export RLVR_RUN_ID=4a116ca57b28
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
-"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/254a2322bd73/model
+"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/ce82d82008eb/model
 # verl's file logger truncates its file on every start: one metrics file per attempt.
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
-# verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules.
+# verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules
+# and fails it when a step's rewards are judge faults.
 "$RLVR_PYTHON" -m engine.train.verl_watch --run-dir "$RUN_DIR" -- \
 timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
-    data.train_files=/runs/golden/f893b4d1c31d/data/train.parquet \
-    data.val_files=/runs/golden/f893b4d1c31d/data/valid.parquet \
+    data.train_files=/runs/golden/4a116ca57b28/data/train.parquet \
+    data.val_files=/runs/golden/4a116ca57b28/data/valid.parquet \
     data.filter_overlong_prompts=true \
     data.truncation=error \
-    actor_rollout_ref.model.path=/runs/golden/254a2322bd73/model \
+    actor_rollout_ref.model.path=/runs/golden/ce82d82008eb/model \
     actor_rollout_ref.actor.use_kl_loss=true \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-06 \
@@ -55,20 +56,22 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
     +reward.custom_reward_function.reward_kwargs.mode=dense \
-    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/f893b4d1c31d/config.yaml \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/4a116ca57b28/config.yaml \
     trainer.val_before_train=true \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     'actor_rollout_ref.actor.checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=f893b4d1c31d \
+    trainer.experiment_name=4a116ca57b28 \
     trainer.n_gpus_per_node=2 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/f893b4d1c31d/checkpoints \
+    trainer.default_local_dir=/runs/golden/4a116ca57b28/checkpoints \
     trainer.resume_mode=auto \
-    trainer.rollout_data_dir=/runs/golden/f893b4d1c31d/traces/verl_rollouts \
+    trainer.rollout_data_dir=/runs/golden/4a116ca57b28/traces/verl_rollouts \
     actor_rollout_ref.actor.clip_ratio_high=0.28
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
 step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"
 "$RLVR_PYTHON" -m verl.model_merger merge --backend fsdp \
     --local_dir "checkpoints/global_step_${step}/actor" --target_dir model
+# The model's key: every file's sha256, hashed once here and read by every evaluation of it.
+"$RLVR_PYTHON" -m engine.evaluate.model_key model >/dev/null

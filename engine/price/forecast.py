@@ -1,0 +1,205 @@
+"""A study's forecast: device-hours per run, phase and in all, wall time on the given slots,
+and the critical path, each as P10/P50/P90 over Monte Carlo draws of the profile's constants.
+
+One draw per study, shared by every run (runs share hardware and software, so their errors
+move together). Draw 0 is the median of every constant; it gives the parts and the critical
+path's runs shown. A structural contingency is stated, never added: published reproductions
+ran up to 2x off, and stalls outside the GPU do not show in a throughput model.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import defaultdict
+from typing import Iterable, Optional, Sequence
+
+from pydantic import BaseModel, Field
+
+from engine.price.model import EVALS_SHARE_ENGINE, Context, RunCost, run_cost
+from engine.price.profiles import NAMES, Constants, Profile
+from engine.price.shapes import RunShape, StudyShape
+from engine.price.simulate import SimJob, critical_path, lower_bound, pack
+
+DRAWS = 300
+RNG_SEED = 0
+CONTINGENCY = "x1.5-2 structural contingency not included (reproductions ran up to 2x off; non-GPU stalls)"
+
+
+class Quantiles(BaseModel):
+    p10: float
+    p50: float
+    p90: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Quantiles":
+        ordered = sorted(values)
+        at = lambda q: ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]  # noqa: E731
+        return cls(p10=at(0.1), p50=at(0.5), p90=at(0.9))
+
+    def scaled(self, factor: float) -> "Quantiles":
+        return Quantiles(p10=self.p10 * factor, p50=self.p50 * factor, p90=self.p90 * factor)
+
+
+class RunForecast(BaseModel):
+    id: str
+    label: str
+    unit: str  # phase or phase/variant
+    kind: str
+    slots: int
+    seconds: Quantiles
+    parts: dict[str, float]  # seconds at the median draw
+    steps: Optional[int] = None
+    job: str  # the executor job it runs in (evaluations of one checkpoint share one)
+
+
+class GroupForecast(BaseModel):
+    name: str
+    runs: int
+    slot_hours: Quantiles
+    seconds: Quantiles  # run-seconds summed (wall of each run, not slot-weighted)
+
+
+class Forecast(BaseModel):
+    study: str
+    profile: str
+    slot: str  # GPU | CPU
+    slots: int  # GPUs (or CPU slots) the study is packed on
+    nodes: int
+    draws: int
+    runs: list[RunForecast]
+    phases: list[GroupForecast]
+    kinds: list[GroupForecast]
+    slot_hours: Quantiles
+    wall_s: Quantiles
+    critical_path_s: Quantiles
+    critical_path: list[str]  # run labels along it, at the median draw
+    lower_bound_s: float  # at the median draw
+    price_per_hour: Optional[float] = None
+    cost: Optional[Quantiles] = None
+    contingency: str = CONTINGENCY
+    notes: list[str] = Field(default_factory=list)
+
+
+def context(study: StudyShape, profile: Profile, constants: Constants) -> Context:
+    scale = profile.entry.params_b / study.params_b if study.params_b else 1.0
+    return Context(c=constants, priors=profile.priors, slot=profile.slot, scale=scale, sizes=study.sizes,
+                   sources=study.sources)
+
+
+def job_key(run: RunShape) -> str:
+    """Evaluations of one checkpoint (or of the base model) at one allocation share a job."""
+    if EVALS_SHARE_ENGINE and run.kind == "eval":
+        return f"eval:{run.evaluates or 'base'}:{run.seed if run.evaluates is None else ''}:{run.gpus}:{run.cpus}"
+    return run.id
+
+
+def _members(runs: Sequence[RunShape]) -> dict[str, list[RunShape]]:
+    members: dict[str, list[RunShape]] = defaultdict(list)
+    for run in runs:
+        members[job_key(run)].append(run)
+    return members
+
+
+def effective_seconds(runs: Sequence[RunShape], costs: dict[str, RunCost]) -> dict[str, float]:
+    """Each run's seconds within its job: after the first, a job's runs skip the start-up."""
+    out = {}
+    for group in _members(runs).values():
+        for i, run in enumerate(group):
+            cost = costs[run.id]
+            shared = (cost.parts.get("start", 0.0) + cost.parts.get("merge", 0.0)) if i else 0.0
+            out[run.id] = cost.seconds - shared
+    return out
+
+
+def jobs_of(runs: Sequence[RunShape], seconds: dict[str, float]) -> tuple[list[SimJob], dict[str, str]]:
+    """Executor jobs in plan order (a job at its first run's place), and run id → job id."""
+    members = _members(runs)
+    job_of = {run.id: group[0].id for group in members.values() for run in group}
+    jobs = []
+    for group in members.values():
+        head = group[0]
+        parents = tuple(dict.fromkeys(job_of.get(p, p) for run in group for p in run.parents))
+        jobs.append(SimJob(id=head.id, seconds=sum(seconds[r.id] for r in group), gpus=head.gpus, cpus=head.cpus,
+                           parents=parents))
+    return jobs, job_of
+
+
+def default_slots(study: StudyShape, profile: Profile, gpus: Optional[int], cpus: Optional[int]) -> int:
+    if profile.slot == "CPU":
+        return cpus or os.cpu_count() or 1
+    if gpus:
+        return gpus
+    per_node = profile.entry.slots_per_node or 8
+    need = max((r.gpus for r in study.runs), default=1)
+    return max(per_node, -(-need // per_node) * per_node)
+
+
+def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None, nodes: int = 1,
+             cpus: Optional[int] = None, price: Optional[float] = None, draws: int = DRAWS,
+             skip: Iterable[str] = (), scale: Optional[dict[str, float]] = None,
+             elapsed: Optional[dict[str, float]] = None) -> Forecast:
+    """The study's forecast; `skip` (finished runs) costs nothing, `elapsed` is subtracted from
+    running runs, `scale` corrects runs by what finished ones took against their forecast."""
+    slots = default_slots(study, profile, gpus, cpus)
+    skipped = set(skip)
+    runs = [r for r in study.runs if r.id not in skipped]
+    rng = random.Random(RNG_SEED)
+    per_run: dict[str, list[float]] = defaultdict(list)
+    hours, walls, paths = [], [], []
+    median_costs: dict[str, RunCost] = {}
+    median_chain: list[str] = []
+    bound = 0.0
+    job_of: dict[str, str] = {}
+    for draw in range(max(1, draws)):
+        z = {name: (rng.gauss(0.0, 1.0) if draw else 0.0) for name in NAMES}
+        ctx = context(study, profile, profile.draw(z))
+        costs = {r.id: run_cost(ctx, r) for r in runs}
+        seconds = effective_seconds(runs, costs)
+        for run_id in seconds:
+            seconds[run_id] *= (scale or {}).get(run_id, 1.0)
+            if run_id in (elapsed or {}):
+                seconds[run_id] = max(seconds[run_id] - (elapsed or {})[run_id], 0.0)
+        jobs, job_of = jobs_of(runs, seconds)
+        if profile.slot == "CPU":
+            schedule = pack(jobs, gpus=0, cpus=slots)
+            work = sum(max(j.cpus, 1) * j.seconds for j in jobs)
+        else:
+            schedule = pack(jobs, gpus=slots, nodes=nodes)
+            work = sum(max(j.gpus, 1) * j.seconds for j in jobs)
+        length, chain = critical_path(jobs)
+        hours.append(work / 3600)
+        walls.append(schedule.makespan)
+        paths.append(length)
+        for run in runs:
+            per_run[run.id].append(seconds[run.id])
+        if draw == 0:
+            median_costs, median_chain = costs, chain
+            bound = max(length, work / slots) if profile.slot == "CPU" else lower_bound(jobs, slots)
+    label = {r.id: r.label for r in study.runs}
+    run_rows = [RunForecast(id=r.id, label=r.label, unit=r.unit, kind=r.kind, slots=median_costs[r.id].slots,
+                            seconds=Quantiles.of(per_run[r.id]),
+                            parts={k: round(v, 1) for k, v in median_costs[r.id].parts.items()},
+                            steps=median_costs[r.id].steps, job=job_of.get(r.id, r.id)) for r in runs]
+    total = Quantiles.of(hours)
+    return Forecast(
+        study=study.name, profile=profile.name, slot=profile.slot, slots=slots,
+        nodes=nodes if profile.slot == "GPU" else 1, draws=max(1, draws), runs=run_rows,
+        phases=_groups(run_rows, per_run, lambda r: r.unit), kinds=_groups(run_rows, per_run, lambda r: r.kind),
+        slot_hours=total, wall_s=Quantiles.of(walls), critical_path_s=Quantiles.of(paths),
+        critical_path=[label.get(j, j) for j in median_chain], lower_bound_s=bound,
+        price_per_hour=price, cost=total.scaled(price) if price is not None else None, notes=list(study.notes))
+
+
+def _groups(rows: list[RunForecast], per_run: dict[str, list[float]], key) -> list[GroupForecast]:
+    names: dict[str, list[RunForecast]] = defaultdict(list)
+    for row in rows:
+        names[key(row)].append(row)
+    out = []
+    for name, members in names.items():
+        draws = len(per_run[members[0].id])
+        sums = [sum(per_run[m.id][d] for m in members) for d in range(draws)]
+        slot_sums = [sum(per_run[m.id][d] * m.slots for m in members) / 3600 for d in range(draws)]
+        out.append(GroupForecast(name=name, runs=len(members), slot_hours=Quantiles.of(slot_sums),
+                                 seconds=Quantiles.of(sums)))
+    return out

@@ -1,0 +1,131 @@
+"""Time left while a study runs: each running run's progress from its own files, its ETA, and
+the study's remaining wall time on the executor, the forecast corrected by the runs already
+finished (per run kind: what they took over what they were forecast)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel
+
+from engine.price.forecast import Quantiles, forecast
+from engine.price.shapes import RunShape, StudyShape, shape_of_lineage
+from engine.price.study import resolve_profile, seconds_of, spec_registry
+from engine.runs.lineage import Lineage, RunRecord, RunState, parse_iso
+from engine.train.outcome import METRICS_GLOB, read_outcome
+
+STATUS_DRAWS = 60  # refreshed every few seconds: a coarse band is enough
+# Below this share done, a run's own pace says little (start-up dominates): its forecast rules.
+PACE_AFTER = 0.05
+
+
+class RunProgress(BaseModel):
+    id: str
+    label: str
+    kind: str
+    done: float
+    total: Optional[float]  # None: not known yet
+    what: str  # steps | samples
+    elapsed_s: float
+    forecast_s: float
+    eta_s: float  # seconds left
+
+
+class StudyEta(BaseModel):
+    spec: str
+    profile: str
+    slots: int
+    finished: int
+    total: int
+    correction: dict[str, float]  # run kind → actual / forecast over its finished runs
+    remaining_s: Quantiles
+    runs: list[RunProgress]
+
+
+def _last_step(run_dir: Path) -> int:
+    step = 0
+    for log in sorted(run_dir.glob(METRICS_GLOB)):
+        try:
+            lines = log.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in reversed(lines):
+            try:
+                step = max(step, int(json.loads(line).get("step", 0)))
+                break
+            except (ValueError, AttributeError):
+                continue
+    return step
+
+
+def _lines(path: Path) -> int:
+    try:
+        with path.open("rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+def progress_of(run: RunShape, run_dir: Path, sizes: dict[str, int]) -> tuple[float, Optional[float], str]:
+    """(done, total, what) from the run's own files: training steps, or samples generated."""
+    if run.kind in ("eval", "best_of_n"):
+        use = "evaluate" if run.kind == "eval" else "generate"
+        protocol = run.protocol(use)
+        n = int(run.config.get("n") or protocol.get("n") or 1)
+        names = run.datasets(use)
+        done = sum(_lines(run_dir / "outputs" / "generations" / f"{name}.jsonl") for name in names)
+        return float(done), float(sum(sizes.get(name, 0) * n for name in names)), "samples"
+    outcome = read_outcome(run_dir)
+    total = outcome.expected_steps if outcome and outcome.expected_steps else None
+    return float(_last_step(run_dir)), (float(total) if total else None), "steps"
+
+
+def _elapsed(rec: RunRecord) -> float:
+    start = parse_iso(rec.started_at)
+    return max(0.0, (datetime.now(timezone.utc) - start).total_seconds()) if start else 0.0
+
+
+def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
+              nodes: int = 1, cpus: Optional[int] = None, draws: int = STATUS_DRAWS) -> StudyEta:
+    spec = lineage.spec(spec_name)
+    registry = spec_registry(spec.path if spec else None)
+    study: StudyShape = shape_of_lineage(lineage, spec_name, registry)
+    profile = resolve_profile(study, gpu_type, registry)
+    records = {r.id: r for r in lineage.runs(spec_name=spec_name)}
+    full = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=1)
+    median = {r.id: r.seconds.p50 for r in full.runs}
+    took: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for run in study.runs:
+        actual = seconds_of(records[run.id])
+        if actual is not None and median.get(run.id):
+            took[run.kind].append((actual, median[run.id]))
+    correction = {kind: sum(a for a, _ in pairs) / sum(f for _, f in pairs) for kind, pairs in took.items()}
+    overall = (sum(a for p in took.values() for a, _ in p) / sum(f for p in took.values() for _, f in p)
+               if took else 1.0)
+    scale = {r.id: correction.get(r.kind, overall) for r in study.runs}
+    running = [r for r in study.runs if records[r.id].state is RunState.running]
+    rows = []
+    elapsed: dict[str, float] = {}
+    for run in running:
+        rec = records[run.id]
+        seconds = _elapsed(rec)
+        expected = median.get(run.id, 0.0) * scale[run.id]
+        done, total, what = progress_of(run, Path(rec.run_dir or "."), study.sizes)
+        share = min(done / total, 1.0) if total else 0.0
+        eta = max(expected - seconds, 0.0)
+        if share >= PACE_AFTER:
+            eta = seconds / share - seconds
+        elapsed[run.id] = max(expected - eta, 0.0)  # what the forecast should treat as done
+        rows.append(RunProgress(id=run.id, label=run.label, kind=run.kind, done=done, total=total, what=what,
+                                elapsed_s=seconds, forecast_s=expected, eta_s=eta))
+    succeeded = [r.id for r in study.runs if records[r.id].state is RunState.succeeded]
+    left = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=draws, skip=succeeded,
+                    scale=scale, elapsed=elapsed) \
+        if len(succeeded) < len(study.runs) else None
+    return StudyEta(spec=spec_name, profile=profile.name, slots=full.slots, finished=len(succeeded),
+                    total=len(study.runs), correction=correction,
+                    remaining_s=left.wall_s if left else Quantiles(p10=0, p50=0, p90=0), runs=rows)

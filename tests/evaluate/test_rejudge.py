@@ -1,0 +1,44 @@
+"""`--rejudge` judges every answer again, the repair rounds included: they live only in the
+samples file, so replacing that file used to drop them (and a later repair pass asked the
+model again, a different answer under the old feedback)."""
+
+from __future__ import annotations
+
+from engine.data.toy import toy_problems
+from engine.evaluate.backends.base import Decoding
+from engine.evaluate.records import GenerationRecord, Keys, SampleRecord, append, read
+from engine.evaluate.runner import Task, judge, judge_records
+from engine.judge.api import Judge
+from engine.judge.config import JudgeConfig
+
+KEYS = Keys(model="m", protocol="p", idlist="i")
+WRONG = "```python\nprint('nope')\n```"
+
+
+def _gen(problem_id: str, completion: str, round_: int = 1, parent: str | None = None) -> GenerationRecord:
+    return GenerationRecord(dataset="toy", problem_id=problem_id, sample=0, round=round_, parent=parent, keys=KEYS,
+                            prompt_tokens=5, completion_tokens=5, finish_reason="stop", latency_s=0.0, seed=0,
+                            completion=completion, conversation=[{"role": "user", "content": "q"}] if parent else None)
+
+
+def test_rejudge_keeps_and_rejudges_the_repair_rounds(tmp_path):
+    fixed, now_passing = [p for p in toy_problems("valid", 0) if p.kind == "stdio"][:2]
+    good = {p.id: f"```python\n{p.solutions[0]}\n```" for p in (fixed, now_passing)}
+    task = Task(dataset="toy", problems=[fixed, now_passing], prompts=["q", "q"], keys=KEYS, decoding=Decoding(),
+                out_dir=tmp_path)
+    first = [_gen(fixed.id, WRONG), _gen(now_passing.id, good[now_passing.id])]
+    append(task.generations, first)
+    with Judge(JudgeConfig(workers=1)) as j:
+        old = judge_records(first, {p.id: p for p in task.problems}, j, "old")
+        # an older judge failed the second problem's first answer, so it got a repair round too
+        old[1] = old[1].model_copy(update={"accepted": False, "verdict": "WRONG_ANSWER", "pass_ratio": 0.0})
+        second = [_gen(p.id, good[p.id], 2, o.uid) for p, o in zip(task.problems, old)]
+        append(task.samples, [*old, *judge_records(second, {p.id: p for p in task.problems}, j, "old")])
+        judge(task, j, "new", rejudge=True)
+    records = {(r.problem_id, r.round): r for r in read(task.samples, SampleRecord, KEYS)}
+    assert set(records) == {(fixed.id, 1), (fixed.id, 2), (now_passing.id, 1)}
+    repaired = records[(fixed.id, 2)]
+    assert repaired.judge_version == "new" and repaired.accepted and repaired.parent == records[(fixed.id, 1)].uid
+    assert repaired.conversation == [{"role": "user", "content": "q"}]  # what it followed is kept
+    assert records[(now_passing.id, 1)].accepted  # its round-2 answer would never have been asked for
+    assert all(r.judge_version == "new" for r in records.values())

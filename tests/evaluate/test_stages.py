@@ -1,0 +1,87 @@
+"""The evaluation stages on faults: a generation that failed on the server (GEN_ERROR) is made
+again on the next run, a sample the judge failed on (INTERNAL_ERROR) is judged again, and a
+record written again replaces the earlier one. Real parts: the tiny model behind a loopback
+OpenAI-compatible server, the local judge, the toy problems."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from engine.data.toy import toy_problems
+from engine.evaluate import stages
+from engine.evaluate.backends import make_generator
+from engine.evaluate.backends.base import Decoding
+from engine.evaluate.records import GenerationRecord, Keys, SampleRecord, append, read
+from engine.judge.api import Judge
+from engine.judge.config import JudgeConfig
+
+sys.path.insert(0, str(Path(__file__).parent))
+from openai_server import Server  # noqa: E402
+
+KEYS = Keys(model="m", protocol="p", idlist="i")
+
+
+def _task(tmp_path: Path, n: int = 2) -> stages.Task:
+    problems = toy_problems("valid")[:3]
+    return stages.Task(dataset="toy", problems=problems, prompts=[p.prompt for p in problems], keys=KEYS,
+                       decoding=Decoding(max_tokens=8, n=n, temperature=1.0, seed=5), out_dir=tmp_path)
+
+
+def test_generation_faults_are_generated_and_judged_again_on_a_rerun(tiny_model, tmp_path):
+    task = _task(tmp_path)
+    with Server(str(tiny_model), always_fail=True) as down:
+        stages.generate(task, make_generator("openai", model="tiny", base_url=down.base_url, retries=0))
+    with Judge(JudgeConfig(workers=1)) as judge:
+        stages.judge(task, judge, "v1")
+        assert {s.verdict for s in stages.samples(task)} == {"GEN_ERROR"}
+        with Server(str(tiny_model)) as up:
+            stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
+            assert up.requests == 3  # one request per problem: every sample failed before
+        stages.judge(task, judge, "v1")
+    generations = list(read(task.generations, GenerationRecord, KEYS))
+    samples = stages.samples(task)
+    assert len(generations) == len(samples) == 6
+    assert all(g.finish_reason != "error" for g in generations)
+    assert "GEN_ERROR" not in {s.verdict for s in samples}
+    assert {(s.sample, s.seed) for s in samples} == {(0, 5), (1, 5)}  # the seeds the samples would have had
+
+
+def test_only_the_failed_samples_are_generated_again(tiny_model, tmp_path):
+    task = _task(tmp_path, n=3)
+    with Server(str(tiny_model)) as up:
+        stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
+    records = list(read(task.generations, GenerationRecord, KEYS))
+    failed = records[1].model_copy(update={"finish_reason": "error", "completion": "", "error": "HTTP 500"})
+    append(task.generations, [failed])  # sample 1 of the first problem failed on the server
+    with Server(str(tiny_model)) as up:
+        stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
+        assert up.requests == 1
+    again = list(read(task.generations, GenerationRecord, KEYS))
+    assert len(again) == 9 and again[1].finish_reason != "error" and again[1].seed == 6  # seed + its index
+
+
+def test_judge_faults_are_judged_again(tiny_model, tmp_path):
+    task = _task(tmp_path, n=1)
+    with Server(str(tiny_model)) as up:
+        stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
+    with Judge(JudgeConfig(workers=1)) as judge:
+        stages.judge(task, judge, "v1")
+        first = stages.samples(task)
+        fault = first[0].model_copy(update={"verdict": "INTERNAL_ERROR", "accepted": False})
+        append(task.samples, [fault])
+        assert stages.samples(task)[0].verdict == "INTERNAL_ERROR"
+        stages.judge(task, judge, "v1")
+    assert [s.verdict for s in stages.samples(task)] == [s.verdict for s in first]
+
+
+def test_a_record_appended_after_a_torn_line_starts_its_own_line(tmp_path):
+    path = tmp_path / "g.jsonl"
+    record = GenerationRecord(dataset="d", problem_id="a", sample=0, keys=KEYS, prompt_tokens=1, completion_tokens=1,
+                              finish_reason="stop", latency_s=0.0, seed=0, completion="x")
+    append(path, [record])
+    with path.open("a") as handle:
+        handle.write(record.model_dump_json()[:20])  # a kill mid-line
+    append(path, [record.model_copy(update={"problem_id": "b"})])
+    assert [r.problem_id for r in read(path, GenerationRecord)] == ["a", "b"]
+    assert len(path.read_text().splitlines()) == 3

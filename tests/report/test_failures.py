@@ -1,0 +1,44 @@
+"""The failures page runs a failing answer's public tests as its run did: with the run's frozen
+judge settings and the public tests of the prompt the run showed — not the defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from engine.data.toy import toy_problems
+from engine.report.failures import LazyJudge, public_case, shown
+
+# passes the toy problem's public test, after 1.5 s of CPU: within the default 6 s, not the run's 0.5 s
+SLOW = ("```python\nimport time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass\n"
+        "print({answer!r}, end='')\n```")
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = {"run_id": "r", "kind": "eval", "base_model": {"path": "tiny", "chat": True},
+              "datasets": {"toy_valid": {"source": "toy", "split": "valid", "role": "valid"}},
+              "protocols": {"evaluate": {"name": "greedy", "prompt": "short_chat", "n": 1}},
+              "judge": {"timeout_s": 0.5}}
+    with (run_dir / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    return run_dir
+
+
+def test_a_failure_case_is_judged_with_the_runs_judge(tmp_path):
+    problem = next(p for p in toy_problems("valid", 0) if p.kind == "stdio")
+    public = next(t for t in problem.stdio_tests if t.kind == "public")
+    run = shown(_run_dir(tmp_path), "toy_valid")
+    assert run is not None and run.judge.timeout_s == 0.5
+    with LazyJudge() as judge:
+        case = public_case(judge, run, problem.id, SLOW.format(answer=public.output))
+    assert case.startswith("public test 1: TIMEOUT"), case
+
+
+def test_a_function_problem_whose_prompt_shows_no_example_has_no_public_case(tmp_path):
+    problem = next(p for p in toy_problems("valid", 0) if p.kind == "function")
+    with LazyJudge() as judge:
+        case = public_case(judge, shown(_run_dir(tmp_path), "toy_valid"), problem.id, "print(0)")
+    assert case == "no public test to show"  # its first scoring assert used to be shown

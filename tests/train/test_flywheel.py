@@ -1,0 +1,101 @@
+"""The flywheel's harvest and hard negatives on toy problems, judged by the real judge."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.data.toy import toy_problems
+from engine.errors import UserError
+from engine.judge.api import Judge, JudgeConfig
+from engine.plan.frozen import FrozenFlywheel
+from engine.train.flywheel import (
+    HARVEST_FILE,
+    HARVEST_REPORT,
+    RepairRowsReport,
+    classify,
+    harvest,
+    hard_negatives,
+    mix,
+    sha256_file,
+)
+
+WHEEL = FrozenFlywheel(use="pairs_from", of="grpo", of_run="abc123", of_kind="grpo",
+                       classes=["SYNTAX_ERROR", "TIMEOUT", "truncated"], datasets=["toy_train"])
+
+
+def _sample(pid: str, completion: str, verdict: str, truncated: bool = False, ratio: float = 0.0) -> tuple[str, dict]:
+    return "traces/rollouts.jsonl", {"problem_id": pid, "completion": completion, "verdict": verdict,
+                                     "pass_ratio": ratio, "truncated": truncated}
+
+
+def test_a_failing_sample_cut_at_the_token_limit_is_truncated_whatever_its_verdict():
+    assert classify("SYNTAX_ERROR", True) == "truncated"
+    assert classify("SYNTAX_ERROR", False) == "SYNTAX_ERROR"
+    assert classify("ACCEPTED", True) == "ACCEPTED"
+
+
+@pytest.fixture
+def harvested(tmp_path):
+    problems = {p.id: p for p in toy_problems("train")[:3]}
+    a, b, c = problems
+    source = tmp_path / "source"
+    (source / "traces").mkdir(parents=True)
+    (source / "traces" / "rollouts.jsonl").write_text("{}\n")
+    samples = [
+        _sample(a, "good", "ACCEPTED", ratio=1.0), _sample(a, "def f(:", "SYNTAX_ERROR"),
+        _sample(b, "while True: pass", "TIMEOUT"), _sample(b, "print(1", "SYNTAX_ERROR", truncated=True),
+        _sample(c, "print(2)", "WRONG_ANSWER"),  # not a declared class
+        _sample(c, "x", "INTERNAL_ERROR"),  # a judge fault: never the model's
+        _sample("toy/valid_problem", "def f(:", "SYNTAX_ERROR"),  # not a training problem
+    ]
+    kept, report = harvest(tmp_path / "run", WHEEL, problems, samples, source)
+    return tmp_path / "run", problems, kept, report
+
+
+def test_the_harvest_keeps_declared_failures_and_accepted_samples_of_training_problems(harvested):
+    run_dir, _, kept, report = harvested
+    assert [(h.error_class, h.completion) for h in kept] == [
+        ("ACCEPTED", "good"), ("SYNTAX_ERROR", "def f(:"), ("TIMEOUT", "while True: pass"), ("truncated", "print(1")]
+    assert report.harvested == {"SYNTAX_ERROR": 1, "TIMEOUT": 1, "truncated": 1}
+    assert report.samples == 5 and report.outside_training == 1 and report.accepted == 1
+    assert report.by_class["WRONG_ANSWER"] == 1 and "INTERNAL_ERROR" not in report.by_class
+    assert report.problems_with_failures == 2
+    written = json.loads((run_dir / HARVEST_REPORT).read_text())
+    assert written["sha256"] == sha256_file(run_dir / HARVEST_FILE)
+    assert written["sources"] == [{"path": "traces/rollouts.jsonl", "sha256": sha256_file(
+        run_dir.parent / "source" / "traces" / "rollouts.jsonl"), "samples": 7}]
+
+
+def test_hard_negatives_pair_each_class_with_an_accepted_answer(harvested):
+    _, problems, kept, report = harvested
+    a, b, c = problems
+    ordered = [problems[a], problems[b], problems[c]]
+    prompt = lambda p: p.statement  # noqa: E731
+    respond = lambda p, solution: f"```python\n{solution}\n```"  # noqa: E731
+    with Judge(JudgeConfig()) as judge:
+        only_harvest = hard_negatives(ordered, kept, report, ["harvest"], prompt, respond, judge)
+        both = hard_negatives(ordered, kept, report, ["harvest", "reference"], prompt, respond, judge)
+    pairs, out = only_harvest
+    assert [(p.problem_id, p.rejected_class, p.chosen) for p in pairs] == [(a, "SYNTAX_ERROR", "good")]
+    assert out.no_chosen == [b] and out.pairs_by_class == {"SYNTAX_ERROR": 1, "TIMEOUT": 0, "truncated": 0}
+    pairs, out = both  # b has no accepted sample: its reference solution, judged, is the chosen answer
+    assert [(p.problem_id, p.rejected_class, p.chosen_from) for p in pairs] == [
+        (a, "SYNTAX_ERROR", "harvest"), (b, "TIMEOUT", "reference"), (b, "truncated", "reference")]
+    assert out.no_chosen == [] and out.chosen_from == {"harvest": 1, "reference": 2}
+    assert all(p.chosen_verdict.value == "ACCEPTED" and p.chosen_pass_ratio == 1.0 for p in pairs)
+
+
+def test_the_mix_reaches_the_declared_share_and_refuses_to_be_empty(harvested):
+    _, _, _, report = harvested
+    rows = RepairRowsReport(failures=3, no_public_tests=1, problems_without_public_tests=["p"], tried=2, repaired=1,
+                            rows_by_class={}, tries=4, share=0.2, harvest=report)
+    base = [{"prompt": [], "completion": [], "i": i} for i in range(40)]
+    repaired = [{"prompt": [{"role": "user", "content": "q"}], "completion": [{"role": "assistant", "content": "a"}],
+                 "problem_id": "p", "error_class": "SYNTAX_ERROR"}]
+    mixed = mix(base, repaired, rows)
+    assert len(mixed) == 50 and rows.mixed_rows == 10 and rows.achieved_share == pytest.approx(0.2)
+    assert mixed[40].keys() == {"prompt", "completion"}
+    with pytest.raises(UserError, match="no format-repair rows: 3 failures .* 1 on problems without public tests"):
+        mix(base, [], rows)

@@ -1,0 +1,44 @@
+"""A reward step whose judge faults pass the limit fails a trl run (verl's watcher: see
+test_verl_watch.py). The faults are real ones: a sandbox nobody listens on, tests the judge
+cannot read."""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from engine.errors import UserError
+from engine.judge.ground_truth import RewardTests
+from engine.train.early_stop import JUDGE_FAULT_SHARE, judge_fault_reason
+from engine.train.grpo import RewardGuard
+from engine.train.rollout_reward import JudgeReward
+
+
+def _step(reward: JudgeReward, truths: list[str]) -> None:
+    reward(prompts=["p"] * len(truths), completions=["```python\nprint(1)\n```"] * len(truths),
+           ground_truth=truths, problem_id=[f"p{i}" for i in range(len(truths))])
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_step_of_judge_faults_fails_the_run(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/run_code"  # a broken sandbox
+    (tmp_path / "config.yaml").write_text(f"judge: {{backend: sandbox_fusion, url: '{url}'}}\n")
+    reward = JudgeReward(tmp_path, mode="dense", keep=0, attempt="1")
+    tests = RewardTests(problem_id="p", kind="stdio", stdio_tests=[{"input": "", "output": "1\n"}]).model_dump_json()
+    _step(reward, [tests] * 3 + ["{unreadable tests"])
+    assert reward.last["judge_fault_rate"] == 1.0
+    guard = RewardGuard(run=None, reward=reward, timeout_rate=None)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"judge faults \(INTERNAL_ERROR\) in 100% of the rewards at step 7"):
+        guard.on_step_end(None, SimpleNamespace(global_step=7), SimpleNamespace())
+
+
+def test_the_limit_is_a_share_of_the_step():
+    assert judge_fault_reason(JUDGE_FAULT_SHARE, 1) is None
+    assert judge_fault_reason(0.5, 2) is not None

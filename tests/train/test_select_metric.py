@@ -1,0 +1,116 @@
+"""Checkpoint selection never reads a missing metric as 0: `select_metric` is checked when the
+spec is validated (known name, available for the trainer and the select protocol, did-you-mean,
+its spec line); at run time a missing metric is an error; verl ranks by it as trl does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.errors import SpecError
+from engine.runs.preflight import preflight
+from engine.spec.model import EarlyStopSpec
+from engine.train.early_stop import early_stop_reason
+from engine.train.outcome import CheckpointScore, TrainingOutcome
+from engine.train.select_metric import MissingMetric, metric_value
+from engine.train.verl_finish import finish
+
+SPEC = """\
+name: sel
+base_model: tiny-coder
+datasets:
+  toy_train: {source: toy, split: train, role: train, ids: registry/idlists/toy_train_196.txt}
+  toy_valid: {source: toy, split: valid, role: valid, ids: registry/idlists/toy_valid_42.txt}
+protocols:
+  greedy: {preset: greedy, max_tokens: 64, prompt: short_chat}
+phases:
+  base: {kind: eval}
+  sft:
+    kind: sft
+    from: base
+    trainer: TRAINER
+    train: toy_train
+    select_on: toy_valid
+    select_metric: METRIC
+    hparams: {learning_rate: 1.0e-3, max_steps: 2}
+seeds: [1]
+evaluate:
+  every_phase: {datasets: [toy_valid], protocol: greedy}
+"""
+
+
+def _diagnostic(tmp_path: Path, metric: str, trainer: str = "trl", edit: tuple[str, str] = ("", "")):
+    spec = tmp_path / "sel.yaml"
+    spec.write_text(SPEC.replace("METRIC", metric).replace("TRAINER", trainer).replace(*edit))
+    with pytest.raises(SpecError) as info:
+        preflight(spec, content=False)
+    [diagnostic] = [d for d in info.value.diagnostics if d.path.endswith("select_metric")]
+    return diagnostic
+
+
+def test_an_unknown_select_metric_is_refused_at_its_line_with_a_suggestion(tmp_path):
+    found = _diagnostic(tmp_path, "acepted@1")
+    assert found.path == "phases.sft.select_metric" and found.line == 16
+    assert "unknown select_metric 'acepted@1' (did you mean 'accepted@1'?)" in found.message
+
+
+def test_pass_at_k_needs_k_samples_in_the_select_protocol(tmp_path):
+    found = _diagnostic(tmp_path, "pass@4")
+    assert "needs 4 samples per problem" in found.message and "'greedy' (n = 1)" in found.message
+
+
+def test_a_select_metric_that_ranks_nothing_is_refused(tmp_path):
+    found = _diagnostic(tmp_path, "accepted@1", edit=("    select_on: toy_valid\n", ""))
+    assert "ranks nothing" in found.message
+
+
+def test_known_metrics_pass(tmp_path):
+    spec = tmp_path / "sel.yaml"
+    spec.write_text(SPEC.replace("METRIC", "pass_ratio_mean").replace("TRAINER", "trl"))
+    preflight(spec, content=False)
+
+
+def _scores(values: list[dict]) -> TrainingOutcome:
+    return TrainingOutcome(trainer="trl", checkpoints=[
+        CheckpointScore(step=10 * (i + 1), path=f"c{i}", metrics={"v": m}) for i, m in enumerate(values)])
+
+
+def test_a_checkpoint_missing_the_metric_is_an_error_not_a_zero():
+    outcome = _scores([{"accepted@1": 0.5}, {"accepted@1": 0.4}, {}, {"accepted@1": 0.3}])
+    with pytest.raises(MissingMetric, match="checkpoint at step 30 has no 'accepted@1' on 'v'"):
+        early_stop_reason(outcome, ["v"], "accepted@1", EarlyStopSpec(patience=2))
+    with pytest.raises(MissingMetric):
+        metric_value({"v": {"accepted@1": 1.0}}, "v", "pass_ratio_mean", 10)
+
+
+def _verl_run(tmp_path: Path, select_metric: str, logged: dict[int, dict]) -> Path:
+    (tmp_path / "config.yaml").write_text("run_id: r\nkind: grpo\nbase_model: {path: m}\ndatasets: {}\n"
+                                          f"select_metric: {select_metric}\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.1.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in logged.items()))
+    for step in logged:
+        (tmp_path / "checkpoints" / f"global_step_{step}").mkdir(parents=True)
+    return tmp_path
+
+
+ACC, RATIO = "val-core/rlvr/toy/acc/mean@1", "val-aux/rlvr/toy/pass_ratio/mean@1"
+
+
+def test_verl_chooses_by_the_select_metric_like_trl(tmp_path):
+    run = _verl_run(tmp_path, "pass_ratio_mean", {10: {ACC: 0.5, RATIO: 0.6}, 20: {ACC: 0.4, RATIO: 0.8}})
+    chosen = finish(run).chosen
+    assert chosen.step == 20 and "best pass_ratio_mean" in chosen.why  # accepted@1 would pick step 10
+
+
+def test_verl_refuses_to_rank_a_step_without_the_metric(tmp_path):
+    run = _verl_run(tmp_path, "pass_ratio_mean", {10: {ACC: 0.5, RATIO: 0.6}, 20: {ACC: 0.9}})
+    with pytest.raises(SystemExit, match="step 20 logged no 'pass_ratio_mean'"):
+        finish(run)
+
+
+def test_verl_accepts_only_what_its_validation_logs(tmp_path):
+    found = _diagnostic(tmp_path, "accepted@1", trainer="verl")
+    assert "a verl SFT run ranks its checkpoints by validation loss" in found.message
