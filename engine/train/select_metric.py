@@ -17,6 +17,7 @@ import re
 from typing import Any, Optional
 
 from engine.errors import Diagnostic, UserError
+from engine.evaluate.metrics import reported_ks
 from engine.plan.model import Run
 from engine.spec.model import PhaseKind
 from engine.spec.schema_errors import did_you_mean
@@ -95,11 +96,15 @@ def _problem(run: Run, name: str) -> Optional[tuple[str, str]]:
     if match:
         n = int(run.config.get("protocols", {}).get("select", {}).get("n") or 1)
         k = int(match.group(1))
+        protocol = run.config.get("protocols", {}).get("select", {}).get("name", "select")
         if k > n:
-            protocol = run.config.get("protocols", {}).get("select", {}).get("name", "select")
             return (f"select_metric {name!r} needs {k} samples per problem, but checkpoints are scored with "
                     f"protocol {protocol!r} (n = {n})",
                     f"use accepted@1 or pass@k with k <= {n}, or evaluate.every_phase with a protocol of n >= {k}")
+        if k not in reported_ks(n):  # a checkpoint's summary has only these: any other k is never there
+            return (f"select_metric {name!r} is not among the pass@k a checkpoint scored with protocol {protocol!r} "
+                    f"(n = {n}) reports",
+                    f"use one of: {', '.join(f'pass@{k}' for k in reported_ks(n))}")
         return None
     if name not in TRL_METRICS:
         return (f"unknown select_metric {name!r}{did_you_mean(name, [*TRL_METRICS, 'pass@1'])}",
