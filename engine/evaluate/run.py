@@ -21,7 +21,7 @@ from engine.evaluate.backends.base import Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
 from engine.evaluate.model_key import model_key
-from engine.evaluate.records import GenerationRecord, Keys, read
+from engine.evaluate.records import GenerationRecord, Keys, is_fault, read
 from engine.evaluate.runner import ProgressHandler, Task
 from engine.judge.api import Judge
 from engine.plan.frozen import (
@@ -139,6 +139,7 @@ def evaluate_run(run_dir: Path, model: str, settings: Settings = Settings(),
                      for t in todo}
             for task in todo:
                 judge_s = runner.judge(task, judge, judge.version, on_progress, rejudge=settings.rejudge)
+                judge_s += runner.judge(task, judge, judge.version, on_progress)  # its retry: the judge's faults again
                 if rounds > 1:
                     runner.repair(task, backend, judge, judge.version, rounds, on_progress)
                 results.append(_dataset_metrics(task, frozen, judge.version, gen_s[task.dataset], judge_s,
@@ -216,7 +217,8 @@ class _LazyBackend:
 
 
 def _missing_generations(task: Task) -> bool:
-    return sum(1 for _ in read(task.generations, GenerationRecord, task.keys)) < task.expected
+    """Whether a sample is missing or failed on the server (then it is generated again)."""
+    return sum(not is_fault(g) for g in read(task.generations, GenerationRecord, task.keys)) < task.expected
 
 
 def _backend_name(settings: Settings) -> str:
