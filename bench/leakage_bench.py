@@ -169,8 +169,8 @@ def _semantic(label: str, train: list[Problem], evaluation: list[Problem], leaka
             rate = done[0] / (time.perf_counter() - loaded)
             print(f"  embedded {done[0]:,} texts, {rate:.1f}/s, load {os.getloadavg()[0]:.1f}", flush=True)
 
-    vt, hit_t = problem_vectors(train, problems_fingerprint(train), encoder, cache, progress)
-    ve, hit_e = problem_vectors(evaluation, problems_fingerprint(evaluation), encoder, cache, progress)
+    vt, hit_t = problem_vectors(train, encoder, cache, progress)
+    ve, hit_e = problem_vectors(evaluation, encoder, cache, progress)
     embedded = time.perf_counter()
     confirm = judge_confirmer(JudgeConfig(workers=2), store=VerdictStore(root))
     leaks = semantic_leaks(train, evaluation, vt, ve, leakage, lexical, confirm)

@@ -1,7 +1,7 @@
 """Rule 3 by meaning: recall on reworded benchmark problems, false alarms on real pairs, and
 MBPP's own train/test repeats confirmed by execution.
 
-Needs the `semantic` extra and the shared datasets beside the clone (../shared/datasets).
+Needs the `semantic` extra and the raw dataset files in the folder $RLVR_RUN_DATA_MIRROR names.
 Every figure is the whole of rule 3 (lexical matches, then the semantic stage with
 confirmation by execution in the judge), at the default `leakage:` settings.
 
@@ -27,6 +27,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -35,7 +36,6 @@ from pathlib import Path
 
 from engine.data.cache import cache_root
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval, problem_from_mbpp
-from engine.data.fingerprint import problems_fingerprint
 from engine.isolation.content import leaks_between, semantic_leaks, sketch_settings
 from engine.isolation.neardup import sketch_problems
 from engine.isolation.semantic import VectorCache, load_encoder, problem_vectors
@@ -45,7 +45,8 @@ from engine.spec.model import LeakageSpec
 from engine.spec.validated import Leak
 from engine.verify.leakage import VerdictStore, judge_confirmer
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+# The raw dataset files: the folder RLVR_RUN_DATA_MIRROR names, as for the loaders.
+DATA = Path(os.environ.get("RLVR_RUN_DATA_MIRROR") or "datasets")
 KINDS = ("synonyms", "drop_examples", "reorder", "all_three", "human")
 
 # This script's own rewording table (not the one paraphrase_rows.jsonl was built with).
@@ -74,8 +75,10 @@ CONTEST_TAIL = re.compile(r"\n\s*(?:Examples?|Note)\s*\n", re.I)
 
 
 def _rows(name: str) -> list[dict]:
+    if not (DATA / name).is_file():
+        raise SystemExit(f"{DATA / name} not found: set RLVR_RUN_DATA_MIRROR to the folder of the raw dataset files")
     opener = gzip.open if name.endswith(".gz") else open
-    with opener(SHARED / name, "rt", encoding="utf-8") as fh:
+    with opener(DATA / name, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 
@@ -134,8 +137,8 @@ class Rule3:
     def __call__(self, train: list[Problem], evaluation: list[Problem]) -> list[Leak]:
         settings = sketch_settings(self.leakage)
         lexical = leaks_between(sketch_problems(train, settings), sketch_problems(evaluation, settings), self.leakage)
-        vt, _ = problem_vectors(train, problems_fingerprint(train), self.encoder, self.vectors)
-        ve, _ = problem_vectors(evaluation, problems_fingerprint(evaluation), self.encoder, self.vectors)
+        vt, _ = problem_vectors(train, self.encoder, self.vectors)
+        ve, _ = problem_vectors(evaluation, self.encoder, self.vectors)
         return semantic_leaks(train, evaluation, vt, ve, self.leakage, lexical, self.confirm)
 
 

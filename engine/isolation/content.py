@@ -217,7 +217,6 @@ def check_leakage(
     train_side, eval_side = dataset_sides(spec)
     sketches: dict[str, Sketch] = {}
     problems: dict[str, list[Problem]] = {}
-    fingerprints: dict[str, str] = {}
     failures = report.load_failures
     for name in dict.fromkeys([*train_side, *eval_side]):
         if on_step:
@@ -230,7 +229,7 @@ def check_leakage(
         sketches[name], report.cache_hits[name] = cached_sketch(
             loaded.problems, loaded.fingerprint, sketch_settings(leakage), cache
         )
-        problems[name], fingerprints[name] = list(loaded.problems), loaded.fingerprint
+        problems[name] = list(loaded.problems)
         report.sizes[name] = len(loaded.problems)
         report.fingerprints[name] = loaded.fingerprint
     # one dataset on both sides is rule 1/2's error, not a leak
@@ -238,7 +237,7 @@ def check_leakage(
     # A pair waived for rule 3 overlaps on purpose: looking for more of it by meaning would only add noise.
     by_meaning = [(t, e) for t, e in compared if _waiver_for(spec.allow, t, e) is None and {t, e} <= problems.keys()]
     used = {name: problems[name] for pair in by_meaning for name in pair}
-    vectors = _semantic_vectors(report, used, fingerprints, VectorCache(root=cache.root), encoder or load_encoder,
+    vectors = _semantic_vectors(report, used, VectorCache(root=cache.root), encoder or load_encoder,
                                 on_step, wanted=leakage.semantic and bool(by_meaning))
     for train, evaluation in compared:
         if on_step:
@@ -257,8 +256,7 @@ def check_leakage(
     return report
 
 
-def _semantic_vectors(report: LeakageReport, problems: dict[str, list[Problem]], fingerprints: dict[str, str],
-                      cache: VectorCache, encoder: Callable[[], Encoder],
+def _semantic_vectors(report: LeakageReport, problems: dict[str, list[Problem]], cache: VectorCache, encoder: Callable[[], Encoder],
                       on_step: Optional[Callable[[str], None]], *, wanted: bool) -> dict[str, np.ndarray]:
     """Every loaded dataset's vectors, or none, with what the stage did (or why it did not run)
     in `report.semantic` and, when it did not run, a warning."""
@@ -281,7 +279,7 @@ def _semantic_vectors(report: LeakageReport, problems: dict[str, list[Problem]],
     for name, rows in problems.items():
         if on_step:
             on_step(f"embedding {name} ({len(rows):,} problems)")
-        out[name], report.vector_hits[name] = problem_vectors(rows, fingerprints[name], model, cache)
+        out[name], report.vector_hits[name] = problem_vectors(rows, model, cache)
     return out
 
 

@@ -18,7 +18,7 @@ sha256 is the pinned one. Without the extra the stage does not run and rule 3 sa
 What is embedded is a problem's prose: the statement rule 3 fingerprints, without its worked
 examples (doctests, `f(x) == y` lines, a contest's Examples and Note sections) on both sides;
 examples are compared lexically already and would otherwise dominate a short docstring's
-vector. Vectors are cached on disk by dataset content, so a second validation embeds nothing.
+vector. Vectors are cached on disk by text content, so a second validation embeds nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import functools
 import hashlib
 import os
 import re
+import sqlite3
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -149,53 +151,65 @@ def load_encoder() -> Encoder:
 
 
 # ---------------------------------------------------------------- vectors, cached by content
-@dataclass(frozen=True, kw_only=True)
 class VectorCache:
-    """Vectors of a problem set on disk, keyed by its content fingerprint and the encoder's key;
-    the rows' text hashes are stored with them and checked on load."""
+    """Vectors on disk, one SQLite file per encoder key, one row per distinct text (keyed by its
+    sha256): a dataset that changes, or a subset of one, embeds only the texts not seen before."""
 
-    root: Path = field(default_factory=cache_root)
+    def __init__(self, root: Optional[Path] = None) -> None:
+        self.root = root or cache_root()
 
-    def path(self, fingerprint: str, encoder_key: str) -> Path:
-        return self.root / "leakage" / f"{fingerprint[:40]}-{encoder_key}.npz"
+    def path(self, encoder_key: str) -> Path:
+        return self.root / "leakage" / f"vectors-{encoder_key}.sqlite"
 
-    def load(self, fingerprint: str, encoder_key: str, keys: list[str]) -> Optional[np.ndarray]:
-        path = self.path(fingerprint, encoder_key)
-        if not path.is_file():
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                if data["keys"].tolist() != keys:
-                    return None
-                return data["vectors"]
-        except (OSError, ValueError, KeyError):
-            return None  # a torn or foreign file is rebuilt, never trusted
-
-    def store(self, fingerprint: str, encoder_key: str, keys: list[str], vectors: np.ndarray) -> None:
-        path = self.path(fingerprint, encoder_key)
+    def _connect(self, encoder_key: str) -> sqlite3.Connection:
+        path = self.path(encoder_key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            np.savez(fh, keys=np.array(keys, dtype=str), vectors=vectors)
-        os.replace(tmp, path)
+        db = sqlite3.connect(path, timeout=60)
+        db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL)")
+        return db
+
+    def load(self, encoder_key: str, keys: Sequence[str], dimensions: int) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        try:
+            with closing(self._connect(encoder_key)) as db:
+                for start in range(0, len(keys), 500):
+                    chunk = list(keys[start : start + 500])
+                    rows = db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(chunk))})",
+                                      chunk)
+                    out.update({k: np.frombuffer(v, dtype=np.float32) for k, v in rows
+                                if len(v) == 4 * dimensions})  # a foreign row is re-embedded, never trusted
+        except sqlite3.DatabaseError:
+            return {}  # a damaged file: everything is embedded again
+        return out
+
+    def store(self, encoder_key: str, vectors: dict[str, np.ndarray]) -> None:
+        rows = [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in vectors.items()]
+        for attempt in (1, 2):
+            try:
+                with closing(self._connect(encoder_key)) as db, db:
+                    db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
+                return
+            except sqlite3.DatabaseError:
+                if attempt == 1:
+                    self.path(encoder_key).unlink(missing_ok=True)  # a damaged file is rebuilt, never trusted
 
 
-def problem_vectors(problems: Sequence[Problem], fingerprint: str, encoder: Encoder, cache: Optional[VectorCache],
+def problem_vectors(problems: Sequence[Problem], encoder: Encoder, cache: Optional[VectorCache],
                     progress: Optional[Callable[[int], None]] = None) -> tuple[np.ndarray, bool]:
-    """Unit vectors of the problems' prose, and whether they came from the cache. Equal texts
-    are embedded once."""
+    """Unit vectors of the problems' prose, and whether every one came from the cache. Equal
+    texts are embedded once."""
     texts = [prose(p) for p in problems]
     keys = [text_key(t) for t in texts]
-    if cache is not None and (hit := cache.load(fingerprint, encoder.key(), keys)) is not None:
-        return hit, True
-    unique = list(dict.fromkeys(keys))
-    first = {k: texts[keys.index(k)] for k in unique} if len(unique) < len(keys) else dict(zip(keys, texts))
-    encoded = encoder.encode([first[k] for k in unique], progress)
-    row = {k: i for i, k in enumerate(unique)}
-    vectors = encoded[[row[k] for k in keys]] if len(keys) else encoded
-    if cache is not None:
-        cache.store(fingerprint, encoder.key(), keys, vectors)
-    return vectors, False
+    first = dict(zip(reversed(keys), reversed(texts)))  # one text per key
+    known = cache.load(encoder.key(), list(first), encoder.dimensions) if cache is not None else {}
+    missing = [k for k in first if k not in known]
+    if missing:
+        fresh = dict(zip(missing, encoder.encode([first[k] for k in missing], progress)))
+        if cache is not None:
+            cache.store(encoder.key(), fresh)
+        known.update(fresh)
+    vectors = np.stack([known[k] for k in keys]) if keys else np.zeros((0, encoder.dimensions), dtype=np.float32)
+    return vectors, not missing
 
 
 # ---------------------------------------------------------------- candidates

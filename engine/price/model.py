@@ -38,6 +38,9 @@ from engine.price.shapes import RunShape
 # so only the first evaluation of a checkpoint pays the engine's start-up.
 EVALS_SHARE_ENGINE = True
 MAX_SEQS = 256  # vLLM's max_num_seqs: sequences decoded at once in one generation call
+# An evaluation hands the backend every sample of a dataset in one submission; the hf backend
+# decodes it in padded batches of this many prompts (HFBackend's batch_size), vLLM all at once.
+HF_BATCH_PROMPTS = 16
 GPU_JUDGE_CORES = 32  # judge workers beside a GPU job when the spec sets no judge.concurrency
 DEFAULT_N = {"rollout": 8}
 _NORMAL = NormalDist()

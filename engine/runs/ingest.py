@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from engine.errors import UserError
 from engine.evaluate.eval_run import METRICS_FILE, EvalOutput
+from engine.plan.frozen import FrozenFlywheel, read_frozen_run
 from engine.runs.lineage import ArtifactRecord, Lineage, Metric
 from engine.spec.model import TRAINED_KINDS
 from engine.train.curves import curves
-from engine.errors import UserError
-from engine.plan.frozen import FrozenFlywheel, read_frozen_run
 from engine.train.flywheel import (
     FLYWHEEL_SERIES,
     HARVEST_FILE,

@@ -38,6 +38,7 @@ from engine.errors import UserError
 from engine.plan.model import Plan, Run, canonical_json
 from engine.runs import gitsnap
 from engine.runs.render import launch_context, render_launch
+from engine.train.launch import params_b_of
 from engine.spec.validated import ValidatedSpec
 
 PACKAGES = ("rlvr-run", "verl", "torch", "transformers", "trl", "vllm")
@@ -72,9 +73,10 @@ def materialize(plan: Plan, validated: ValidatedSpec, runs_root: Path, *,
         if new:
             repo_dir = repo or Path(plan.spec_path or ".").resolve().parent
             gitsnap.snapshot(repo_dir, snap_dir, untracked_cap_bytes=untracked_cap_bytes)
+        params_b = params_b_of(validated.registry.models, validated.spec.base_model)
         for run in plan.runs:
             path = spec_dir / run.id
-            launch = render_launch(run, launch_context(run, plan, spec_dir, validated.spec.base_model))
+            launch = render_launch(run, launch_context(run, plan, spec_dir, validated.spec.base_model, params_b))
             if run.id in new:
                 _create(run, plan, path, Path(tmp), snap_dir, launch)
             elif states.get(run.id) != SUCCEEDED:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional, Union
 
 from engine.errors import UserError
-from engine.plan.model import Plan, Run
+from engine.plan.model import Plan, Run, canonical_json
 from engine.resources import visible_gpus
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.local import LocalExecutor
@@ -25,7 +25,7 @@ from engine.runs.materialize import RunDir, materialize
 from engine.runs.preflight import preflight
 from engine.runs.runlock import RunLock
 from engine.runs.schedule import ExecutionResult, execute
-from engine.spec.model import ExecutorSpec, Transfer
+from engine.spec.model import ExecutorSpec, PhaseKind, Transfer
 from engine.spec.validated import ValidatedSpec
 from engine.tinymodel import build_tiny_model
 
@@ -208,5 +208,15 @@ def job_of(run_dir: RunDir) -> Job:
     run = run_dir.run
     return Job(
         id=run.id, run_dir=run_dir.path, kind=run.kind.value, parents=tuple(run.parents),
-        gpus=run.resources.gpus, cpus=run.resources.cpus,
+        gpus=run.resources.gpus, cpus=run.resources.cpus, group=evaluation_group(run),
     )
+
+
+def evaluation_group(run: Run) -> Optional[str]:
+    """Evaluations of one checkpoint (or of the base model) that generate alike share a group: the
+    executor runs those that are ready together in one process, which loads the model once.
+    Evaluations scoring a best_of_n run's chosen samples load nothing and stay alone."""
+    if run.kind is not PhaseKind.eval or any("samples" in e.flows for e in run.edges):
+        return None
+    how = {k: run.config.get(k) for k in ("generation", "endpoint", "resources", "base_model")}
+    return f"eval:{run.evaluates or 'base'}:{canonical_json(how)}"

@@ -20,6 +20,7 @@ from engine.plan.model import MODEL_KINDS, Plan, Run
 from engine.resources import ENGINE_ROOT, TEMPLATES
 from engine.spec.model import PhaseKind
 from engine.train import verl_overrides
+from engine.train.launch import accelerate_launch
 
 TEMPLATE_DIR = TEMPLATES / "launch"
 
@@ -33,6 +34,7 @@ class RenderContext:
     engine_root: Path = ENGINE_ROOT
     parent_dirs: tuple[Path, ...] = field(default_factory=tuple)
     samples_dir: Optional[str] = None  # for evaluations of a best_of_n run
+    params_b: Optional[float] = None  # the base model's size (billions of parameters), when known
     # The interpreter is chosen when the script runs (the executor exports the one
     # running rlvr-run), so a frozen script never names one machine's venv.
     python: str = '"$RLVR_PYTHON"'
@@ -82,6 +84,8 @@ def _kind_vars(run: Run, context: RenderContext) -> dict[str, Any]:
         out["time_limit_h"] = run.resources.time_limit_h or verl_overrides.DEFAULT_TIME_LIMIT_H
         out["tracking_env"] = verl_overrides.tracking_env(run)
         out["watch"] = verl_overrides.watched(run)
+    if run.trainer == "trl":
+        out["launch"] = accelerate_launch(run.resources.gpus, context.params_b, run.id)
     if run.kind == PhaseKind.best_of_n:
         out["n"] = run.config.get("n") or _protocol_n(run)
     if run.kind == PhaseKind.repair:
@@ -96,14 +100,15 @@ def _protocol_n(run: Run) -> int:
     return next((p.n for p in run.protocols.values() if p.n), 1)
 
 
-def launch_context(run: Run, plan: Plan, spec_dir: Path, base_model: Any) -> RenderContext:
+def launch_context(run: Run, plan: Plan, spec_dir: Path, base_model: Any,
+                   params_b: Optional[float] = None) -> RenderContext:
     """Paths for `run` inside `spec_dir` (runs/<spec>/): its dir, its model, its inputs."""
     parents = tuple(spec_dir / p for p in run.parents)
     samples = None
     if run.parents and plan.by_id(run.parents[0]).kind == PhaseKind.best_of_n:
         samples = str(parents[0] / "outputs" / "samples")
     return RenderContext(run_dir=spec_dir / run.id, model_path=_model_of(run, plan, spec_dir, base_model),
-                         parent_dirs=parents, samples_dir=samples)
+                         parent_dirs=parents, samples_dir=samples, params_b=params_b)
 
 
 def _model_of(run: Run, plan: Plan, spec_dir: Path, base_model: Any) -> str:

@@ -137,6 +137,9 @@ class _Scheduler:
     state: dict[str, RunState] = field(default_factory=dict)
     waiting: list[str] = field(default_factory=list)
     running: dict[str, Started] = field(default_factory=dict)
+    # Jobs done by another job's process (one model load for evaluations of one checkpoint): by the
+    # process's job, each member with its own attempt log; each keeps its own state and completion.
+    members: dict[str, list[Started]] = field(default_factory=dict)
     _live_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -148,7 +151,7 @@ class _Scheduler:
 
     def live_ids(self) -> list[str]:
         with self._live_lock:
-            return list(self.running)
+            return [*self.running, *(m.job.id for group in self.members.values() for m in group)]
 
     def busy(self) -> bool:
         return bool(self.waiting or self.running)
@@ -215,33 +218,58 @@ class _Scheduler:
             if code is not None:
                 self._finish(started, code)
         for run_id in list(self.waiting):
-            job = self.by_id[run_id]
-            if all(self._parent_state(p) is S.succeeded for p in job.parents) and self.executor.fits(job):
-                self._launch(job)
+            job = self.by_id.get(run_id)
+            if run_id in self.waiting and self._ready(job) and self.executor.fits(job):
+                self._launch(job, self._group_of(job))
 
-    def _launch(self, job: Job) -> None:
-        self.waiting.remove(job.id)
-        attempt = next_attempt(job.run_dir, self.lineage.run(job.id).attempt)
-        log_path = job.run_dir / LOG_DIR / f"attempt-{attempt}.log"
-        # `running` is recorded before the process exists, so a crash in between
-        # leaves a run the next invocation reaps, never a duplicate launch.
-        self._set(job.id, S.running, f"attempt {attempt}", attempt=attempt, pid=None, job_id=None)
+    def _ready(self, job: Job) -> bool:
+        return all(self._parent_state(p) is S.succeeded for p in job.parents)
+
+    def _group_of(self, job: Job) -> list[Job]:
+        """The other jobs of `job`'s group that are ready now: they run in its process."""
+        if job.group is None or not getattr(self.executor, "groups", False):
+            return []
+        return [other for run_id in self.waiting if run_id != job.id
+                and (other := self.by_id[run_id]).group == job.group and self._ready(other)]
+
+    def _launch(self, job: Job, also: Sequence[Job] = ()) -> None:
+        attempts = {}
+        for each in (job, *also):
+            self.waiting.remove(each.id)
+            attempts[each.id] = next_attempt(each.run_dir, self.lineage.run(each.id).attempt)
+            # `running` is recorded before the process exists, so a crash in between
+            # leaves a run the next invocation reaps, never a duplicate launch.
+            self._set(each.id, S.running, f"attempt {attempts[each.id]}" + (f" in the process of {job.id}"
+                      if each is not job else ""), attempt=attempts[each.id], pid=None, job_id=None)
+        log_path = job.run_dir / LOG_DIR / f"attempt-{attempts[job.id]}.log"
         try:
-            started = self.executor.start(job, attempt=attempt, log_path=log_path)
+            started = self.executor.start(job, attempt=attempts[job.id], log_path=log_path, also=also) if also \
+                else self.executor.start(job, attempt=attempts[job.id], log_path=log_path)
         except OSError as exc:
-            self._set(job.id, S.failed, f"could not start {job.launch_script}: {exc}")
-            self._block_descendants(job.id, "failed")
+            for each in (job, *also):
+                self._set(each.id, S.failed, f"could not start {job.launch_script}: {exc}")
+                self._block_descendants(each.id, "failed")
             return
+        members = [_member_of(m, attempts[m.id], job, started) for m in also]
         with self._live_lock:
             self.running[job.id] = started
-        self.lineage.record_launch(job.id, started.pid, started.job_id)
+            if members:
+                self.members[job.id] = members
+        for each in (started, *members):
+            self.lineage.record_launch(each.job.id, started.pid, started.job_id)
 
     def _finish(self, started: Started, code: int) -> None:
-        job = started.job
         with self._live_lock:
-            del self.running[job.id]
+            del self.running[started.job.id]
+            members = self.members.pop(started.job.id, [])
+        for each in (started, *members):
+            self._finish_one(each, code, grouped=bool(members))
+
+    def _finish_one(self, started: Started, code: int, *, grouped: bool) -> None:
+        job = started.job
         log = started.log_path
-        if code == 0:
+        # In a group each run's outputs decide: the process exits non-zero if any of its runs failed.
+        if code == 0 or (grouped and code > 0):
             problem = check_completion(job.kind, job.run_dir)
             if problem is None:
                 ingest(self.lineage, job.id, job.kind, job.run_dir)
@@ -263,7 +291,19 @@ class _Scheduler:
         for started in running:
             with self._live_lock:
                 del self.running[started.job.id]
-            self._set(started.job.id, S.cancelled, why)
+                members = self.members.pop(started.job.id, [])
+            for each in (started, *members):
+                self._set(each.job.id, S.cancelled, why)
+
+
+def _member_of(job: Job, attempt: int, leader: Job, started: Started) -> Started:
+    """A job done in `leader`'s process: its own attempt log says where the work is logged."""
+    log_path = job.run_dir / LOG_DIR / f"attempt-{attempt}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "x") as log:  # "x": an earlier attempt's log is never truncated
+        log.write(f"# rlvr-run: {job.id} attempt {attempt} runs in the process of {leader.id} (one model load "
+                  f"for both); its log: {started.log_path}\n")
+    return Started(job=job, attempt=attempt, pid=started.pid, log_path=started.log_path, job_id=started.job_id)
 
 
 def _last_line(log: Path, limit: int = 200) -> str:

@@ -130,11 +130,13 @@ def _planted(real: dict[str, list[Problem]]) -> tuple[list[Problem], list[Proble
     humaneval = [p for p in real["humaneval"] if len(p.statement.split()) >= 40][::9]
     # the sample holds Div. 1 / Div. 2 twins (one statement, two contest ids): keep them out of the
     # evaluation side so that each planted copy has exactly one original
-    statements = Counter(normalized_statement(p) for p in real["codecontests"])
-    codecontests_eval = [p for p in real["codecontests"][300:] if statements[normalized_statement(p)] == 1][:12]
+    codecontests = real["codecontests"]  # the test sample (114) or the whole file (390)
+    statements = Counter(normalized_statement(p) for p in codecontests)
+    later = codecontests[len(codecontests) * 3 // 4:]
+    codecontests_eval = [p for p in later if statements[normalized_statement(p)] == 1][:12]
     mbpp_eval = [p for p in real["mbpp"] if 11 <= int(p.id.split("/")[1]) <= 40]
     evaluation = humaneval + codecontests_eval + mbpp_eval
-    train = list(real["codecontests"][:200])
+    train = list(codecontests[:len(codecontests) // 2])
     expected = set()
     for i, problem in enumerate(humaneval + codecontests_eval):
         how = list(PERTURBATIONS)[i % len(PERTURBATIONS)]
@@ -160,8 +162,13 @@ def test_every_planted_duplicate_is_caught_with_its_ids(real):
     # upper-casing HumanEval/10's helper body leaves a text that no longer parses: the helper
     # stays in the copy's fingerprint and the copy is found as near, not exact
     assert kinds.pop("planted/restyle/HumanEval/10") == "near"
-    same = {t: k for t, k in kinds.items() if t.split("/")[1:2] in (["copy"], ["rename"], ["restyle"])}
+    # upper-casing a CodeContests statement also upper-cases its examples when they are words
+    # (633_C's are): the examples are data, so that copy is near, never missed
+    examples_in_words = {"planted/restyle/codecontests/633_c_spy_syndrome_2_3594"}
+    same = {t: k for t, k in kinds.items()
+            if t.split("/")[1:2] in (["copy"], ["rename"], ["restyle"]) and t not in examples_in_words}
     assert len(same) >= 15 and set(same.values()) == {"exact"}
+    assert {kinds[t] for t in examples_in_words if t in kinds} <= {"near"}
 
 
 def test_normalization_reads_latex_unicode_and_boilerplate_alike():

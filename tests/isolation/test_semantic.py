@@ -20,7 +20,14 @@ from engine.data.convert import problem_from_humaneval, problem_from_mbpp
 from engine.isolation import semantic
 from engine.isolation.content import check_leakage
 from engine.isolation.neardup import SketchCache
-from engine.isolation.semantic import SemanticUnavailable, candidates, prose, verify_files
+from engine.isolation.semantic import (
+    SemanticUnavailable,
+    VectorCache,
+    candidates,
+    problem_vectors,
+    prose,
+    verify_files,
+)
 from engine.isolation.validate import validate_spec
 from engine.judge.config import JudgeConfig
 from engine.problem import Problem, StdioTest
@@ -173,6 +180,19 @@ def test_a_reworded_benchmark_problem_is_refused_with_its_evidence(tmp_path):
     second = check_leakage(validate_spec(path, content=False), cache=SketchCache(root=tmp_path / "c"),
                            confirm=confirm_by_execution)
     assert second.vector_hits == {"rows": True, "bench": True} and second.pairs[0].leaks == pair.leaks
+
+
+def test_vectors_are_cached_by_text_and_a_damaged_cache_is_rebuilt(tmp_path):
+    encoder = _model_or_skip()
+    cache = VectorCache(root=tmp_path)
+    first, hit = problem_vectors(TRAINING, encoder, cache)
+    assert not hit and first.shape == (len(TRAINING), 384)
+    subset, hit = problem_vectors(TRAINING[2:5], encoder, cache)  # another dataset made of texts seen before
+    assert hit and np.array_equal(subset, first[2:5])
+    cache.path(encoder.key()).write_bytes(b"torn")
+    again, hit = problem_vectors(TRAINING[:2], encoder, cache)
+    assert not hit and np.allclose(again, first[:2], atol=1e-5)
+    assert problem_vectors(TRAINING[:2], encoder, cache)[1]  # the rebuilt file serves the next run
 
 
 def test_without_a_judge_candidates_are_warnings_and_rule_3_says_so(tmp_path):

@@ -255,13 +255,13 @@ def _disagreements(problems, compare: str) -> dict[str, str]:
 
 def test_codecontests_subset_agreement(datasets_dir):
     """40 problems (seeded shuffle), first 3 tests: no disagreement outside the explained list.
-    (Few tests may hide a listed disagreement, so only new ones are checked here.)"""
+    (Few tests may hide a listed disagreement, so only new ones are checked here. The sample in
+    the repository holds most listed problems, so how many disagree says nothing here.)"""
     problems = _cc_problems(datasets_dir, tests=3)
     random.Random(0).shuffle(problems)
     got = _disagreements(problems[:40], "float")
     unexplained = {k: v for k, v in got.items() if k not in CC_DISAGREE_FLOAT and k not in CC_FLAKY}
     assert not unexplained, unexplained
-    assert len(got) <= 6, got  # measured: 4 of these 40 (3 multi-answer, 1176_E's mixed-up data)
 
 
 @pytest.mark.slow

@@ -25,7 +25,8 @@ def test_the_smoke_studys_dry_run_prices_it_as_json(capsys):
     assert main([str(REPO / "specs" / "smoke.yaml"), "--dry-run", "--json", "--cpus", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     f = out["forecast"]
-    assert f["profile"] == "cpu" and f["slots"] == 2 and len(f["runs"]) == 44
+    assert f["profile"] == "cpu" and f["slots"] == 2
+    assert len(f["runs"]) == sum(k["runs"] for k in f["kinds"]) > 40
     assert f["slot_hours"]["p10"] <= f["slot_hours"]["p50"] <= f["slot_hours"]["p90"]
     assert f["critical_path"][0].startswith("sft")
     kinds = {c["kind"] for c in out["comparisons"]}

@@ -73,3 +73,13 @@ def test_a_variant_with_its_own_from_is_compared_with_that_parent():
                   artifacts={})
     assert parent_of(study, "grpo/dpo_grpo") == "dpo"
     assert parent_of(study, "grpo/grpo_sparse") == "sft" and parent_of(study, "grpo") == "sft"
+
+
+def test_sampled_evaluations_of_training_seeds_draw_independent_decoding_seeds():
+    from engine.evaluate.run import decoding_of
+
+    sampled = {"temperature": 0.8, "n": 4, "seed": 7}
+    seeds = {decoding_of(sampled, s).seed for s in (1, 2, 3)}
+    assert len(seeds) == 3 and decoding_of(sampled, 1).seed == decoding_of(sampled, 1).seed  # a variant's seed 1 = its control's
+    assert decoding_of({"temperature": 0.0, "seed": 7}, 2).seed == 7  # greedy: no randomness to draw
+    assert decoding_of(sampled, None).seed == 7  # an unseeded run keeps the protocol's

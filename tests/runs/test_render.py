@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import jinja2
@@ -222,3 +224,41 @@ def test_base_model_spelled_out_reaches_the_command(golden_plan: Plan) -> None:
     run = _first(golden_plan, PhaseKind.eval)
     ctx = launch_context(run, golden_plan, FAKE_SPEC_DIR, ModelRef(path="/m/local"))
     assert "--model /m/local" in render_launch(run, ctx)
+
+
+FAKE_ACCELERATE = Path(__file__).resolve().parents[1] / "fakes" / "accelerate_launch.py"
+
+
+def _trl_sft_on(gpus: int, params_b: float | None) -> str:
+    v = validate_spec(GOLDEN / "trl_spec.yaml", content=False)
+    p = plan(v)
+    run = _first(p, PhaseKind.sft)
+    run = run.model_copy(update={"resources": run.resources.model_copy(update={"gpus": gpus})})
+    ctx = dataclasses.replace(launch_context(run, p, FAKE_SPEC_DIR, v.spec.base_model, params_b),
+                              engine_root=FAKE_ENGINE)
+    return render_launch(run, ctx)
+
+
+def test_a_trl_phase_on_several_gpus_is_launched_by_accelerate_fsdp_or_ddp_by_model_size() -> None:
+    _check_golden("trl_sft_8gpu_7b", _trl_sft_on(8, 7.6))  # FSDP: a 7.6 B copy with Adam state is ~120 GB
+    ddp = _trl_sft_on(2, 1.5)
+    assert "--multi_gpu" in ddp and "--use_fsdp" not in ddp and "--num_processes 2" in ddp
+    assert "--use_fsdp" in _trl_sft_on(4, None)  # unknown size: the strategy that fits either way
+    assert "accelerate" not in _trl_sft_on(1, 7.6)  # one GPU: one plain process
+
+
+def test_the_rendered_accelerate_launch_gets_the_runs_gpus_and_cpus(tmp_path: Path) -> None:
+    """The script runs with a FAKE accelerate launch (no GPUs here) that records how it was called."""
+    script = tmp_path / "launch.sh"
+    script.write_text(_trl_sft_on(2, 1.5).replace(str(FAKE_SPEC_DIR), str(tmp_path / "runs")))
+    log = tmp_path / "accelerate.jsonl"
+    env = {"PATH": os.environ["PATH"], "RLVR_ATTEMPT": "a1", "RLVR_RUN_DIR": str(tmp_path), "RLVR_CPUS": "8",
+           "CUDA_VISIBLE_DEVICES": "3,5", "FAKE_ACCELERATE_LOG": str(log),
+           "RLVR_ACCELERATE": f"{sys.executable} {FAKE_ACCELERATE}"}
+    subprocess.run(["bash", str(script)], check=True, env=env)
+    [call] = [json.loads(line) for line in log.read_text().splitlines()]
+    argv = call["argv"]
+    assert (call["devices"], call["cpus"]) == ("3,5", "8")
+    assert argv[argv.index("--num_processes") + 1] == "2" and "--multi_gpu" in argv
+    assert argv[argv.index("--num_cpu_threads_per_process") + 1] == "4"  # 8 CPUs over 2 processes
+    assert argv[argv.index("--module") + 1:argv.index("--module") + 4] == ["engine.train.sft", "--run-dir", str(tmp_path)]

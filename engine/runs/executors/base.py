@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 from engine.runs.lineage import RunRecord
 
 LAUNCH_SCRIPT = "launch.sh"
 LOG_DIR = "logs"
 RUN_ID_ENV = "RLVR_RUN_ID"  # set in every launch script's environment; finds orphans after a crash
+GROUP_ENV = "RLVR_GROUP_RUN_IDS"  # the other runs a process does for its run (space-separated), found likewise
+ALSO_ENV = "RLVR_EVAL_ALSO"  # their run directories, one a line: an eval launch.sh evaluates them too
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +31,9 @@ class Job:
     parents: tuple[str, ...] = ()
     gpus: int = 0
     cpus: int = 1
+    # Jobs of one group that are ready together run in one process (evaluations of one checkpoint:
+    # one model load for all of them); None: always alone.
+    group: Optional[str] = None
 
     @property
     def launch_script(self) -> Path:
@@ -50,14 +55,17 @@ class Started:
 
 @runtime_checkable
 class Executor(Protocol):
+    groups: bool  # whether `start` takes `also` (the scheduler then groups jobs that are ready together)
+
     def refusal(self, job: Job) -> Optional[str]:
         """Why `job` can never run on this executor (e.g. more GPUs than exist), or None."""
 
     def fits(self, job: Job) -> bool:
         """Whether `job`'s resources are free right now."""
 
-    def start(self, job: Job, *, attempt: int, log_path: Path) -> Started:
-        """Launch `job` (call only when it `fits`)."""
+    def start(self, job: Job, *, attempt: int, log_path: Path, also: Sequence[Job] = ()) -> Started:
+        """Launch `job` (call only when it `fits`); with `also` (jobs of its group, on executors whose
+        `groups` is true), its script does their work too, in the same process."""
 
     def poll(self, started: Started) -> Optional[int]:
         """The exit code once finished (negative: killed by that signal), else None."""

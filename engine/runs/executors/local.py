@@ -14,13 +14,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import psutil
 
 from engine.errors import UserError
 from engine.resources import visible_gpus
-from engine.runs.executors.base import RUN_ID_ENV, Job, Started
+from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, RUN_ID_ENV, Job, Started
 from engine.runs.lineage import RunRecord, now_iso
 
 
@@ -48,6 +48,7 @@ def gpu_ids(count: int) -> list[str]:
 
 @dataclass(kw_only=True)
 class LocalExecutor:
+    groups = True
     gpus: int = field(default_factory=lambda: len(visible_gpus()))  # default: every GPU this machine shows
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
     _free_gpus: list[str] = field(init=False, repr=False)
@@ -73,7 +74,7 @@ class LocalExecutor:
     def fits(self, job: Job) -> bool:
         return job.gpus <= len(self._free_gpus) and self._cpus_for(job) <= self._free_cpus
 
-    def start(self, job: Job, *, attempt: int, log_path: Path) -> Started:
+    def start(self, job: Job, *, attempt: int, log_path: Path, also: Sequence[Job] = ()) -> Started:
         if not self.fits(job):
             raise RuntimeError(f"{job.id} started without free slots")
         cpus = self._cpus_for(job)
@@ -91,12 +92,15 @@ class LocalExecutor:
             "RLVR_PYTHON": sys.executable,
             # Always set, so a CPU-only job cannot grab a GPU another job holds.
             "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids),
+            GROUP_ENV: " ".join(j.id for j in also),
+            ALSO_ENV: "\n".join(str(j.run_dir) for j in also),
         }
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "xb") as log:  # "x": an earlier attempt's log is never truncated
             log.write(
                 f"# rlvr-run: {job.id} attempt {attempt} on {socket.gethostname()} at {now_iso()}; "
-                f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} cpus={cpus}\n".encode()
+                f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} cpus={cpus}"
+                f"{'; with ' + env[GROUP_ENV] if also else ''}\n".encode()
             )
             log.flush()
             popen = subprocess.Popen(
@@ -175,7 +179,8 @@ def _processes_of_run(run_id: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and proc.environ().get(RUN_ID_ENV) == run_id:
+            env = proc.environ()
+            if proc.pid != os.getpid() and (env.get(RUN_ID_ENV) == run_id or run_id in env.get(GROUP_ENV, "").split()):
                 found.append(proc)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue

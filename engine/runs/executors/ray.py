@@ -95,6 +95,7 @@ class _Tracked:
 
 @dataclass(kw_only=True)
 class RayExecutor:
+    groups = False  # one Ray job per run (its working_dir carries one run directory)
     address: str  # the dashboard's HTTP address, e.g. http://head:8265
     shared_dir: Optional[Path]  # where run directories live on every node; None: sent as working_dir
     auth_token: Optional[str] = None

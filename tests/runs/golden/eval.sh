@@ -13,5 +13,11 @@ RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Generates with the frozen protocol, judges every sample, writes outputs/metrics.json.
 # A re-run resumes: only missing samples are generated, only unjudged ones judged.
-"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" --model Qwen/Qwen2.5-Coder-1.5B-Instruct \
-    --backend "${RLVR_EVAL_BACKEND:-auto}"
+# The executor may hand this process other evaluations of the same model that are ready now
+# (RLVR_EVAL_ALSO, one run directory a line): the model is then loaded once for all of them.
+also=()
+while IFS= read -r dir; do
+  if [ -n "$dir" ]; then also+=(--run-dir "$dir"); fi
+done <<< "${RLVR_EVAL_ALSO:-}"
+"$RLVR_PYTHON" -m engine.cli evaluate --run-dir "$RUN_DIR" ${also[@]+"${also[@]}"} \
+    --model Qwen/Qwen2.5-Coder-1.5B-Instruct --backend "${RLVR_EVAL_BACKEND:-auto}"
