@@ -1,7 +1,7 @@
 """Rule 3 by meaning: recall on reworded benchmark problems, false alarms on real pairs, and
 MBPP's own train/test repeats confirmed by execution.
 
-Needs the `semantic` extra and the shared datasets beside the clone (../shared/datasets).
+Needs the `semantic` extra and the real datasets (the same folder `bench/leakage_bench.py` reads).
 Every figure is the whole of rule 3 (lexical matches, then the semantic stage with
 confirmation by execution in the judge), at the default `leakage:` settings.
 
