@@ -87,7 +87,13 @@ def shift_rows(col: Column, unit: str, against: str, classes: list[str]) -> list
     if not ours or not theirs:
         return []
     seeds = {c.run.seed for c in ours}
-    paired = [c for c in theirs if c.run.seed in seeds] or theirs[:1]
+    # Pair seed with seed; only an unseeded parent (the base evaluation) stands for every seed.
+    # Any other seed of the parent is another draw, not this seed's before.
+    unseeded = [c for c in theirs if c.run.seed is None]
+    paired = [c for c in theirs if c.run.seed in seeds] if not unseeded else unseeded[:1]
+    if not unseeded and {c.run.seed for c in paired} != seeds:
+        return [[col.dataset, name, "—", "—", "— (seeds differ)", "—"]
+                for name in [*classes, *([ALL] if len(classes) > 1 else [])]]
     rows = []
     for name, wanted in [*((c, {c}) for c in classes), *([(ALL, set(classes))] if len(classes) > 1 else [])]:
         a, b = class_matrix(ours, wanted), class_matrix(paired, wanted)
@@ -95,7 +101,7 @@ def shift_rows(col: Column, unit: str, against: str, classes: list[str]) -> list
             rows.append([col.dataset, name, "—", "—", "— (per-problem records differ)", "—"])
             continue
         x, y = a[1], b[1]
-        if y.shape[0] == 1 and x.shape[0] > 1:  # an unseeded parent (the base evaluation) pairs with every seed
+        if unseeded and x.shape[0] > 1:  # an unseeded parent (the base evaluation) pairs with every seed
             y = y.repeat(x.shape[0], axis=0)
         if x.shape != y.shape:
             rows.append([col.dataset, name, "—", "—", "— (seeds differ)", "—"])
