@@ -116,9 +116,15 @@ def classify(verdict: str, truncated: bool) -> str:
 
 # ------------------------------------------------------------------ reading the source run
 def _traces(source_dir: Path, source: FrozenRun) -> Iterable[tuple[str, dict[str, Any]]]:
-    """(file, sample) from rollout traces: truncated when a one-answer rollout used every token."""
+    """(file, sample) from rollout traces: truncated when a one-answer rollout used every token.
+    A resumed attempt redoes the steps after its last checkpoint; for each step only the rows of
+    the last attempt that traced it count (the policy the run kept), as the curves do."""
     limit = source.protocols.get("rollout", {}).get("max_tokens")
-    for row in _jsonl(source_dir / TRACES):
+    rows = list(_jsonl(source_dir / TRACES))
+    last = {row.get("step"): row.get("attempt") for row in rows}
+    for row in rows:
+        if row.get("attempt") != last[row.get("step")]:
+            continue
         tokens, rounds = row.get("tokens"), row.get("rounds") or 1
         yield TRACES, {"problem_id": row["problem_id"], "completion": row["completion"], "verdict": row["verdict"],
                        "pass_ratio": row.get("pass_ratio") or 0.0,

@@ -99,3 +99,24 @@ def test_the_mix_reaches_the_declared_share_and_refuses_to_be_empty(harvested):
     assert mixed[40].keys() == {"prompt", "completion"}
     with pytest.raises(UserError, match="no format-repair rows: 3 failures .* 1 on problems without public tests"):
         mix(base, [], rows)
+
+
+def test_a_resumed_parent_s_redone_steps_are_harvested_once(tmp_path):
+    # attempt 1 traced steps 1 and 2, was killed, and attempt 2 resumed from step 1's checkpoint:
+    # step 2's rows of attempt 1 belong to a policy the run threw away
+    from ruamel.yaml import YAML
+
+    from engine.train.flywheel import source_samples
+
+    source = tmp_path / "grpo"
+    (source / "traces").mkdir(parents=True)
+    config = {"run_id": "r", "kind": "grpo", "base_model": {"path": "tiny"}, "datasets": {}}
+    with (source / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    rows = [(1, "1", "a", "TIMEOUT"), (2, "1", "b", "TIMEOUT"), (2, "1", "c", "SYNTAX_ERROR"),
+            (2, "2", "b", "ACCEPTED"), (3, "2", "c", "TIMEOUT")]
+    (source / "traces" / "rollouts.jsonl").write_text("".join(
+        json.dumps({"step": step, "attempt": attempt, "problem_id": pid, "completion": pid, "verdict": verdict,
+                    "pass_ratio": 0.0, "tokens": 5, "rounds": 1}) + "\n" for step, attempt, pid, verdict in rows))
+    assert [(s["problem_id"], s["verdict"]) for _, s in source_samples(source, "grpo")] == [
+        ("a", "TIMEOUT"), ("b", "ACCEPTED"), ("c", "TIMEOUT")]
