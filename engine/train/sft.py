@@ -45,7 +45,7 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
         rows = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
         problems = {p.id: p for loaded in run.datasets("harvest") for p in loaded.problems}
-        kept, harvested = flywheel.harvest(run.run_dir, wheel, problems, flywheel.source_samples(source, wheel.of_kind),
+        kept, harvested = flywheel.harvest(run.run_dir, wheel, problems, flywheel.source_samples(source, wheel.of_kind, wheel.classes),
                                            source)
         choice = run.choice("select")
         decoding = flywheel.decoding_of_source(source)

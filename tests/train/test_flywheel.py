@@ -120,3 +120,20 @@ def test_a_resumed_parent_s_redone_steps_are_harvested_once(tmp_path):
                     "pass_ratio": 0.0, "tokens": 5, "rounds": 1}) + "\n" for step, attempt, pid, verdict in rows))
     assert [(s["problem_id"], s["verdict"]) for _, s in source_samples(source, "grpo")] == [
         ("a", "TIMEOUT"), ("b", "ACCEPTED"), ("c", "TIMEOUT")]
+
+
+def test_truncated_is_refused_for_a_verl_parent_whose_dump_cannot_tell(tmp_path):
+    # verl's rollout dump has no token counts: a cut answer would be harvested as its verdict and
+    # the page would show `truncated 0` with nothing wrong said
+    from ruamel.yaml import YAML
+
+    from engine.train.flywheel import source_samples
+
+    source = tmp_path / "grpo"
+    source.mkdir()
+    config = {"run_id": "r", "kind": "grpo", "trainer": "verl", "base_model": {"path": "tiny"}, "datasets": {}}
+    with (source / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    with pytest.raises(UserError, match="`truncated` cannot be harvested"):
+        source_samples(source, "grpo", ["TIMEOUT", "truncated"])
+    assert list(source_samples(source, "grpo", ["TIMEOUT"])) == []
