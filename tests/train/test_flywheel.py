@@ -137,3 +137,35 @@ def test_truncated_is_refused_for_a_verl_parent_whose_dump_cannot_tell(tmp_path)
     with pytest.raises(UserError, match="`truncated` cannot be harvested"):
         source_samples(source, "grpo", ["TIMEOUT", "truncated"])
     assert list(source_samples(source, "grpo", ["TIMEOUT"])) == []
+
+
+def test_repair_rows_are_rebuilt_when_the_parent_gained_a_file(tmp_path):
+    # rows built from a verl parent's step-1 dump must not be reused once a step-2 dump exists
+    from ruamel.yaml import YAML
+
+    from engine.judge.ground_truth import RewardTests
+    from engine.train.flywheel import MIX_REPORT, source_samples
+    from engine.train.sft import _reusable
+
+    problems = {p.id: p for p in toy_problems("train")[:1]}
+    (pid,) = problems
+    source = tmp_path / "grpo"
+    (source / "traces" / "verl_rollouts").mkdir(parents=True)
+    config = {"run_id": "r", "kind": "grpo", "trainer": "verl", "base_model": {"path": "tiny"}, "datasets": {}}
+    with (source / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    gts = RewardTests(problem_id=pid, kind="stdio", stdio_tests=[]).model_dump_json()
+
+    def dump(step: int, verdict: str) -> None:
+        (source / "traces" / "verl_rollouts" / f"{step}.jsonl").write_text(
+            json.dumps({"gts": gts, "output": f"step {step}", "verdict": verdict, "pass_ratio": 0.0}) + "\n")
+
+    dump(1, "TIMEOUT")
+    wheel = WHEEL.model_copy(update={"of_kind": "grpo", "classes": ["TIMEOUT"]})
+    _, report = harvest(tmp_path / "run", wheel, problems, source_samples(source, "grpo"), source)
+    rows = RepairRowsReport(failures=1, no_public_tests=0, problems_without_public_tests=[], tried=1, repaired=1,
+                            rows_by_class={}, tries=1, share=0.1, harvest=report)
+    (tmp_path / "run" / MIX_REPORT).write_text(rows.model_dump_json())
+    assert _reusable(tmp_path / "run" / MIX_REPORT, source, "grpo", ["TIMEOUT"]) is not None
+    dump(2, "SYNTAX_ERROR")
+    assert _reusable(tmp_path / "run" / MIX_REPORT, source, "grpo", ["TIMEOUT"]) is None
