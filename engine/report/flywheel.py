@@ -19,7 +19,7 @@ from engine.report.main_table import Column
 from engine.report.stats import paired_delta
 from engine.report.study import Cell, Study
 from engine.report.tables import Table, fmt
-from engine.train.flywheel import FLYWHEEL_SERIES, classify
+from engine.train.flywheel import FLYWHEEL_SERIES, NOT_THE_MODEL, classify
 
 ALL = "declared classes"
 
@@ -72,7 +72,7 @@ def class_matrix(cells: list[Cell], classes: set[str]) -> Optional[tuple[list[st
     for cell in sorted(cells, key=lambda c: c.run.seed or 0):
         hits: dict[str, list[bool]] = {}
         for r in cell.samples():
-            if r.round == 1:
+            if r.round == 1 and r.verdict not in NOT_THE_MODEL:  # judge/backend faults: no class, as in the harvest
                 hits.setdefault(r.problem_id, []).append(classify(r.verdict, r.finish_reason == "length") in classes)
         rows.append({p: sum(v) / len(v) for p, v in hits.items()})
     common = sorted(set.intersection(*(set(r) for r in rows))) if rows and all(rows) else []

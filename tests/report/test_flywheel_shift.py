@@ -39,3 +39,15 @@ def test_an_unseeded_parent_pairs_with_every_seed_and_matching_seeds_pair():
     rows = shift_rows(_col([_cell(1, GOOD), _cell(2, GOOD)], [_cell(2, BAD), _cell(1, BAD), _cell(3, BAD)]),
                       "dpo_flywheel", "grpo", ["TIMEOUT"])
     assert rows[0][2:4] == ["0.500", "0.000"] and "seeds = 2" in rows[0][5]
+
+
+def test_judge_faults_are_no_class_and_do_not_dilute_the_share():
+    faulty = ["TIMEOUT", "TIMEOUT", "ACCEPTED", "ACCEPTED"]
+    ours = _cell(1, GOOD)
+    theirs = _cell(1, faulty)
+    extra = [SimpleNamespace(round=1, problem_id=f"p{i}", verdict="INTERNAL_ERROR", finish_reason="stop")
+             for i in range(4)]
+    theirs.samples = lambda: [*[SimpleNamespace(round=1, problem_id=f"p{i}", verdict=v, finish_reason="stop")
+                                for i, v in enumerate(faulty)], *extra]
+    rows = shift_rows(_col([ours], [theirs]), "dpo_flywheel", "grpo", ["TIMEOUT"])
+    assert rows[0][2] == "0.500"  # 2 TIMEOUT of 4 answers the model gave, not of 8 records
