@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
+from engine.errors import UserError
 from engine.price.model import EVALS_SHARE_ENGINE, Context, RunCost, run_cost
 from engine.price.profiles import NAMES, Constants, Profile
 from engine.price.shapes import RunShape, StudyShape
@@ -125,14 +126,41 @@ def jobs_of(runs: Sequence[RunShape], seconds: dict[str, float]) -> tuple[list[S
     return jobs, job_of
 
 
-def default_slots(study: StudyShape, profile: Profile, gpus: Optional[int], cpus: Optional[int]) -> int:
+def default_slots(study: StudyShape, profile: Profile, gpus: Optional[int], cpus: Optional[int],
+                  nodes: int = 1) -> int:
+    """The slots the study is packed on: --gpus when given, else `nodes` whole nodes of the profile
+    (one node grown to the largest run when no --nodes is named)."""
     if profile.slot == "CPU":
         return cpus or os.cpu_count() or 1
     if gpus:
         return gpus
     per_node = profile.entry.slots_per_node or 8
+    if nodes > 1:
+        return per_node * nodes
     need = max((r.gpus for r in study.runs), default=1)
     return max(per_node, -(-need // per_node) * per_node)
+
+
+def held(profile: Profile, run_gpus: int, run_cpus: int) -> int:
+    """Slots a run holds for the bill: its GPUs on a GPU profile (none for a CPU-only run, such as
+    an evaluation of a served endpoint), its CPU slots on the cpu profile."""
+    return run_gpus if profile.slot == "GPU" else max(run_cpus, 1)
+
+
+def check_cluster(study: StudyShape, profile: Profile, gpus: Optional[int], nodes: int) -> None:
+    """Refuse a cluster the study cannot be packed on, naming the option to change (never a traceback)."""
+    if profile.slot != "GPU":
+        return
+    if nodes < 1:
+        raise UserError(f"--nodes must be at least 1, got {nodes}")
+    if gpus is not None and (gpus < 1 or gpus % nodes):
+        raise UserError(f"--gpus {gpus} does not split evenly over --nodes {nodes}")
+    need = max((r.gpus for r in study.runs), default=0)
+    total = default_slots(study, profile, gpus, None, nodes)
+    if need > total:
+        big = next(r for r in study.runs if r.gpus == need)
+        asked = f"--gpus {gpus}" if gpus else f"--nodes {nodes} ({total} GPUs)"
+        raise UserError(f"run {big.label} needs {need} GPUs but the forecast was asked for {asked}")
 
 
 def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None, nodes: int = 1,
@@ -141,7 +169,8 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
              elapsed: Optional[dict[str, float]] = None) -> Forecast:
     """The study's forecast; `skip` (finished runs) costs nothing, `elapsed` is subtracted from
     running runs, `scale` corrects runs by what finished ones took against their forecast."""
-    slots = default_slots(study, profile, gpus, cpus)
+    check_cluster(study, profile, gpus, nodes)
+    slots = default_slots(study, profile, gpus, cpus, nodes)
     skipped = set(skip)
     runs = [r for r in study.runs if r.id not in skipped]
     rng = random.Random(RNG_SEED)
@@ -163,10 +192,9 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
         jobs, job_of = jobs_of(runs, seconds)
         if profile.slot == "CPU":
             schedule = pack(jobs, gpus=0, cpus=slots)
-            work = sum(max(j.cpus, 1) * j.seconds for j in jobs)
         else:
             schedule = pack(jobs, gpus=slots, nodes=nodes)
-            work = sum(max(j.gpus, 1) * j.seconds for j in jobs)
+        work = sum(held(profile, j.gpus, j.cpus) * j.seconds for j in jobs)
         length, chain = critical_path(jobs)
         hours.append(work / 3600)
         walls.append(schedule.makespan)
@@ -177,7 +205,7 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
             median_costs, median_chain = costs, chain
             bound = max(length, work / slots) if profile.slot == "CPU" else lower_bound(jobs, slots)
     label = {r.id: r.label for r in study.runs}
-    run_rows = [RunForecast(id=r.id, label=r.label, unit=r.unit, kind=r.kind, slots=median_costs[r.id].slots,
+    run_rows = [RunForecast(id=r.id, label=r.label, unit=r.unit, kind=r.kind, slots=held(profile, r.gpus, r.cpus),
                             seconds=Quantiles.of(per_run[r.id]),
                             parts={k: round(v, 1) for k, v in median_costs[r.id].parts.items()},
                             steps=median_costs[r.id].steps, job=job_of.get(r.id, r.id)) for r in runs]

@@ -47,24 +47,10 @@ def price_plan(plan: Plan, validated: ValidatedSpec, *, gpu_type: Optional[str] 
     """The dry run's forecast and detectable differences for a planned study."""
     study = shape_of_plan(plan, validated)
     profile = resolve_profile(study, gpu_type, validated.registry)
-    _check_cluster(study, profile, gpus, nodes)
     found = comparisons(study, profile.power)
     detect = validated.spec.detect
     return StudyPrice(forecast=forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, price=price, draws=draws),
                       comparisons=found, warnings=undetectable(found, detect.min_effect if detect else None))
-
-
-def _check_cluster(study: StudyShape, profile: Profile, gpus: Optional[int], nodes: int) -> None:
-    if profile.slot != "GPU":
-        return
-    if nodes < 1:
-        raise UserError(f"--nodes must be at least 1, got {nodes}")
-    if gpus is not None and (gpus < 1 or gpus % nodes):
-        raise UserError(f"--gpus {gpus} does not split evenly over --nodes {nodes}")
-    need = max((r.gpus for r in study.runs), default=0)
-    if gpus is not None and need > gpus:
-        big = next(r for r in study.runs if r.gpus == need)
-        raise UserError(f"run {big.label} needs {need} GPUs but the forecast was asked for --gpus {gpus}")
 
 
 # ---------------------------------------------------------------- actuals

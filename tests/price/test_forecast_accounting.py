@@ -1,0 +1,63 @@
+"""What the forecast counts: the GPUs a run holds (none for a CPU-only run) and the nodes it is
+told of, so GPU-hours, cost and wall time match the cluster the researcher names."""
+
+from __future__ import annotations
+
+from engine.price.forecast import forecast
+from engine.price.profiles import load_profile
+from engine.price.shapes import RunShape, StudyShape
+from engine.resources import shipped
+
+
+def _eval(i: int, gpus: int) -> RunShape:
+    return RunShape(id=f"e{i}", label=f"e{i}", kind="eval", phase="base", variant=None, seed=i, parents=(),
+                    evaluates=None, gpus=gpus, cpus=1,
+                    config={"datasets": {"valid": {"uses": ["evaluate"]}},
+                            "protocols": {"evaluate": {"n": 4, "max_tokens": 512}}})
+
+
+def _sft(i: int) -> RunShape:
+    return RunShape(id=f"s{i}", label=f"s{i}", kind="sft", phase="sft", variant=None, seed=i, parents=(),
+                    evaluates=None, gpus=8, cpus=1,
+                    config={"trainer": "verl", "datasets": {"train": {"uses": ["train"]}},
+                            "hparams": {"epochs": 1, "train_batch_size": 16}})
+
+
+def _study(runs: list[RunShape]) -> StudyShape:
+    return StudyShape(name="acct", runs=runs, sizes={"train": 64, "valid": 20}, sources={}, params_b=None)
+
+
+def test_a_run_holding_no_gpu_adds_no_gpu_hours():
+    h100 = load_profile("h100", shipped("registry"))
+    with_gpu = forecast(_study([_sft(0), _eval(1, gpus=1)]), h100, draws=1)
+    cpu_only = forecast(_study([_sft(0), _eval(1, gpus=0)]), h100, draws=1)
+    sft_hours = next(k for k in cpu_only.kinds if k.name == "sft").slot_hours.p50
+    # an evaluation on a served endpoint (resources.gpus 0) holds no GPU: the bill is the SFT's alone
+    assert abs(cpu_only.slot_hours.p50 - sft_hours) < 1e-9
+    assert next(k for k in cpu_only.kinds if k.name == "eval").slot_hours.p50 == 0
+    assert with_gpu.slot_hours.p50 > sft_hours
+    assert next(r for r in cpu_only.runs if r.id == "e1").slots == 0
+
+
+def test_nodes_without_gpus_price_that_many_whole_nodes():
+    h100 = load_profile("h100", shipped("registry"))
+    study = _study([_sft(i) for i in range(3)])
+    one = forecast(study, h100, draws=1)
+    three = forecast(study, h100, nodes=3, draws=1)  # used to raise: 8 GPUs do not split over 3 nodes
+    assert (three.slots, three.nodes) == (24, 3)
+    two = forecast(study, h100, nodes=2, draws=1)
+    assert two.slots == 16  # was 8: two nodes of four, half the cluster named
+    assert three.wall_s.p50 < two.wall_s.p50 < one.wall_s.p50
+
+
+def test_a_cluster_the_study_cannot_fit_is_refused_with_the_option_to_change():
+    import pytest
+
+    from engine.errors import UserError
+
+    h100 = load_profile("h100", shipped("registry"))
+    study = _study([_sft(0)])
+    with pytest.raises(UserError, match="--gpus 8 does not split evenly over --nodes 3"):
+        forecast(study, h100, gpus=8, nodes=3, draws=1)  # was a bare ValueError from the simulator
+    with pytest.raises(UserError, match="needs 8 GPUs"):
+        forecast(study, h100, gpus=4, draws=1)
