@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from engine.errors import UserError
-from engine.price.forecast import context
+from engine.price.forecast import SHARED_PARTS, context, joiners
 from engine.price.model import run_cost
 from engine.price.profiles import FASTER_WHEN_HIGH, HARDWARE_FILE, Profile
 from engine.price.shapes import StudyShape
@@ -64,8 +64,11 @@ def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord
         raise UserError(f"{study.name}: {len(runs)} finished run(s); a fit needs at least two")
     names = list(GROUPS)
     matrix = np.zeros((len(runs), len(names)))
+    skip = joiners(study.runs)  # as the forecast packs them: a job's later evaluations load nothing
     for i, run in enumerate(runs):
         for part, seconds in run_cost(ctx, run).parts.items():
+            if run.id in skip and part in SHARED_PARTS:
+                continue
             group = group_of(run.kind, part, profile.slot)
             if group:
                 matrix[i, names.index(group)] += seconds

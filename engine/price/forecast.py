@@ -17,6 +17,7 @@ from typing import Iterable, Optional, Sequence
 from pydantic import BaseModel, Field
 
 from engine.errors import UserError
+from engine.plan.model import evaluation_key
 from engine.price.model import EVALS_SHARE_ENGINE, Context, RunCost, run_cost
 from engine.price.profiles import NAMES, Constants, Profile
 from engine.price.shapes import RunShape, StudyShape
@@ -90,8 +91,8 @@ def context(study: StudyShape, profile: Profile, constants: Constants) -> Contex
 
 def job_key(run: RunShape) -> str:
     """Evaluations of one checkpoint (or of the base model) at one allocation share a job."""
-    if EVALS_SHARE_ENGINE and run.kind == "eval":
-        return f"eval:{run.evaluates or 'base'}:{run.seed if run.evaluates is None else ''}:{run.gpus}:{run.cpus}"
+    if EVALS_SHARE_ENGINE and run.kind == "eval" and not run.scores_samples:
+        return evaluation_key(run.evaluates, run.config)
     return run.id
 
 
@@ -102,15 +103,19 @@ def _members(runs: Sequence[RunShape]) -> dict[str, list[RunShape]]:
     return members
 
 
+SHARED_PARTS = ("start", "merge")  # paid once per job: the model's load
+
+
+def joiners(runs: Sequence[RunShape]) -> set[str]:
+    """Runs that join a job another run opened, so skip its start-up (SHARED_PARTS)."""
+    return {run.id for group in _members(runs).values() for run in group[1:]}
+
+
 def effective_seconds(runs: Sequence[RunShape], costs: dict[str, RunCost]) -> dict[str, float]:
     """Each run's seconds within its job: after the first, a job's runs skip the start-up."""
-    out = {}
-    for group in _members(runs).values():
-        for i, run in enumerate(group):
-            cost = costs[run.id]
-            shared = (cost.parts.get("start", 0.0) + cost.parts.get("merge", 0.0)) if i else 0.0
-            out[run.id] = cost.seconds - shared
-    return out
+    skip = joiners(runs)
+    return {run.id: costs[run.id].seconds - (sum(costs[run.id].parts.get(p, 0.0) for p in SHARED_PARTS)
+                                             if run.id in skip else 0.0) for run in runs}
 
 
 def jobs_of(runs: Sequence[RunShape], seconds: dict[str, float]) -> tuple[list[SimJob], dict[str, str]]:

@@ -178,6 +178,11 @@ def evaluate_datasets(ctx: Context, run: RunShape, cost: RunCost, names: list[st
 
 
 def eval_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:
+    if run.scores_samples:  # a best_of_n run's chosen samples, one per problem: judged, nothing generated
+        protocol = run.protocol("evaluate")
+        for name in run.datasets("evaluate"):
+            cost.add("judge", judge_s(ctx, run, ctx.sizes.get(name, 0) * _n(protocol)))
+        return
     cost.add("start", ctx.c.engine_start_s)
     if run.evaluates and ctx.gpu():
         cost.add("merge", ctx.c.merge_s)

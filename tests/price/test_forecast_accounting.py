@@ -61,3 +61,38 @@ def test_a_cluster_the_study_cannot_fit_is_refused_with_the_option_to_change():
         forecast(study, h100, gpus=8, nodes=3, draws=1)  # was a bare ValueError from the simulator
     with pytest.raises(UserError, match="needs 8 GPUs"):
         forecast(study, h100, gpus=4, draws=1)
+
+
+def _bon() -> RunShape:
+    return RunShape(id="b", label="b", kind="best_of_n", phase="bon", variant=None, seed=1, parents=(),
+                    evaluates=None, gpus=1, cpus=1,
+                    config={"n": 10, "datasets": {"valid": {"uses": ["generate"]}},
+                            "protocols": {"generate": {"max_tokens": 512}}})
+
+
+def _eval_of(target: str, i: int, seed=None) -> RunShape:
+    return RunShape(id=f"x{i}", label=f"x{i}", kind="eval", phase="bon", variant=None, seed=seed,
+                    parents=(target,) if target else (), evaluates=target, gpus=1, cpus=1,
+                    config={"datasets": {"valid": {"uses": ["evaluate"]}}, "resources": {"gpus": 1, "cpus": 1},
+                            "protocols": {"evaluate": {"n": 1, "max_tokens": 512}}})
+
+
+def test_an_evaluation_of_best_of_n_samples_loads_no_model_and_generates_nothing():
+    from engine.price.shapes import mark_sample_scoring
+
+    h100 = load_profile("h100", shipped("registry"))
+    runs = mark_sample_scoring([_bon(), _eval_of("b", 1), _eval_of("b", 2)])
+    f = forecast(_study(runs), h100, draws=1)
+    rows = {r.id: r for r in f.runs}
+    # the executor imports the chosen samples and judges them: no engine start, no generation,
+    # and each such evaluation is its own job (engine.runs.pipeline.evaluation_group)
+    for i in (1, 2):
+        assert set(rows[f"x{i}"].parts) <= {"judge"}
+        assert rows[f"x{i}"].job == f"x{i}"
+
+
+def test_base_evaluations_of_several_seeds_share_one_model_load_like_the_executor():
+    h100 = load_profile("h100", shipped("registry"))
+    f = forecast(_study([_eval_of(None, 1, seed=1), _eval_of(None, 2, seed=2)]), h100, draws=1)
+    jobs = {r.job for r in f.runs}
+    assert len(jobs) == 1  # one process, one model load, whatever the sampling seed
