@@ -110,6 +110,12 @@ def write_profile(registry: Path, name: str, entry: dict) -> Path:
 
     from engine.price.profiles import load_profiles
 
+    from engine.resources import shipped
+
+    published = load_profiles(shipped("registry")).profiles
+    if name in published:
+        raise UserError(f"--as {name}: {name!r} is a shipped profile (its constants are the published figures); "
+                        f"name the refit profile after your cluster instead, e.g. --as {name}-mine")
     path = Path(registry) / HARDWARE_FILE
     yaml = YAML()
     yaml.width = 4096

@@ -96,3 +96,22 @@ def test_base_evaluations_of_several_seeds_share_one_model_load_like_the_executo
     f = forecast(_study([_eval_of(None, 1, seed=1), _eval_of(None, 2, seed=2)]), h100, draws=1)
     jobs = {r.job for r in f.runs}
     assert len(jobs) == 1  # one process, one model load, whatever the sampling seed
+
+
+def test_a_refit_never_replaces_a_shipped_profile(tmp_path):
+    import shutil
+
+    import pytest
+
+    from engine.errors import UserError
+    from engine.price.fit import write_profile
+
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    shutil.copy(shipped("registry") / "hardware.yaml", registry / "hardware.yaml")
+    before = (registry / "hardware.yaml").read_text()
+    entry = load_profile("h100", registry).entry.model_dump(exclude_none=True)
+    for name in ("h100", "cpu"):
+        with pytest.raises(UserError, match="shipped"):
+            write_profile(registry, name, entry)  # `price --fit --as h100` silently replaced the published figures
+    assert (registry / "hardware.yaml").read_text() == before
