@@ -115,3 +115,25 @@ def test_a_refit_never_replaces_a_shipped_profile(tmp_path):
         with pytest.raises(UserError, match="shipped"):
             write_profile(registry, name, entry)  # `price --fit --as h100` silently replaced the published figures
     assert (registry / "hardware.yaml").read_text() == before
+
+
+def test_evaluations_done_in_one_process_share_its_time_in_forecast_vs_actual():
+    from datetime import datetime, timedelta, timezone
+
+    from engine.price.study import attributed_seconds
+    from engine.runs.lineage import RunRecord, RunState
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def rec(run_id, start, end, pid):
+        return RunRecord(id=run_id, spec_name="s", phase="p", kind="eval", state=RunState.succeeded, pid=pid,
+                         host="h", started_at=(t0 + timedelta(seconds=start)).isoformat(),
+                         finished_at=(t0 + timedelta(seconds=end)).isoformat())
+
+    # three evaluations ran in one process (pid 7) for 300 s; the scheduler stamps each member with the
+    # whole process's start and end, so each used to count 300 s against its own ~100 s forecast
+    records = [rec("a", 0, 300, 7), rec("b", 0.01, 300.02, 7), rec("c", 0.02, 300.03, 7), rec("d", 400, 460, 7)]
+    got = attributed_seconds(records, {"a": 150.0, "b": 75.0, "c": 75.0, "d": 50.0})
+    assert abs(sum(got[k] for k in "abc") - 300.03) < 0.1
+    assert abs(got["a"] / got["b"] - 2) < 1e-6
+    assert got["d"] == 60  # the same pid later, alone: its own time
