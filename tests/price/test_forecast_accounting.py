@@ -137,3 +137,18 @@ def test_evaluations_done_in_one_process_share_its_time_in_forecast_vs_actual():
     assert abs(sum(got[k] for k in "abc") - 300.03) < 0.1
     assert abs(got["a"] / got["b"] - 2) < 1e-6
     assert got["d"] == 60  # the same pid later, alone: its own time
+
+
+def test_a_flywheel_dpo_reuses_the_harvested_samples_and_samples_nothing():
+    h100 = load_profile("h100", shipped("registry"))
+    base = {"datasets": {"train": {"uses": ["pairs", "harvest"]}}, "protocols": {"rollout": {"n": 8, "max_tokens": 512}},
+            "hparams": {"epochs": 1}}
+    plain = RunShape(id="d", label="d", kind="dpo", phase="dpo", variant=None, seed=1, parents=(), evaluates=None,
+                     gpus=8, cpus=1, config=base)
+    wheel = RunShape(id="w", label="w", kind="dpo", phase="dpo", variant=None, seed=1, parents=(), evaluates=None,
+                     gpus=8, cpus=1, config={**base, "flywheel": {"use": "pairs_from", "of": "grpo", "of_run": "g",
+                                                                   "of_kind": "grpo", "classes": ["wrong"]}})
+    rows = {r.id: r for r in forecast(_study([plain, wheel]), h100, draws=1).runs}
+    assert rows["d"].parts.get("generate", 0) > 0
+    # engine.train.dpo.hard_negative_pairs reads the source run's judged samples: no sampling pass
+    assert "generate" not in rows["w"].parts and "judge" not in rows["w"].parts
