@@ -116,7 +116,8 @@ def reward_figure(judge: Judge, group: list, cores: int) -> None:
     reward_score.compute_score_batch(["bench"] * len(group), warm, truths, timeout_s=TIMEOUT_S, workers=cores)
     verl_b, _ = timed(judge, thread_per_sample)
     trl_b, _ = timed(judge, trl_threads)
-    after, _ = timed(reward_score._JUDGES.get(reward_score.RewardSettings(timeout_s=TIMEOUT_S, workers=cores)), batch)
+    settings = reward_score.RewardSettings.resolve({"timeout_s": TIMEOUT_S, "workers": cores}, None)
+    after, _ = timed(reward_score._JUDGES.get(settings), batch)
     print(f"(b) GRPO step, group of {len(group)} on {cores} cores: thread per sample {verl_b:5.2f} s | "
           f"4 threads of one job {trl_b:5.2f} s | one batch {after:5.2f} s | before/after "
           f"{verl_b / after:.2f} (verl), {trl_b / after:.2f} (trl)")

@@ -1,7 +1,7 @@
 """Rule 3 by meaning: recall on reworded benchmark problems, false alarms on real pairs, and
 MBPP's own train/test repeats confirmed by execution.
 
-Needs the `semantic` extra and the shared datasets beside the clone (../shared/datasets).
+Needs the `semantic` extra and the raw dataset files in the folder $RLVR_RUN_DATA_MIRROR names.
 Every figure is the whole of rule 3 (lexical matches, then the semantic stage with
 confirmation by execution in the judge), at the default `leakage:` settings.
 
@@ -27,6 +27,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -44,7 +45,8 @@ from engine.spec.model import LeakageSpec
 from engine.spec.validated import Leak
 from engine.verify.leakage import VerdictStore, judge_confirmer
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+# The raw dataset files: the folder RLVR_RUN_DATA_MIRROR names, as for the loaders.
+DATA = Path(os.environ.get("RLVR_RUN_DATA_MIRROR") or "datasets")
 KINDS = ("synonyms", "drop_examples", "reorder", "all_three", "human")
 
 # This script's own rewording table (not the one paraphrase_rows.jsonl was built with).
@@ -73,8 +75,10 @@ CONTEST_TAIL = re.compile(r"\n\s*(?:Examples?|Note)\s*\n", re.I)
 
 
 def _rows(name: str) -> list[dict]:
+    if not (DATA / name).is_file():
+        raise SystemExit(f"{DATA / name} not found: set RLVR_RUN_DATA_MIRROR to the folder of the raw dataset files")
     opener = gzip.open if name.endswith(".gz") else open
-    with opener(SHARED / name, "rt", encoding="utf-8") as fh:
+    with opener(DATA / name, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 from engine.evaluate import stages
 from engine.evaluate.backends.base import Backend
-from engine.evaluate.metrics import summarize
+from engine.evaluate.metrics import reported_ks, summarize
 from engine.evaluate.records import SampleRecord
 from engine.evaluate.eval_run import Settings, generator_for, tasks
 from engine.judge.api import Judge
@@ -41,7 +41,9 @@ def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, 
             for task in todo:
                 stages.generate_and_judge(task, backend, judge, judge.version, on_progress)
                 records = [r for r in stages.samples(task) if r.round == 1]
-                out.append(Scored(dataset=task.dataset, metrics=summarize(records, ks=[1]), records=records))
+                # the pass@k an evaluation with this protocol reports: what `select_metric` may name
+                metrics = summarize(records, ks=reported_ks(task.decoding.n))
+                out.append(Scored(dataset=task.dataset, metrics=metrics, records=records))
     finally:
         if owned:
             backend.close()

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 from engine.data.files import read_problems
 from engine.data.sources.files import RowsError, numbered_jsonl
 from engine.errors import UserError
+from engine.files import atomic_write
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.report import JudgeSummary
 from engine.judge.verdict import SampleResult
@@ -90,10 +91,6 @@ def judge_file(
 
 
 def _write(out_path: Path, samples: list[Sample], results: list[SampleResult], version: str) -> None:
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for sample, result in zip(samples, results, strict=True):
-            record = VerdictRecord(index=sample.index, judge_version=version, **result.model_dump())
-            fh.write(record.model_dump_json() + "\n")
-    tmp.replace(out_path)
+    atomic_write(out_path, "".join(
+        VerdictRecord(index=sample.index, judge_version=version, **result.model_dump()).model_dump_json() + "\n"
+        for sample, result in zip(samples, results, strict=True)))

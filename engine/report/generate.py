@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import jinja2
 
 from engine.errors import UserError
 from engine.evaluate.metrics import mean_pass_at_k
+from engine.files import atomic_write
 from engine.judge.config import judged_unsandboxed
 from engine.report import plots
 from engine.report.ablation import ablation_tables, versus_parent
@@ -125,11 +125,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
 
 
 def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-    return path
+    return atomic_write(path, text)
 
 
 def _index(study: Study) -> dict[str, Any]:

@@ -9,12 +9,12 @@ format of verl's file logger, which trl runs write too.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Optional
 
 from pydantic import BaseModel, Field
+
+from engine.files import atomic_write, read_jsonl
 
 TRAINING_FILE = "outputs/training.json"
 METRICS_GLOB = "logs/metrics.*.jsonl"
@@ -56,11 +56,7 @@ def read_outcome(run_dir: Path) -> Optional[TrainingOutcome]:
 
 
 def write_outcome(run_dir: Path, outcome: TrainingOutcome) -> None:
-    path = Path(run_dir) / TRAINING_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(outcome.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    atomic_write(Path(run_dir) / TRAINING_FILE, outcome.model_dump_json(indent=2) + "\n")
 
 
 def metric_logs(run_dir: Path) -> list[Path]:
@@ -79,12 +75,11 @@ def logged_steps(run_dir: Path) -> list[dict]:
     """Every logged step across attempts, a resumed attempt's lines replacing the steps it redid."""
     by_step: dict[int, dict] = {}
     for path in metric_logs(run_dir):
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for row in read_jsonl(path):
             try:
-                row = json.loads(line)
                 step, data = int(row["step"]), dict(row["data"])
             except (ValueError, KeyError, TypeError):
-                continue  # a line cut by a kill
+                continue  # not a step line
             by_step.setdefault(step, {}).update(data)
     return [{"step": s, "data": by_step[s]} for s in sorted(by_step)]
 

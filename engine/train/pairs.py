@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from engine.data.files import read_problems
 from engine.errors import UserError
+from engine.files import atomic_write
 from engine.judge.api import Judge, JudgeConfig
 from engine.judge.batch import VerdictRecord, read_samples
 from engine.judge.verdict import SampleResult, Verdict
@@ -149,15 +150,9 @@ def report_path(out: Path) -> Path:
 
 def write_pairs(result: PairsResult, out: Path) -> Path:
     """Write the pairs JSONL at `out` and the report beside it; returns the report's path."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for pair in result.pairs:
-            fh.write(pair.model_dump_json() + "\n")
-    tmp.replace(out)
-    report = report_path(out)
-    report.write_text(json.dumps({**result.report.model_dump(), "dropped_problems": result.dropped}, indent=2) + "\n")
-    return report
+    atomic_write(out, "".join(pair.model_dump_json() + "\n" for pair in result.pairs))
+    report = {**result.report.model_dump(), "dropped_problems": result.dropped}
+    return atomic_write(report_path(out), json.dumps(report, indent=2) + "\n")
 
 
 def judged_samples(

@@ -102,6 +102,9 @@ class TrainRun:
         """`config_cls` (SFTConfig, DPOConfig, GRPOConfig) from defaults < the spec's hparams < what rlvr-run owns."""
         import torch
 
+        cpus = os.environ.get("RLVR_CPUS", "")
+        if cpus.isdigit() and "LOCAL_RANK" not in os.environ:  # one process: the run's CPUs are its threads
+            torch.set_num_threads(int(cpus))  # (under accelerate, --num_cpu_threads_per_process shares them)
         cpu = not torch.cuda.is_available()
         owned = {"output_dir": str(self.checkpoints), "logging_steps": 1, "save_strategy": "steps",
                  "seed": self.frozen.seed or 0, "run_name": self.frozen.run_id, "report_to": self.report_to(),
@@ -150,9 +153,12 @@ class TrainRun:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     def hand_off(self, chosen: Chosen, target: Optional[Path] = None) -> Path:
-        """Copy the chosen checkpoint's model files to model/ (atomically) and record the choice."""
+        """Copy the chosen checkpoint's model files to model/ (atomically) and record the choice
+        (under accelerate, the first process only)."""
         source = self.run_dir / chosen.path
         target = target or self.run_dir / MODEL_DIR
+        if not is_main_process():
+            return target
         partial = target.with_name(f".{target.name}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(source, partial, ignore=shutil.ignore_patterns(*RESUME_ONLY, "rng_state*"))
@@ -216,6 +222,11 @@ def load_model(path: str) -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def is_main_process() -> bool:
+    """False in the second and later processes `accelerate launch` starts (RANK 1, 2, ...)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def run_main(prog: str, argv: Optional[list[str]], body: Callable[[TrainRun], None]) -> int:

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from engine.data.cache import cache_root
 from engine.errors import Diagnostic, UserError
+from engine.files import atomic_write
 from engine.plan.model import Run
 from engine.resources import load_object
 from engine.spec.model import PhaseKind
@@ -65,8 +66,7 @@ def trl_field_names(kind: PhaseKind) -> frozenset[str]:
         cached = {}
     if CONFIG_CLASSES[kind] not in cached:
         cached[CONFIG_CLASSES[kind]] = sorted(f.name for f in dataclasses.fields(config_class(kind)))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cached))
+        atomic_write(path, json.dumps(cached))  # validates in parallel read it
     return frozenset(cached[CONFIG_CLASSES[kind]])
 
 

@@ -9,6 +9,14 @@ failing answer gets the PUBLIC-test feedback the evaluation's repair loop gives
 trajectory's reward is the same return trl's repair trains on
 (`engine.train.rollout_reward.repair_return`), with the run's `repair_return` and
 `round_penalty` read from its config.yaml.
+
+A loop that sets its own `reward_score` is never passed through `compute_score`, so verl
+would log none of our reward's keys: the loop hands them over itself
+(`extra_fields["reward_extra_info"]`), or verl's validation has no `acc` to rank checkpoints
+by and its rollout dumps no `verdict` for the watcher's judge-fault rule. `acc`,
+`pass_ratio` and `format_ok` are the first answer's (accepted@1, as a trl repair run's
+checkpoints are scored); `verdict` is INTERNAL_ERROR when any answer's judging faulted (the
+trajectory's return is then not the policy's), else the last answer's.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from engine.judge.api import Judge
 from engine.judge.ground_truth import RewardTests
+from engine.judge.verdict import SampleResult, Verdict
 from engine.isolation.public import public_view
 from engine.plan.frozen import FrozenRun, read_frozen_run
 from engine.repair.feedback import feedback
@@ -56,6 +65,7 @@ class RepairAgentLoop(AgentLoopBase):
         prompt_ids = await self.ct_build_initial_tokens(messages)
         tokens, mask, logprobs = list(prompt_ids), [], None
         ratios: list[float] = []
+        results: list[SampleResult] = []
         accepted = False
         for turn in range(1, rounds + 1):
             out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=tokens,
@@ -66,6 +76,7 @@ class RepairAgentLoop(AgentLoopBase):
             answer = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             result = await self.loop.run_in_executor(None, judge.judge, problem, answer)
             ratios.append(result.pass_ratio)
+            results.append(result)
             accepted = result.accepted
             if accepted or turn == rounds:
                 break
@@ -82,4 +93,14 @@ class RepairAgentLoop(AgentLoopBase):
             response_logprobs=logprobs[:limit] if logprobs else None, num_turns=2 * len(ratios),
             reward_score=repair_return(ratios, accepted, kind=run.repair_return or "last",
                                        penalty=run.round_penalty or 0.0),
-            metrics={}, extra_fields={"pass_ratios": ratios, "rounds": len(ratios)})
+            metrics={}, extra_fields={"pass_ratios": ratios, "rounds": len(ratios),
+                                      "reward_extra_info": reward_extra_info(results)})
+
+
+def reward_extra_info(results: list[SampleResult]) -> dict[str, Any]:
+    """The reward keys verl logs for one trajectory (see the module doc): scalars, as `compute_score`'s."""
+    first = results[0]
+    faulted = any(r.verdict is Verdict.INTERNAL_ERROR for r in results)
+    return {"acc": float(first.accepted), "pass_ratio": float(first.pass_ratio), "format_ok": int(first.format_ok),
+            "verdict": Verdict.INTERNAL_ERROR.value if faulted else results[-1].verdict.value,
+            "internal_error": int(faulted), "rounds": len(results)}

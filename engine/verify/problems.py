@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence
 from pydantic import BaseModel, Field
 
 from engine.data.cache import cache_root
+from engine.files import atomic_write
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 from engine.judge.verdict import SampleResult, Verdict
@@ -111,12 +112,7 @@ def cached_report(fingerprint: str, judge_version: str, root: Optional[Path] = N
 
 
 def store_report(report: VerifyReport, root: Optional[Path] = None) -> Path:
-    path = report_path(report.fingerprint, report.judge_version, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(report.model_dump_json(indent=1))
-    tmp.replace(path)
-    return path
+    return atomic_write(report_path(report.fingerprint, report.judge_version, root), report.model_dump_json(indent=1))
 
 
 # ---------------------------------------------------------------- verification

@@ -142,7 +142,7 @@ def test_the_harvest_is_in_lineage_with_its_sha256_and_source(study):
         assert grpo.id in run.parents and run.config["flywheel"]["of_run"] == grpo.id
         with open_lineage(runs_dir / LINEAGE_FILE, readonly=True) as lineage:
             artifacts = {a.kind: a for a in lineage.artifacts(run.id)}
-            edges = {(e.parent, e.child): e.flows for e in lineage.edges()}
+            edges = {(e["parent"], e["child"]): e["flows"] for e in lineage.db["edges"].rows}
             counts = {m.name: m.value for m in lineage.metrics(run.id) if m.dataset == "flywheel"}
         harvest = artifacts["harvest"]
         assert harvest.source_run == grpo.id and harvest.sha256 == sha256_file(Path(harvest.path))

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Imported, and installed through a declared dependency that pins them: verl brings its config
 # and model stack (its pins must win), the extras bring theirs.
 THROUGH = {"hydra-core": "verl", "omegaconf": "verl", "transformers": "verl", "tokenizers": "verl",
-           "safetensors": "verl", "torch": "the cpu extra / verl", "trl": "the trl extra", "vllm": "the gpu extra"}
+           "safetensors": "verl", "huggingface-hub": "datasets / transformers", "pydantic-core": "pydantic",
+           "torch": "the cpu extra / verl", "trl": "the trl extra", "vllm": "the gpu extra",
+           "sentence-transformers": "the semantic extra"}
 # Declared, never imported by name: what they are for.
 NOT_IMPORTED = {"verl": "found with find_spec and run by the launch scripts",
                 "packaging": "a resolver pin (<26)"}

@@ -114,3 +114,77 @@ def test_verl_refuses_to_rank_a_step_without_the_metric(tmp_path):
 def test_verl_accepts_only_what_its_validation_logs(tmp_path):
     found = _diagnostic(tmp_path, "accepted@1", trainer="verl")
     assert "a verl SFT run ranks its checkpoints by validation loss" in found.message
+
+
+def test_pass_at_k_the_checkpoint_summary_never_reports_is_refused(tmp_path):
+    # n = 4 reports pass@1, pass@2: pass@3 would be missing from every scored checkpoint
+    found = _diagnostic(tmp_path, "pass@3", edit=("prompt: short_chat}", "prompt: short_chat, n: 4, temperature: 0.8}"))
+    assert "'pass@3' is not among the pass@k" in found.message and "pass@1, pass@2" in found.fix
+
+
+class _Answers:
+    """A FAKE backend (no model here): every sample is the problem's reference program."""
+
+    name = "fake"
+
+    def __init__(self, programs: list[str]) -> None:
+        self.programs = programs
+
+    def stream(self, requests):
+        from engine.evaluate.backends.base import Generation
+
+        for i, request in enumerate(requests):
+            yield i, [Generation(text=f"```python\n{self.programs[i]}```", prompt_tokens=1, completion_tokens=1,
+                                 finish_reason="stop", latency_s=0.0, seed=0)
+                      for _ in range(request.decoding.n)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_scored_checkpoint_reports_the_pass_at_k_its_select_protocol_allows(tmp_path):
+    from ruamel.yaml import YAML
+
+    from engine.data.toy import toy_problems
+    from engine.evaluate.score import score_model
+    from engine.plan.frozen import read_frozen_run
+
+    config = {"run_id": "r", "kind": "sft", "base_model": {"path": "tiny", "chat": True},
+              "datasets": {"toy_valid": {"source": "toy", "split": "valid", "role": "valid", "uses": ["select"]}},
+              "protocols": {"select": {"name": "sampled", "prompt": "short_chat", "n": 2, "temperature": 0.8}}}
+    with (tmp_path / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    problems = toy_problems("valid", 0)
+    backend = _Answers([p.solutions[0] for p in problems])
+    [scored] = score_model(tmp_path, "tiny", read_frozen_run(tmp_path), protocol="select", datasets=["toy_valid"],
+                           out_dir=tmp_path / "selection", backend=backend)
+    assert metric_value({"toy_valid": scored.metrics}, "toy_valid", "pass@2", 10) == 1.0
+
+
+def _early_stop_diagnostic(tmp_path: Path, kind_edit: tuple[str, str], phase_edit: tuple[str, str]):
+    spec = tmp_path / "sel.yaml"
+    spec.write_text(SPEC.replace("    select_metric: METRIC\n", "").replace("TRAINER", "verl")
+                    .replace(*kind_edit).replace(*phase_edit))
+    with pytest.raises(SpecError) as info:
+        preflight(spec, content=False)
+    return [d for d in info.value.diagnostics if d.path.endswith("early_stop_on")]
+
+
+def test_verl_refuses_an_early_stop_set_that_is_not_its_select_set(tmp_path):
+    # verl SFT validates select_on alone: early stopping would read toy_valid's loss, not toy_train's
+    [found] = _early_stop_diagnostic(tmp_path, ("", ""), ("    select_on: toy_valid\n",
+                                                          "    select_on: toy_valid\n    early_stop_on: toy_train\n"))
+    assert found.path == "phases.sft.early_stop_on"
+    assert "early_stop_on 'toy_train' is not select_on ('toy_valid')" in found.message
+    # without select_on, trl keeps the last checkpoint; verl would choose by the early-stop set
+    [found] = _early_stop_diagnostic(tmp_path, ("", ""), ("    select_on: toy_valid\n",
+                                                          "    early_stop_on: toy_valid\n"))
+    assert "is not select_on (unset)" in found.message
+
+
+def test_verl_with_one_validation_set_passes(tmp_path):
+    spec = tmp_path / "sel.yaml"
+    spec.write_text(SPEC.replace("    select_metric: METRIC\n", "").replace("TRAINER", "verl")
+                    .replace("    select_on: toy_valid\n", "    select_on: toy_valid\n    early_stop_on: toy_valid\n")
+                    .replace("{learning_rate: 1.0e-3, max_steps: 2}", "{lr: 1.0e-3, total_steps: 2}"))
+    preflight(spec, content=False)

@@ -22,8 +22,9 @@ ADD = Problem(id="toy/add", source="toy", split="test", kind="function", stateme
                                                     "assert add(10, 5) == 15"]))
 SUM = Problem(id="toy/sum", source="toy", split="test", kind="stdio", statement="sum",
               stdio_tests=[StdioTest(input="1 2\n", output="3\n"), StdioTest(input="5 6\n", output="11\n")])
-# The data sets beside this clone (tests/conftest.py); the judge must hide them from every sample.
-MANIFEST = Path(__file__).resolve().parents[3].parent / "shared" / "datasets" / "MANIFEST.md"
+# The test data sets inside this clone (tests/conftest.py); the judge must hide them from every sample.
+MANIFEST = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "datasets" / "README.md"
+assert MANIFEST.is_file()  # a missing file would fail to open anyway and prove nothing
 # Only the interpreter's own directory (and the empty directories leading to it) may show.
 LIST_DATA_ROOTS = f"""import os, sys
 seen = []
