@@ -24,9 +24,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
-from engine.errors import UserError
 from engine.judge.cases import CasePlan, function_plan, stdio_plan
-from engine.judge.config import JudgeConfig, JudgeJob, given_cpus, test_count
+from engine.judge.config import IsolationChanged, JudgeConfig, JudgeJob, given_cpus, test_count
 from engine.judge.local import wire
 from engine.judge.local.worker import REPO
 from engine.judge.verdict import SampleResult, TestResult, Verdict
@@ -67,11 +66,6 @@ def worker_cpus(config: JudgeConfig) -> list[int] | None:
     pin = config.pin_workers if config.pin_workers is not None else (
         given_cpus() is None and config.workers >= len(allowed))
     return [allowed[slot % len(allowed)] for slot in range(config.workers)] if pin else None
-
-
-class IsolationChanged(UserError):
-    """A worker obtained another isolation level than the pool's: the judge version already recorded
-    with this judge's numbers would name a level some of them were not judged at."""
 
 
 class _WorkerProcess:
