@@ -144,8 +144,8 @@ class LocalBackend:
                 raise IsolationChanged(self._changed)
             with ThreadPoolExecutor(self.config.workers) as pool:
                 started = list(pool.map(self._spawn, range(self.config.workers)))
-            levels = sorted({w.level for w in started})
-            if len(levels) > 1:  # the kernel refused some workers what it gave others
+            levels = sorted({w.level for w in started} | ({self._level} if self._level else set()))
+            if len(levels) > 1:  # the kernel refused some workers what it gave others (or a closed pool's)
                 for w in started:
                     w.close()
                 raise IsolationChanged(f"the judge's workers obtained different isolation levels ({', '.join(levels)}); "
@@ -270,6 +270,7 @@ class LocalBackend:
             for w in self._all:
                 w.close()
             self._all.clear()
+            self._idle = queue.Queue()  # closed workers must never be handed a job again
 
 
 _LEVEL_FIX = ("rerun once the machine has user namespaces to spare (sysctl user.max_user_namespaces) "
