@@ -20,8 +20,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "report"))
-from synthetic import build  # noqa: E402
+BUILD = ("import sys; from pathlib import Path; sys.path.insert(0, 'tests/report'); from synthetic import build; "
+         "build(Path(sys.argv[1]), seeds=8)")
+
+
+def build_with(tree: Path, folder: Path) -> None:
+    """The synthetic study, written by `tree`'s own code (each tree reads its own lineage schema)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    subprocess.run([sys.executable, "-c", BUILD, str(folder)], cwd=tree, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def once(tree: Path, args: list[str]) -> float:
@@ -37,15 +44,19 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another rlvr-run source tree to compare with")
     parser.add_argument("--reps", type=int, default=7)
     args = parser.parse_args()
+    trees = {"this tree": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
+    commands = ("--help", "status")
     with tempfile.TemporaryDirectory() as tmp:
-        build(Path(tmp), seeds=8)
-        commands = {"--help": ["--help"], "status": ["status", "--runs-dir", tmp]}
-        trees = {"this tree": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
+        argvs = {}
+        for name, tree in trees.items():
+            folder = Path(tmp) / name.replace(" ", "-")
+            build_with(tree, folder)
+            argvs[name] = {"--help": ["--help"], "status": ["status", "--runs-dir", str(folder)]}
         times: dict[tuple[str, str], list[float]] = {(t, c): [] for t in trees for c in commands}
         for _ in range(args.reps):
-            for command, argv in commands.items():
+            for command in commands:
                 for name, tree in trees.items():
-                    times[(name, command)].append(once(tree, argv))
+                    times[(name, command)].append(once(tree, argvs[name][command]))
     for command in commands:
         line = f"{command:>8}: " + ", ".join(f"{name} {statistics.median(times[(name, command)]):.2f} s"
                                               for name in trees)

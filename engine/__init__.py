@@ -13,7 +13,6 @@ pydantic, torch or the rest.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -40,8 +39,9 @@ def __getattr__(name: str) -> Any:
     target = _PUBLIC.get(name)
     if target is None:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    module, _, attribute = target.partition(":")
-    value = getattr(importlib.import_module(module), attribute)
+    from engine.resources import load_object  # the one lazy-registry loader (stdlib only)
+
+    value = load_object(target)
     globals()[name] = value
     return value
 

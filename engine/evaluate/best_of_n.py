@@ -5,7 +5,8 @@ candidate is judged on the problem's public tests only (`engine.isolation.public
 prompt showed); the highest public pass ratio wins, ties go to the shorter answer, then the
 earlier sample. A problem without public tests is never chosen for silently: validation refuses
 the dataset unless the phase declares `without_public: first`, which takes its first sample (and
-the pages count those problems). The chosen record keeps what choosing cost (every candidate's
+the pages count those problems). Nor is a candidate the judge faulted on: the choice is refused
+until a re-run judges it. The chosen record keeps what choosing cost (every candidate's
 tokens), so the report can set it against trained runs at matched cost.
 """
 
@@ -18,6 +19,7 @@ from engine.errors import UserError
 
 from engine.evaluate.records import GenerationRecord, Keys, append, read
 from engine.judge.api import Judge
+from engine.judge.verdict import Verdict
 from engine.problem import Problem
 from engine.isolation.public import Shown, public_view
 
@@ -45,7 +47,14 @@ def choose(problems: Sequence[Problem], prompts: Sequence[Shown], generations: S
     todo = [(problem, sorted(by_problem[problem.id], key=lambda g: g.sample), view)
             for problem, view in zip(problems, views) if by_problem.get(problem.id)]
     items = [(view, g.completion) for _, candidates, view in todo if view is not None for g in candidates]
-    ratios = iter(r.pass_ratio for r in judge.judge_many(items))
+    results = judge.judge_many(items)
+    faults = sum(r.verdict is Verdict.INTERNAL_ERROR for r in results)
+    if faults:  # a faulted candidate would rank as a 0: the choice would be the judge's, not the tests'
+        raise UserError(f"best-of-n on {dataset or 'this dataset'}: the judge faulted (INTERNAL_ERROR) on the public "
+                        f"tests of {faults} of {len(results)} candidates; no choice is made without their scores\n"
+                        "  fix: check the judge (its backend, URL, memory and workers), then re-run: the samples "
+                        "are kept, only the choice is made again")
+    ratios = iter(r.pass_ratio for r in results)
     chosen = []
     for problem, candidates, view in todo:
         scores: list[Any] = [next(ratios) for _ in candidates] if view is not None else [0.0] * len(candidates)

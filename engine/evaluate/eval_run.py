@@ -11,6 +11,8 @@ own records, resume and metrics (the executor groups the evaluations that are re
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from engine.evaluate.backends.base import Backend, Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
 from engine.evaluate.model_key import model_key
-from engine.evaluate.records import GenerationRecord, Keys, read
+from engine.evaluate.records import GenerationRecord, Keys, is_fault, read
 from engine.evaluate.stages import ModelLoaded, ProgressHandler, Task
 from engine.judge.api import Judge
 from engine.plan.frozen import (
@@ -225,6 +227,8 @@ def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, 
     for task in todo:
         timing = stages.generate_and_judge(task, backend if _missing_generations(task) else None, judge, version,
                                            on_progress, rejudge=settings.rejudge)
+        retry_s = stages.judge(task, judge, version, on_progress)  # its retry: the judge's faults judged again
+        timing = dataclasses.replace(timing, judge_s=timing.judge_s + retry_s, wall_s=timing.wall_s + retry_s)
         if rounds > 1:
             stages.repair(task, backend, judge, version, rounds, on_progress)
         results.append(_dataset_metrics(task, frozen, version, timing, rounds, chosen.get(task.dataset)))
@@ -274,6 +278,7 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, backend: Back
 
 
 def _missing_generations(task: Task) -> bool:
-    return sum(1 for _ in read(task.generations, GenerationRecord, task.keys)) < task.expected
+    """Whether a sample is missing or failed on the server (then it is generated again)."""
+    return sum(not is_fault(g) for g in read(task.generations, GenerationRecord, task.keys)) < task.expected
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from engine.data.dataset import LoadedDataset
 from engine.evaluate.records import SampleRecord
@@ -57,8 +57,15 @@ class Shown:
 _LOADED: dict[tuple[str, str], dict[str, Problem]] = {}
 
 
-def shown(run_dir: Path, dataset: str) -> Optional[Shown]:
-    """What the run at `run_dir` showed of `dataset`, or None when it cannot be read back."""
+@dataclass(frozen=True)
+class Unreadable:
+    """Why a run's problems could not be read back: its cases say so, never "no public test"."""
+
+    reason: str
+
+
+def shown(run_dir: Path, dataset: str) -> Union[Shown, Unreadable]:
+    """What the run at `run_dir` showed of `dataset`, or why it cannot be read back."""
     try:
         frozen = read_frozen_run(run_dir)
         entry = frozen.datasets[dataset]
@@ -70,8 +77,8 @@ def shown(run_dir: Path, dataset: str) -> Optional[Shown]:
         choice = PromptChoice(registry=registry, template=frozen.protocols.get("evaluate", {}).get("prompt"),
                               model=frozen.base_model)
         config = frozen.judge_config()
-    except Exception:  # the data moved since the run: show the cases without their public tests
-        return None
+    except Exception as exc:  # the data moved since the run: show the cases without their public tests
+        return Unreadable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": "))
     return Shown(problems=_LOADED[key], choice=choice, judge=config)
 
 
@@ -95,10 +102,12 @@ class LazyJudge:
         return self.judges[key].judge(problem, completion)
 
 
-def public_case(judge: LazyJudge, run: Optional[Shown], problem_id: str, completion: str) -> str:
+def public_case(judge: LazyJudge, run: Union[Shown, Unreadable], problem_id: str, completion: str) -> str:
     """The first public test `completion` fails, as the run judges it, or why there is none."""
-    view = run.view(problem_id) if run is not None else None
-    if run is None or view is None:
+    if isinstance(run, Unreadable):
+        return f"public tests unknown: the run's problems could not be read back ({run.reason})"
+    view = run.view(problem_id)
+    if view is None:
         return "no public test to show"
     result = judge.run(run.judge, view, completion)
     failing = next((t for t in result.failures), None)

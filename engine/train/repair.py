@@ -13,9 +13,11 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional, Sequence
 
+from engine.errors import UserError
 from engine.evaluate.eval_run import decoding_of
 from engine.judge.api import Judge
 from engine.problem import Problem
+from engine.prompts.templates import PromptChoice
 from engine.repair.loop import Answer
 from engine.repair.loop import repair as repair_loop
 from engine.train.grpo import judge_reward, train_grpo
@@ -120,6 +122,24 @@ def _by_root(rounds: Sequence[Sequence[Answer]]) -> dict[str, list[Answer]]:
     return chains
 
 
+def by_prompt(choice: PromptChoice, problems: Sequence[Problem]) -> dict[str, Problem]:
+    """The training problems by the text of their prompt's last turn: trl hands `rollout_func` the
+    prompts alone, so a chain finds its problem (tests, public view) by it. Two problems shown the
+    same prompt with different tests would be judged one as the other: refused."""
+    out: dict[str, Problem] = {}
+    for p in problems:
+        prompt = choice.prompt(p)
+        key = prompt if isinstance(prompt, str) else prompt[-1].content
+        seen = out.get(key)
+        if seen is not None and (seen.function_tests, seen.stdio_tests) != (p.function_tests, p.stdio_tests):
+            raise UserError(f"repair training: problems {seen.id} and {p.id} are shown the same prompt but have "
+                            "different tests; a repair chain could not tell which it is judged by\n"
+                            "  fix: use a prompt template that shows more of the problem (e.g. function_chat, "
+                            "which shows a test), or leave one of them out of the train set")
+        out.setdefault(key, p)
+    return out
+
+
 def shaped(run: TrainRun) -> Callable[[list[dict], dict], list[float]]:
     kind, penalty = run.frozen.repair_return or "last", run.frozen.round_penalty or 0.0
 
@@ -132,12 +152,7 @@ def shaped(run: TrainRun) -> Callable[[list[dict], dict], list[float]]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     def body(run: TrainRun) -> None:
-        problems = {}
-        choice = run.choice("rollout")
-        for loaded in run.datasets("train"):
-            for p in loaded.problems:
-                prompt = choice.prompt(p)
-                problems[prompt if isinstance(prompt, str) else prompt[-1].content] = p
+        problems = by_prompt(run.choice("rollout"), [p for loaded in run.datasets("train") for p in loaded.problems])
         with Judge(run.frozen.judge_config()) as judge:
             rollout = chain_rollout(run, judge, problems, run.frozen.rounds or 2)
             train_grpo(run, judge_reward(run, shape=shaped(run)), rollout_func=rollout)

@@ -64,10 +64,15 @@ def verl_value(validation: dict[str, float], name: str, step: int) -> float:
 
 
 def select_metric_problems(runs: list[Run], validated: ValidatedSpec) -> list[Diagnostic]:
-    """Every training run whose `select_metric` does not exist for its trainer and select protocol."""
+    """Every training run whose `select_metric` does not exist for its trainer and select protocol,
+    and every verl run whose early_stop_on is not its select_on."""
     out: list[Diagnostic] = []
     seen: set[tuple[Any, ...]] = set()
     for run in runs:
+        split = _verl_split_validation(run)
+        if split and (where := _where(validated, run, "early_stop_on")) not in seen:
+            seen.add(where)
+            out.append(validated.loaded.diagnostic(where, split[0], split[1], at_value=True))
         name = run.config.get("select_metric")
         if name is None or run.kind not in (PhaseKind.sft, PhaseKind.dpo, PhaseKind.grpo, PhaseKind.repair,
                                             PhaseKind.raft):
@@ -112,7 +117,23 @@ def _problem(run: Run, name: str) -> Optional[tuple[str, str]]:
     return None
 
 
-def _where(validated: ValidatedSpec, run: Run) -> tuple[str, ...]:
-    if run.variant and validated.spec.variants[run.variant].select_metric is not None:
-        return ("variants", run.variant, "select_metric")
-    return ("phases", run.phase, "select_metric")
+def _verl_split_validation(run: Run) -> Optional[tuple[str, str]]:
+    """verl validates one set (select_on's, and early_stop_on's pooled in for RL; select_on's alone
+    for SFT): its early stopping and its checkpoint choice both read it. An early_stop_on that is
+    not select_on would be ranked on other data than it names, or steer the choice trl makes on
+    select_on alone (or, without select_on, the last checkpoint trl keeps)."""
+    if run.trainer != "verl":
+        return None
+    select = [n for n, d in run.datasets.items() if "select" in d.uses]
+    stop = [n for n, d in run.datasets.items() if "early_stop" in d.uses]
+    if not stop or stop == select:
+        return None
+    return (f"early_stop_on {stop[0]!r} is not select_on ({repr(select[0]) if select else 'unset'}): verl validates "
+            "one set, which its early stopping and its checkpoint choice both read",
+            f"set select_on and early_stop_on to the same dataset ({stop[0]!r}), or train with `trainer: trl`")
+
+
+def _where(validated: ValidatedSpec, run: Run, key: str = "select_metric") -> tuple[str, ...]:
+    if run.variant and getattr(validated.spec.variants[run.variant], key, None) is not None:
+        return ("variants", run.variant, key)
+    return ("phases", run.phase, key)

@@ -170,3 +170,30 @@ def test_best_of_n_chooses_by_public_tests_and_its_evaluation_scores_the_choice(
     metrics = json.loads((root / evaluation.id / "outputs" / "metrics.json").read_text())["datasets"][0]["metrics"]
     assert metrics["best_of_n/candidates"] == 3 and metrics["best_of_n/cost_tokens"] == sum(cost.values())
     assert metrics["best_of_n/without_public"] == sum(kind == "function" for kind in kinds.values())
+
+
+def test_an_outage_publishes_no_number_and_the_next_run_generates_the_failed_samples(tiny_model, tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evaluate"))
+    from openai_server import Server  # tests/evaluate/openai_server.py: the tiny model behind real HTTP
+
+    spec = write_spec(tmp_path, tiny_model, tokens=8)
+    checked = preflight(spec)
+    [run_dir] = [d.path for d in materialize(checked.plan, checked.validated, tmp_path / "runs")]
+    metrics = run_dir / "outputs" / "metrics.json"
+
+    def evaluate(server) -> dict:
+        args = ["evaluate", "--run-dir", str(run_dir), "--model", "tiny",
+                "--base-url", server.base_url]
+        assert main(args) == 0
+        return json.loads(metrics.read_text())["datasets"][0]["metrics"]
+
+    with Server(str(tiny_model), always_fail=True) as down:
+        first = evaluate(down)
+    assert first["gen_error_rate"] == 1.0 and first["accepted@1"] == 0.0
+    assert check_completion("eval", run_dir).startswith("toy_valid: 42 of 42 samples are faults (42 generations "
+                                                        "failed on the server (GEN_ERROR))")
+    with Server(str(tiny_model)) as up:
+        second = evaluate(up)
+        assert up.requests == 42  # every failed sample, once
+    assert second["fault_rate"] == 0.0 and second["samples"] == 42
+    assert check_completion("eval", run_dir) is None

@@ -175,3 +175,17 @@ def test_validate_refuses_a_blind_best_of_n_naming_the_dataset(tmp_path: Path):
     assert "without_public: first" in diagnostic.fix
     spec.write_text(SPEC % ", without_public: first")
     validate_spec(spec)
+
+
+def test_best_of_n_refuses_a_choice_the_judge_faulted_on():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    problem = next(p for p in toy_problems("valid", 0) if p.kind == "stdio")  # public: its source's mark
+    candidates = [_gen(problem.id, 0, 40), _gen(problem.id, 1, 4)]
+    # a sandbox nobody listens on: every public verdict is a fault, never a 0 that loses the choice
+    with Judge(JudgeConfig(backend="sandbox_fusion", url=f"http://127.0.0.1:{port}/run_code")) as broken:
+        with pytest.raises(UserError, match="judge faulted \\(INTERNAL_ERROR\\) on the public tests of 2 of 2"):
+            choose([problem], [""], candidates, broken, dataset="toy_valid")

@@ -8,7 +8,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from engine.data.toy import toy_problems
-from engine.report.failures import LazyJudge, public_case, shown
+from engine.report.failures import LazyJudge, Shown, public_case, shown
 
 # passes the toy problem's public test, after 1.5 s of CPU: within the default 6 s, not the run's 0.5 s
 SLOW = ("```python\nimport time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass\n"
@@ -31,7 +31,7 @@ def test_a_failure_case_is_judged_with_the_runs_judge(tmp_path):
     problem = next(p for p in toy_problems("valid", 0) if p.kind == "stdio")
     public = next(t for t in problem.stdio_tests if t.kind == "public")
     run = shown(_run_dir(tmp_path), "toy_valid")
-    assert run is not None and run.judge.timeout_s == 0.5
+    assert isinstance(run, Shown) and run.judge.timeout_s == 0.5
     with LazyJudge() as judge:
         case = public_case(judge, run, problem.id, SLOW.format(answer=public.output))
     assert case.startswith("public test 1: TIMEOUT"), case
@@ -42,3 +42,10 @@ def test_a_function_problem_whose_prompt_shows_no_example_has_no_public_case(tmp
     with LazyJudge() as judge:
         case = public_case(judge, shown(_run_dir(tmp_path), "toy_valid"), problem.id, "print(0)")
     assert case == "no public test to show"  # its first scoring assert used to be shown
+
+
+def test_a_run_whose_problems_cannot_be_read_back_never_says_there_is_no_public_test(tmp_path):
+    problem = next(p for p in toy_problems("valid", 0) if p.kind == "stdio")  # it has a public test
+    with LazyJudge() as judge:
+        case = public_case(judge, shown(_run_dir(tmp_path), "gone"), problem.id, "print(0)")
+    assert case.startswith("public tests unknown: the run's problems could not be read back (KeyError"), case

@@ -159,3 +159,32 @@ def test_a_scored_checkpoint_reports_the_pass_at_k_its_select_protocol_allows(tm
     [scored] = score_model(tmp_path, "tiny", read_frozen_run(tmp_path), protocol="select", datasets=["toy_valid"],
                            out_dir=tmp_path / "selection", backend=backend)
     assert metric_value({"toy_valid": scored.metrics}, "toy_valid", "pass@2", 10) == 1.0
+
+
+def _early_stop_diagnostic(tmp_path: Path, kind_edit: tuple[str, str], phase_edit: tuple[str, str]):
+    spec = tmp_path / "sel.yaml"
+    spec.write_text(SPEC.replace("    select_metric: METRIC\n", "").replace("TRAINER", "verl")
+                    .replace(*kind_edit).replace(*phase_edit))
+    with pytest.raises(SpecError) as info:
+        preflight(spec, content=False)
+    return [d for d in info.value.diagnostics if d.path.endswith("early_stop_on")]
+
+
+def test_verl_refuses_an_early_stop_set_that_is_not_its_select_set(tmp_path):
+    # verl SFT validates select_on alone: early stopping would read toy_valid's loss, not toy_train's
+    [found] = _early_stop_diagnostic(tmp_path, ("", ""), ("    select_on: toy_valid\n",
+                                                          "    select_on: toy_valid\n    early_stop_on: toy_train\n"))
+    assert found.path == "phases.sft.early_stop_on"
+    assert "early_stop_on 'toy_train' is not select_on ('toy_valid')" in found.message
+    # without select_on, trl keeps the last checkpoint; verl would choose by the early-stop set
+    [found] = _early_stop_diagnostic(tmp_path, ("", ""), ("    select_on: toy_valid\n",
+                                                          "    early_stop_on: toy_valid\n"))
+    assert "is not select_on (unset)" in found.message
+
+
+def test_verl_with_one_validation_set_passes(tmp_path):
+    spec = tmp_path / "sel.yaml"
+    spec.write_text(SPEC.replace("    select_metric: METRIC\n", "").replace("TRAINER", "verl")
+                    .replace("    select_on: toy_valid\n", "    select_on: toy_valid\n    early_stop_on: toy_valid\n")
+                    .replace("{learning_rate: 1.0e-3, max_steps: 2}", "{lr: 1.0e-3, total_steps: 2}"))
+    preflight(spec, content=False)
