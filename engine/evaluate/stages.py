@@ -178,6 +178,7 @@ def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, jud
     has no sample record. `rejudge`: as `judge` says; implied where a sample was judged by another
     judge version (an earlier attempt on a machine that gave the judge another isolation level):
     the metrics carry one version, so every sample must have been judged by it."""
+    judge.require_isolation()  # before generating: a judge that may not judge wastes no GPU
     carried: list[GenerationRecord] = []
     rejudge = rejudge or any(r.judge_version != judge_version for r in samples(task))
     if rejudge and task.samples.exists():
