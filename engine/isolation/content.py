@@ -191,7 +191,8 @@ def semantic_leaks(train: Sequence[Problem], evaluation: Sequence[Problem], trai
         ids = {"train_id": train[c.train].id, "eval_id": evaluation[c.evaluation].id}
         if confirmation is not None and confirmation.confirmed:
             out.append(Leak(**ids, kind="confirmed", similarity=c.cosine, scores=scores, confirmation=confirmation))
-        elif c.cosine >= leakage.semantic_warn:
+        elif c.cosine >= leakage.semantic_warn or (confirmation is not None and confirmation.unchecked):
+            # a pair the judge could not settle is shown whatever its score: not checked is not clean
             out.append(Leak(**ids, kind="semantic", level="warning", similarity=c.cosine, scores=scores,
                             confirmation=confirmation))
     return sorted(out, key=lambda leak: (leak.level != "error", leak.eval_id, leak.train_id))
@@ -248,6 +249,10 @@ def check_leakage(
                 on_step(f"confirming {train} × {evaluation} by execution")
             pair.leaks = semantic_leaks(problems[train], problems[evaluation], vectors[train], vectors[evaluation],
                                         leakage, pair.leaks, functools.partial(confirm, validated) if confirm else None)
+            unsettled = [leak for leak in pair.leaks if leak.confirmation is not None and leak.confirmation.unchecked]
+            if unsettled:
+                report.unverified.append(f"rule 3 by execution for {train}×{evaluation}: {_count(unsettled)} the "
+                                         f"judge could not settle ({unsettled[0].confirmation.unchecked})")
         pair.leaks = [dataclasses.replace(leak, train=train, evaluation=evaluation) for leak in pair.leaks]
         report.pairs.append(pair)
     if vectors and confirm is None:
