@@ -48,6 +48,7 @@ from engine.isolation.rules import AppliedWaiver, RuleReport
 from engine.spec.flywheel import flywheel, pairs_dataset
 from engine.isolation.semantic import (
     Encoder,
+    SemanticNotInstalled,
     SemanticUnavailable,
     VectorCache,
     candidates,
@@ -271,20 +272,27 @@ def _semantic_vectors(report: LeakageReport, problems: dict[str, list[Problem]],
         return {}
     try:
         model = encoder()
+        out = {}
+        for name, rows in problems.items():
+            if on_step:
+                on_step(f"embedding {name} ({len(rows):,} problems)")
+            out[name], report.vector_hits[name] = problem_vectors(rows, model, cache)
     except SemanticUnavailable as exc:
         report.semantic = f"did not run: {exc}"
+        report.vector_hits.clear()
         report.warnings.append(f"rule 3: the semantic stage did not run: {exc}; only lexical matches were checked "
                                f"(or set `leakage.semantic: false`)")
+        # Without the optional extra the warning is the whole story (a fresh install must run).
+        # With it installed, a stage that failed (other weights, a broken install, a crash while
+        # embedding) is like a dataset that did not load: a real run does not start.
+        if not isinstance(exc, SemanticNotInstalled):
+            report.unverified.append(f"rule 3 by meaning (the semantic stage failed: {exc}; "
+                                     f"or set `leakage.semantic: false`)")
         return {}
     s = report.settings
     report.semantic = (f"{model.describe()}: the top {s.semantic_top_k} training problems of each evaluation "
                        f"problem and every pair ≥ {s.semantic_review} confirmed by execution; "
                        f"not confirmed ≥ {s.semantic_warn}: warning")
-    out = {}
-    for name, rows in problems.items():
-        if on_step:
-            on_step(f"embedding {name} ({len(rows):,} problems)")
-        out[name], report.vector_hits[name] = problem_vectors(rows, model, cache)
     return out
 
 

