@@ -107,8 +107,9 @@ class VerdictStore:
             for start in range(0, len(keys), 500):
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
-                out.update({k: json.loads(v) for k, v in
-                            db.execute(f"SELECT key, json FROM verdicts WHERE key IN ({marks})", chunk)})
+                rows = ((k, json.loads(v)) for k, v in
+                        db.execute(f"SELECT key, json FROM verdicts WHERE key IN ({marks})", chunk))
+                out.update((k, v) for k, v in rows if v["verdict"] not in UNSETTLED)  # run again, never trusted
         return out
 
     def put(self, rows: dict[str, dict]) -> None:

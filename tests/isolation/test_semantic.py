@@ -264,6 +264,8 @@ def test_a_timed_out_confirmation_is_not_checked_and_not_cached(tmp_path):
     assert "not checked" in result.describe()
     with sqlite3.connect(store.path) as db:  # a loaded machine may finish it next time
         assert db.execute("SELECT count(*) FROM verdicts").fetchone() == (0,)
+    store.put({"k": {"verdict": "timeout", "passed": 0, "total": 1}})  # as a store written before could hold
+    assert store.get(["k"]) == {}
 
 
 def test_a_run_with_no_test_or_a_judge_fault_never_confirms_and_is_not_checked():
