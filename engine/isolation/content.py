@@ -48,6 +48,7 @@ from engine.isolation.rules import AppliedWaiver, RuleReport
 from engine.spec.flywheel import flywheel, pairs_dataset
 from engine.isolation.semantic import (
     Encoder,
+    SemanticNotInstalled,
     SemanticUnavailable,
     VectorCache,
     candidates,
@@ -191,7 +192,8 @@ def semantic_leaks(train: Sequence[Problem], evaluation: Sequence[Problem], trai
         ids = {"train_id": train[c.train].id, "eval_id": evaluation[c.evaluation].id}
         if confirmation is not None and confirmation.confirmed:
             out.append(Leak(**ids, kind="confirmed", similarity=c.cosine, scores=scores, confirmation=confirmation))
-        elif c.cosine >= leakage.semantic_warn:
+        elif c.cosine >= leakage.semantic_warn or (confirmation is not None and confirmation.unchecked):
+            # a pair the judge could not settle is shown whatever its score: not checked is not clean
             out.append(Leak(**ids, kind="semantic", level="warning", similarity=c.cosine, scores=scores,
                             confirmation=confirmation))
     return sorted(out, key=lambda leak: (leak.level != "error", leak.eval_id, leak.train_id))
@@ -248,6 +250,10 @@ def check_leakage(
                 on_step(f"confirming {train} × {evaluation} by execution")
             pair.leaks = semantic_leaks(problems[train], problems[evaluation], vectors[train], vectors[evaluation],
                                         leakage, pair.leaks, functools.partial(confirm, validated) if confirm else None)
+            unsettled = [leak for leak in pair.leaks if leak.confirmation is not None and leak.confirmation.unchecked]
+            if unsettled:
+                report.unverified.append(f"rule 3 by execution for {train}×{evaluation}: {_count(unsettled)} the "
+                                         f"judge could not settle ({unsettled[0].confirmation.unchecked})")
         pair.leaks = [dataclasses.replace(leak, train=train, evaluation=evaluation) for leak in pair.leaks]
         report.pairs.append(pair)
     if vectors and confirm is None:
@@ -266,20 +272,27 @@ def _semantic_vectors(report: LeakageReport, problems: dict[str, list[Problem]],
         return {}
     try:
         model = encoder()
+        out = {}
+        for name, rows in problems.items():
+            if on_step:
+                on_step(f"embedding {name} ({len(rows):,} problems)")
+            out[name], report.vector_hits[name] = problem_vectors(rows, model, cache)
     except SemanticUnavailable as exc:
         report.semantic = f"did not run: {exc}"
+        report.vector_hits.clear()
         report.warnings.append(f"rule 3: the semantic stage did not run: {exc}; only lexical matches were checked "
                                f"(or set `leakage.semantic: false`)")
+        # Without the optional extra the warning is the whole story (a fresh install must run).
+        # With it installed, a stage that failed (other weights, a broken install, a crash while
+        # embedding) is like a dataset that did not load: a real run does not start.
+        if not isinstance(exc, SemanticNotInstalled):
+            report.unverified.append(f"rule 3 by meaning (the semantic stage failed: {exc}; "
+                                     f"or set `leakage.semantic: false`)")
         return {}
     s = report.settings
     report.semantic = (f"{model.describe()}: the top {s.semantic_top_k} training problems of each evaluation "
                        f"problem and every pair ≥ {s.semantic_review} confirmed by execution; "
                        f"not confirmed ≥ {s.semantic_warn}: warning")
-    out = {}
-    for name, rows in problems.items():
-        if on_step:
-            on_step(f"embedding {name} ({len(rows):,} problems)")
-        out[name], report.vector_hits[name] = problem_vectors(rows, model, cache)
     return out
 
 

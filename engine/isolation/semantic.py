@@ -66,6 +66,10 @@ class SemanticUnavailable(Exception):
     """The semantic stage cannot run here; the message says why and how to fix it."""
 
 
+class SemanticNotInstalled(SemanticUnavailable):
+    """The optional extra is not installed: a choice the warning names, not a failure."""
+
+
 def prose(problem: Problem) -> str:
     """The text embedded for one problem: its fingerprinted statement without worked examples."""
     statement, _ = fingerprint_parts(problem)
@@ -99,8 +103,12 @@ class Encoder:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad little
         for start in range(0, len(order), BATCH * 8):
             chunk = order[start : start + BATCH * 8]
-            out[chunk] = self.model.encode([texts[i] for i in chunk], batch_size=BATCH, normalize_embeddings=True,
-                                           convert_to_numpy=True, show_progress_bar=False)
+            try:
+                out[chunk] = self.model.encode([texts[i] for i in chunk], batch_size=BATCH, normalize_embeddings=True,
+                                               convert_to_numpy=True, show_progress_bar=False)
+            except Exception as exc:  # the model failed mid-way: no vector may be half-trusted
+                raise SemanticUnavailable(f"the {MODEL_NAME} model failed while embedding "
+                                          f"({type(exc).__name__}: {exc})") from exc
             if progress:
                 progress(len(chunk))
         return out
@@ -115,7 +123,7 @@ def model_dir() -> Path:
     try:
         package = __import__(MODEL_PACKAGE)
     except ImportError as exc:
-        raise SemanticUnavailable(f"the {MODEL_NAME} model is not installed ({exc}); {INSTALL_HINT}") from None
+        raise SemanticNotInstalled(f"the {MODEL_NAME} model is not installed ({exc}); {INSTALL_HINT}") from None
     return Path(package.__file__).resolve().parent / "model"
 
 
@@ -144,8 +152,12 @@ def load_encoder() -> Encoder:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        raise SemanticUnavailable(f"sentence-transformers is not installed ({exc}); {INSTALL_HINT}") from None
-    model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+        raise SemanticNotInstalled(f"sentence-transformers is not installed ({exc}); {INSTALL_HINT}") from None
+    try:
+        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+    except Exception as exc:  # a broken install (torch, transformers versions): the stage did not run, said so
+        raise SemanticUnavailable(f"the {MODEL_NAME} model did not load ({type(exc).__name__}: {exc}); "
+                                  f"reinstall the extra") from exc
     model.max_seq_length = MAX_TOKENS
     return Encoder(model=model, weights_sha256=weights)
 

