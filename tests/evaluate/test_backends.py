@@ -189,3 +189,20 @@ def test_vllm_renders_chat_messages_with_the_chat_template_and_counts_a_prompt_o
     added = [e["prompt"] for e in fake_vllm() if e["event"] == "add"]
     assert added == ["def add(a, b):", "<user>Write a function add(a, b).<assistant>"]
     assert [sum(g.prompt_tokens for g in gens) for gens in out] == [3, 5]  # the fake's tokens: words
+
+
+def test_data_parallel_engines_never_hand_a_stopped_streams_answers_to_the_next(fake_vllm, tmp_path):
+    """Grouped evaluations share the engines: answers an earlier caller left behind (it stopped
+    early) must not be taken for the next stream's requests of the same index."""
+    model = tmp_path / "small"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"0" * 1024)
+    backend = open_generator(engine_shape(GenerationSettings(backend="vllm"), str(model), ["0", "1"]))
+    try:
+        stopped = backend.stream([Request(f"problem {i}", Decoding(n=3)) for i in range(40)])
+        next(stopped)
+        stopped.close()
+        out = list(backend.stream([Request(f"other {i}", Decoding(n=1)) for i in range(20)]))
+    finally:
+        backend.close()
+    assert sorted(i for i, _ in out) == list(range(20)) and all(len(g) == 1 for _, g in out)
