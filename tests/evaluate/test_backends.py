@@ -206,3 +206,12 @@ def test_data_parallel_engines_never_hand_a_stopped_streams_answers_to_the_next(
     finally:
         backend.close()
     assert sorted(i for i, _ in out) == list(range(20)) and all(len(g) == 1 for _, g in out)
+
+
+def test_a_server_that_ignores_n_gives_no_samples_past_it():
+    """Extra choices would become samples past the protocol's n (and, on a resume, overwrite the
+    samples after the requested ones)."""
+    with Server(choices=5) as server:
+        backend = make_generator("openai", model="m", base_url=server.base_url)
+        out = dict(backend.stream([Request(f"prompt {i}", Decoding(n=2)) for i in range(3)]))
+    assert sorted(out) == [0, 1, 2] and all(len(gens) == 2 for gens in out.values())
