@@ -14,7 +14,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, BinaryIO, Iterator, Union
 
 
 def atomic_write(path: Union[str, Path], data: Union[str, bytes], *, durable: bool = False) -> Path:
@@ -35,6 +35,16 @@ def atomic_write(path: Union[str, Path], data: Union[str, bytes], *, durable: bo
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def end_torn_line(handle: BinaryIO) -> None:
+    """Before appending to a JSON Lines file opened `a+b`: end a torn last line an earlier kill
+    left, so that the next record starts a line of its own instead of being glued to (and read
+    as part of) the torn one."""
+    if handle.seek(0, os.SEEK_END) > 0:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) != b"\n":
+            handle.write(b"\n")
 
 
 def read_jsonl(path: Union[str, Path]) -> Iterator[dict[str, Any]]:

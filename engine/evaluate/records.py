@@ -17,6 +17,7 @@ from typing import Iterable, Iterator, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
+from engine.files import end_torn_line
 from engine.judge.verdict import TestResult
 
 GEN_ERROR = "GEN_ERROR"  # the backend gave no text after every retry: not the model's fault, not a pass
@@ -80,10 +81,7 @@ class Appender:
     def __init__(self, path: Path, *, sync_s: float = 1.0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = path.open("a+b")
-        if self.handle.tell() > 0:
-            self.handle.seek(-1, os.SEEK_END)
-            if self.handle.read(1) != b"\n":
-                self.handle.write(b"\n")
+        end_torn_line(self.handle)
         self.sync_s, self.synced = sync_s, time.monotonic()
 
     def write(self, records: Iterable[BaseModel]) -> None:

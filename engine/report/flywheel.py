@@ -19,7 +19,7 @@ from engine.report.main_table import Column
 from engine.report.stats import paired_delta
 from engine.report.study import Cell, Study
 from engine.report.tables import Table, fmt
-from engine.train.flywheel import FLYWHEEL_SERIES, classify
+from engine.train.flywheel import FLYWHEEL_SERIES, NOT_THE_MODEL, classify
 
 ALL = "declared classes"
 
@@ -72,7 +72,7 @@ def class_matrix(cells: list[Cell], classes: set[str]) -> Optional[tuple[list[st
     for cell in sorted(cells, key=lambda c: c.run.seed or 0):
         hits: dict[str, list[bool]] = {}
         for r in cell.samples():
-            if r.round == 1:
+            if r.round == 1 and r.verdict not in NOT_THE_MODEL:  # judge/backend faults: no class, as in the harvest
                 hits.setdefault(r.problem_id, []).append(classify(r.verdict, r.finish_reason == "length") in classes)
         rows.append({p: sum(v) / len(v) for p, v in hits.items()})
     common = sorted(set.intersection(*(set(r) for r in rows))) if rows and all(rows) else []
@@ -87,7 +87,13 @@ def shift_rows(col: Column, unit: str, against: str, classes: list[str]) -> list
     if not ours or not theirs:
         return []
     seeds = {c.run.seed for c in ours}
-    paired = [c for c in theirs if c.run.seed in seeds] or theirs[:1]
+    # Pair seed with seed; only an unseeded parent (the base evaluation) stands for every seed.
+    # Any other seed of the parent is another draw, not this seed's before.
+    unseeded = [c for c in theirs if c.run.seed is None]
+    paired = [c for c in theirs if c.run.seed in seeds] if not unseeded else unseeded[:1]
+    if not unseeded and {c.run.seed for c in paired} != seeds:
+        return [[col.dataset, name, "—", "—", "— (seeds differ)", "—"]
+                for name in [*classes, *([ALL] if len(classes) > 1 else [])]]
     rows = []
     for name, wanted in [*((c, {c}) for c in classes), *([(ALL, set(classes))] if len(classes) > 1 else [])]:
         a, b = class_matrix(ours, wanted), class_matrix(paired, wanted)
@@ -95,7 +101,7 @@ def shift_rows(col: Column, unit: str, against: str, classes: list[str]) -> list
             rows.append([col.dataset, name, "—", "—", "— (per-problem records differ)", "—"])
             continue
         x, y = a[1], b[1]
-        if y.shape[0] == 1 and x.shape[0] > 1:  # an unseeded parent (the base evaluation) pairs with every seed
+        if unseeded and x.shape[0] > 1:  # an unseeded parent (the base evaluation) pairs with every seed
             y = y.repeat(x.shape[0], axis=0)
         if x.shape != y.shape:
             rows.append([col.dataset, name, "—", "—", "— (seeds differ)", "—"])

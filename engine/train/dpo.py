@@ -55,7 +55,7 @@ def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
                     out_dir=run.run_dir / "harvest")
         samples = flywheel.record_samples(run.run_dir, [run.run_dir / "harvest"])
     else:
-        samples = flywheel.source_samples(source, wheel.of_kind)
+        samples = flywheel.source_samples(source, wheel.of_kind, wheel.classes)
     kept, harvested = flywheel.harvest(run.run_dir, wheel, {p.id: p for p in problems}, samples,
                                        run.run_dir if wheel.on is not None else source)
     choice = run.choice("rollout")

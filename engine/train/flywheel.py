@@ -116,9 +116,15 @@ def classify(verdict: str, truncated: bool) -> str:
 
 # ------------------------------------------------------------------ reading the source run
 def _traces(source_dir: Path, source: FrozenRun) -> Iterable[tuple[str, dict[str, Any]]]:
-    """(file, sample) from rollout traces: truncated when a one-answer rollout used every token."""
+    """(file, sample) from rollout traces: truncated when a one-answer rollout used every token.
+    A resumed attempt redoes the steps after its last checkpoint; for each step only the rows of
+    the last attempt that traced it count (the policy the run kept), as the curves do."""
     limit = source.protocols.get("rollout", {}).get("max_tokens")
-    for row in _jsonl(source_dir / TRACES):
+    rows = list(_jsonl(source_dir / TRACES))
+    last = {row.get("step"): row.get("attempt") for row in rows}
+    for row in rows:
+        if row.get("attempt") != last[row.get("step")]:
+            continue
         tokens, rounds = row.get("tokens"), row.get("rounds") or 1
         yield TRACES, {"problem_id": row["problem_id"], "completion": row["completion"], "verdict": row["verdict"],
                        "pass_ratio": row.get("pass_ratio") or 0.0,
@@ -164,11 +170,18 @@ def _jsonl(path: Path) -> Iterable[dict[str, Any]]:
             yield row
 
 
-def source_samples(source_dir: Path, kind: str) -> Iterable[tuple[str, dict[str, Any]]]:
+def source_samples(source_dir: Path, kind: str, classes: Sequence[str] = ()) -> Iterable[tuple[str, dict[str, Any]]]:
     """The judged training samples a finished run of `kind` left in its directory."""
     source = read_frozen_run(source_dir)
     if kind in ("grpo", "repair"):
-        return _traces(source_dir, source) if source.trainer != "verl" else _verl_rollouts(source_dir)
+        if source.trainer != "verl":
+            return _traces(source_dir, source)
+        if TRUNCATED in classes:  # its dump has no token count: every cut answer would pass as its verdict
+            raise UserError(f"the rollouts verl dumped for {source.run_id} do not say which answers hit the token "
+                            f"limit: `{TRUNCATED}` cannot be harvested from them\n"
+                            f"  fix: drop `{TRUNCATED}` from the declared classes, or (a dpo phase) sample with "
+                            "`on:`, whose records do")
+        return _verl_rollouts(source_dir)
     if kind == "dpo":
         return record_samples(source_dir, [source_dir / "pairs"])
     if kind == "raft":

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
+from engine.files import end_torn_line
 from engine.judge.reward import compute_score_batch, run_judge
 
 TRACES_FILE = "traces/rollouts.jsonl"
@@ -67,12 +68,14 @@ class JudgeReward:
         count = len(texts) if self.keep == "all" else min(int(self.keep), len(texts))
         rounds = extra.get("rounds") or [1] * len(texts)
         ids_of = extra.get("completion_ids") or [None] * len(texts)
-        with self.traces.open("a", encoding="utf-8") as fh:
-            for i in range(count):
-                fh.write(json.dumps({"step": step, "attempt": self.attempt, "problem_id": ids[i],
-                                     "completion": texts[i], "reward": rewards[i], "verdict": results[i]["verdict"],
-                                     "pass_ratio": results[i]["pass_ratio"], "tokens": len(ids_of[i]) if ids_of[i] is not None else None,
-                                     "rounds": rounds[i]}) + "\n")
+        rows = [json.dumps({"step": step, "attempt": self.attempt, "problem_id": ids[i], "completion": texts[i],
+                            "reward": rewards[i], "verdict": results[i]["verdict"],
+                            "pass_ratio": results[i]["pass_ratio"],
+                            "tokens": len(ids_of[i]) if ids_of[i] is not None else None,
+                            "rounds": rounds[i]}) + "\n" for i in range(count)]
+        with self.traces.open("a+b") as fh:
+            end_torn_line(fh)  # a resumed attempt's first row must not be glued to a killed one's last
+            fh.write("".join(rows).encode("utf-8"))
 
 
 def _text(completion: Any) -> str:

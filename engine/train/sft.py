@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from engine.errors import UserError
 from engine.evaluate.eval_run import Settings, generator_for
@@ -40,12 +41,12 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
     assert wheel is not None and wheel.share is not None
     source = flywheel.source_dir(run.run_dir, wheel)
     rows_path, report_path = run.run_dir / flywheel.REPAIR_ROWS, run.run_dir / flywheel.MIX_REPORT
-    report = _reusable(report_path, source)
+    report = _reusable(report_path, source, wheel.of_kind, wheel.classes)
     if report is not None and rows_path.is_file():
         rows = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
         problems = {p.id: p for loaded in run.datasets("harvest") for p in loaded.problems}
-        kept, harvested = flywheel.harvest(run.run_dir, wheel, problems, flywheel.source_samples(source, wheel.of_kind),
+        kept, harvested = flywheel.harvest(run.run_dir, wheel, problems, flywheel.source_samples(source, wheel.of_kind, wheel.classes),
                                            source)
         choice = run.choice("select")
         decoding = flywheel.decoding_of_source(source)
@@ -68,13 +69,16 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
     return mixed
 
 
-def _reusable(path: Path, source: Path) -> Optional[flywheel.RepairRowsReport]:
+def _reusable(path: Path, source: Path, kind: str, classes: Sequence[str]) -> Optional[flywheel.RepairRowsReport]:
+    """The earlier report while the harvest would read the very same files: the same contents, and
+    no file added since (a verl step dump, a RAFT cycle) that the rows were not built from."""
     try:
         report = flywheel.RepairRowsReport.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    same = all((source / f.path).is_file() and flywheel.sha256_file(source / f.path) == f.sha256
-               for f in report.harvest.sources)
+    now = Counter(rel for rel, _ in flywheel.source_samples(source, kind, classes))
+    same = dict(now) == {f.path: f.samples for f in report.harvest.sources} and all(
+        flywheel.sha256_file(source / f.path) == f.sha256 for f in report.harvest.sources)
     return report if same else None
 
 

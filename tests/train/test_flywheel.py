@@ -99,3 +99,73 @@ def test_the_mix_reaches_the_declared_share_and_refuses_to_be_empty(harvested):
     assert mixed[40].keys() == {"prompt", "completion"}
     with pytest.raises(UserError, match="no format-repair rows: 3 failures .* 1 on problems without public tests"):
         mix(base, [], rows)
+
+
+def test_a_resumed_parent_s_redone_steps_are_harvested_once(tmp_path):
+    # attempt 1 traced steps 1 and 2, was killed, and attempt 2 resumed from step 1's checkpoint:
+    # step 2's rows of attempt 1 belong to a policy the run threw away
+    from ruamel.yaml import YAML
+
+    from engine.train.flywheel import source_samples
+
+    source = tmp_path / "grpo"
+    (source / "traces").mkdir(parents=True)
+    config = {"run_id": "r", "kind": "grpo", "base_model": {"path": "tiny"}, "datasets": {}}
+    with (source / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    rows = [(1, "1", "a", "TIMEOUT"), (2, "1", "b", "TIMEOUT"), (2, "1", "c", "SYNTAX_ERROR"),
+            (2, "2", "b", "ACCEPTED"), (3, "2", "c", "TIMEOUT")]
+    (source / "traces" / "rollouts.jsonl").write_text("".join(
+        json.dumps({"step": step, "attempt": attempt, "problem_id": pid, "completion": pid, "verdict": verdict,
+                    "pass_ratio": 0.0, "tokens": 5, "rounds": 1}) + "\n" for step, attempt, pid, verdict in rows))
+    assert [(s["problem_id"], s["verdict"]) for _, s in source_samples(source, "grpo")] == [
+        ("a", "TIMEOUT"), ("b", "ACCEPTED"), ("c", "TIMEOUT")]
+
+
+def test_truncated_is_refused_for_a_verl_parent_whose_dump_cannot_tell(tmp_path):
+    # verl's rollout dump has no token counts: a cut answer would be harvested as its verdict and
+    # the page would show `truncated 0` with nothing wrong said
+    from ruamel.yaml import YAML
+
+    from engine.train.flywheel import source_samples
+
+    source = tmp_path / "grpo"
+    source.mkdir()
+    config = {"run_id": "r", "kind": "grpo", "trainer": "verl", "base_model": {"path": "tiny"}, "datasets": {}}
+    with (source / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    with pytest.raises(UserError, match="`truncated` cannot be harvested"):
+        source_samples(source, "grpo", ["TIMEOUT", "truncated"])
+    assert list(source_samples(source, "grpo", ["TIMEOUT"])) == []
+
+
+def test_repair_rows_are_rebuilt_when_the_parent_gained_a_file(tmp_path):
+    # rows built from a verl parent's step-1 dump must not be reused once a step-2 dump exists
+    from ruamel.yaml import YAML
+
+    from engine.judge.ground_truth import RewardTests
+    from engine.train.flywheel import MIX_REPORT, source_samples
+    from engine.train.sft import _reusable
+
+    problems = {p.id: p for p in toy_problems("train")[:1]}
+    (pid,) = problems
+    source = tmp_path / "grpo"
+    (source / "traces" / "verl_rollouts").mkdir(parents=True)
+    config = {"run_id": "r", "kind": "grpo", "trainer": "verl", "base_model": {"path": "tiny"}, "datasets": {}}
+    with (source / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump(config, handle)
+    gts = RewardTests(problem_id=pid, kind="stdio", stdio_tests=[]).model_dump_json()
+
+    def dump(step: int, verdict: str) -> None:
+        (source / "traces" / "verl_rollouts" / f"{step}.jsonl").write_text(
+            json.dumps({"gts": gts, "output": f"step {step}", "verdict": verdict, "pass_ratio": 0.0}) + "\n")
+
+    dump(1, "TIMEOUT")
+    wheel = WHEEL.model_copy(update={"of_kind": "grpo", "classes": ["TIMEOUT"]})
+    _, report = harvest(tmp_path / "run", wheel, problems, source_samples(source, "grpo"), source)
+    rows = RepairRowsReport(failures=1, no_public_tests=0, problems_without_public_tests=[], tried=1, repaired=1,
+                            rows_by_class={}, tries=1, share=0.1, harvest=report)
+    (tmp_path / "run" / MIX_REPORT).write_text(rows.model_dump_json())
+    assert _reusable(tmp_path / "run" / MIX_REPORT, source, "grpo", ["TIMEOUT"]) is not None
+    dump(2, "SYNTAX_ERROR")
+    assert _reusable(tmp_path / "run" / MIX_REPORT, source, "grpo", ["TIMEOUT"]) is None

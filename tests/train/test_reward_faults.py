@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.errors import UserError
+from engine.files import read_jsonl
 from engine.judge.ground_truth import RewardTests
 from engine.train.early_stop import JUDGE_FAULT_SHARE, judge_fault_reason
 from engine.train.grpo import RewardGuard
@@ -42,3 +43,18 @@ def test_a_step_of_judge_faults_fails_the_run(tmp_path):
 def test_the_limit_is_a_share_of_the_step():
     assert judge_fault_reason(JUDGE_FAULT_SHARE, 1) is None
     assert judge_fault_reason(0.5, 2) is not None
+
+
+def test_a_resumed_attempt_s_first_trace_row_survives_a_torn_last_line(tmp_path):
+    # a killed attempt left half a row; the next attempt's rows must all read back (the flywheel
+    # harvests them), not the first one glued to the torn line and skipped with it
+    (tmp_path / "config.yaml").write_text("judge: {}\n")
+    traces = tmp_path / "traces" / "rollouts.jsonl"
+    traces.parent.mkdir()
+    traces.write_text('{"step": 4, "attempt": "1", "problem_id": "p0", "compl')
+    reward = JudgeReward(tmp_path, mode="dense", keep="all", attempt="2")
+    tests = RewardTests(problem_id="p", kind="stdio", stdio_tests=[{"input": "", "output": "1\n"}]).model_dump_json()
+    _step(reward, [tests] * 2)
+    rows = list(read_jsonl(traces))
+    assert [(r["attempt"], r["problem_id"], r["verdict"]) for r in rows] == [("2", "p0", "ACCEPTED"),
+                                                                           ("2", "p1", "ACCEPTED")]
