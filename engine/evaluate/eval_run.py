@@ -216,6 +216,10 @@ def evaluate_runs(run_dirs: Sequence[Path], model: str, settings: Settings = Set
 
 def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, backend: Backend, judge: Judge,
               on_progress: ProgressHandler) -> EvalOutput:
+    # An earlier attempt's summary goes before any record changes: in a group the process's exit
+    # code does not decide, each run's completion check does, and a stale summary over records
+    # this attempt has since mended would pass it with the old numbers.
+    (run_dir / "outputs" / METRICS_FILE).unlink(missing_ok=True)
     if settings.generate_only:
         return sample_best_of_n(run_dir, model, frozen, backend, judge, on_progress)
     todo = tasks(run_dir, model, frozen, settings=settings)

@@ -119,6 +119,12 @@ class EndpointSpec(StrictModel):
         if not value.startswith(("http://", "https://")) or any(c.isspace() for c in value):
             raise PydanticCustomError(SPEC_ADVICE, "the endpoint's base_url must be an http(s) URL",
                                       {"fix": "write the API's root, e.g. http://gpu-node:8000/v1"})
+        if "@" in value.split("://", 1)[1].split("/", 1)[0]:
+            # the URL is the run's identity: it is copied into config.yaml, every record and the logs
+            raise PydanticCustomError(SPEC_ADVICE, "the endpoint's base_url holds credentials (user:secret@host), "
+                                      "which would be copied into every run's config.yaml and records",
+                                      {"fix": "drop them from the URL and name the key's variable instead: "
+                                              "`api_key_env: OPENAI_API_KEY`"})
         return value
 
     @field_validator("api_key_env")

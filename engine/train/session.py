@@ -187,12 +187,18 @@ class StepLog(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.step_began = time.perf_counter()
 
+    # Under accelerate every process gets these callbacks (transformers calls them on all ranks):
+    # only the first writes, or the log holds one line per process for each step.
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
         outcome = self.run.outcome()
         outcome.expected_steps = self.run.step_offset + state.max_steps
         write_outcome(self.run.run_dir, outcome)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
         data = {k: v for k, v in {**(logs or {}), **self.stats()}.items() if isinstance(v, (int, float))}
         if "loss" in data:
             data["step_time_s"] = self.step_s

@@ -18,11 +18,13 @@ from engine.evaluate.backends.hf import HFBackend
 
 class Server:
     def __init__(self, model: Optional[str] = None, *, fail_first: int = 0, always_fail: bool = False,
-                 latency: Callable[[str], float] = lambda prompt: 0.0, answer: str = "def f():\n    return 0") -> None:
+                 latency: Callable[[str], float] = lambda prompt: 0.0, answer: str = "def f():\n    return 0",
+                 choices: Optional[int] = None) -> None:
+        """`choices`: answer that many choices whatever `n` asks (a server that ignores `n`)."""
         self.backend = HFBackend(model=model, batch_size=4) if model else None
         self.lock = threading.Lock()  # one generate at a time: the model is not thread-safe
         self.fail_left, self.always_fail, self.requests = fail_first, always_fail, 0
-        self.latency, self.canned = latency, answer
+        self.latency, self.canned, self.choices = latency, answer, choices
         self.in_flight = self.most_in_flight = 0
         self.keys: set[str] = set()
         handler = type("Handler", (_Handler,), {"server_state": self})
@@ -69,8 +71,8 @@ class Server:
         time.sleep(self.latency(prompt))
         choices = [{"index": i, "finish_reason": "stop",
                     **({"message": {"role": "assistant", "content": self.canned}} if chat else {"text": self.canned})}
-                   for i in range(body.get("n", 1))]
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 8 * body.get("n", 1)}
+                   for i in range(self.choices or body.get("n", 1))]
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 8 * len(choices)}
         return 200, {"choices": choices, "usage": usage}
 
     def _generated(self, path: str, body: dict) -> tuple[int, dict]:

@@ -189,3 +189,29 @@ def test_vllm_renders_chat_messages_with_the_chat_template_and_counts_a_prompt_o
     added = [e["prompt"] for e in fake_vllm() if e["event"] == "add"]
     assert added == ["def add(a, b):", "<user>Write a function add(a, b).<assistant>"]
     assert [sum(g.prompt_tokens for g in gens) for gens in out] == [3, 5]  # the fake's tokens: words
+
+
+def test_data_parallel_engines_never_hand_a_stopped_streams_answers_to_the_next(fake_vllm, tmp_path):
+    """Grouped evaluations share the engines: answers an earlier caller left behind (it stopped
+    early) must not be taken for the next stream's requests of the same index."""
+    model = tmp_path / "small"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"0" * 1024)
+    backend = open_generator(engine_shape(GenerationSettings(backend="vllm"), str(model), ["0", "1"]))
+    try:
+        stopped = backend.stream([Request(f"problem {i}", Decoding(n=3)) for i in range(40)])
+        next(stopped)
+        stopped.close()
+        out = list(backend.stream([Request(f"other {i}", Decoding(n=1)) for i in range(20)]))
+    finally:
+        backend.close()
+    assert sorted(i for i, _ in out) == list(range(20)) and all(len(g) == 1 for _, g in out)
+
+
+def test_a_server_that_ignores_n_gives_no_samples_past_it():
+    """Extra choices would become samples past the protocol's n (and, on a resume, overwrite the
+    samples after the requested ones)."""
+    with Server(choices=5) as server:
+        backend = make_generator("openai", model="m", base_url=server.base_url)
+        out = dict(backend.stream([Request(f"prompt {i}", Decoding(n=2)) for i in range(3)]))
+    assert sorted(out) == [0, 1, 2] and all(len(gens) == 2 for gens in out.values())

@@ -61,3 +61,15 @@ def test_an_endpoint_is_evaluated_with_the_key_from_the_environment_only(tiny_mo
     assert len(samples) == 42 and {s.keys.model for s in samples} == {f"{server.base_url}#coder-7b"}
     written = [p for p in tmp_path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert written == []
+
+
+def test_credentials_in_the_endpoint_url_are_refused(tiny_model, tmp_path):
+    """The URL is the run's identity (config.yaml, every record, the logs): a secret in it leaks."""
+    import pytest
+
+    from engine.errors import UserError
+
+    with pytest.raises(UserError, match="holds credentials") as refused:
+        preflight(write(tmp_path, tiny_model, f"https://user:{KEY}@api.example.com/v1"))
+    assert "api_key_env" in str(refused.value)
+    assert not (tmp_path / "runs").exists()

@@ -197,3 +197,28 @@ def test_an_outage_publishes_no_number_and_the_next_run_generates_the_failed_sam
         assert up.requests == 42  # every failed sample, once
     assert second["fault_rate"] == 0.0 and second["samples"] == 42
     assert check_completion("eval", run_dir) is None
+
+
+def test_an_evaluation_that_dies_leaves_no_earlier_summary_for_its_completion_check(tiny_model, tmp_path,
+                                                                                   monkeypatch):
+    """In a group the completion check, not the exit code, decides: an earlier attempt's
+    metrics.json over records this attempt mended would pass it with the old numbers."""
+    import pytest
+
+    from engine.evaluate import eval_run
+
+    spec = write_spec(tmp_path, tiny_model)
+    checked = preflight(spec)
+    [run_dir] = [d.path for d in materialize(checked.plan, checked.validated, tmp_path / "runs")]
+    stale = run_dir / "outputs" / "metrics.json"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text(eval_run.EvalOutput(run_id="x", datasets=[]).model_dump_json())
+
+    def dies(*args, **kwargs):
+        raise RuntimeError("the engine died mid-stream")
+
+    monkeypatch.setattr(eval_run.stages, "generate_and_judge", dies)
+    with pytest.raises(RuntimeError):
+        eval_run.evaluate_runs([run_dir], str(tiny_model))
+    assert not stale.exists()
+    assert check_completion("eval", run_dir).startswith("exited 0 but wrote no")

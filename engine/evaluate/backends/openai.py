@@ -119,7 +119,10 @@ def _run_until_done(loop: asyncio.AbstractEventLoop, main: "asyncio.Task[None] |
 
 def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float) -> list[Generation]:
     usage = data.get("usage") or {}
-    choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
+    # A server that ignores `n` may answer more choices: the extra ones would become samples past
+    # the protocol's n (and overwrite a neighbouring run's samples on a resume). Fewer stay fewer:
+    # the missing samples are asked again on a re-run.
+    choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))[:decoding.n]
     per_choice = usage.get("completion_tokens", 0) // max(1, len(choices))
     out = []
     for i, choice in enumerate(choices):

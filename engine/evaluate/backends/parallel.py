@@ -37,6 +37,7 @@ class DataParallel:
             worker.start()
         for _ in self.workers:  # every engine loaded before the first request (a load error surfaces here)
             self._take()
+        self.calls = 0  # each stream's number: answers to an earlier stream its caller left are dropped
 
     def _take(self) -> Any:
         while True:
@@ -52,16 +53,23 @@ class DataParallel:
             return item
 
     def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
+        # A caller that stops early (an error, one evaluation of a group failing) leaves the workers
+        # finishing its shares; their answers carry that stream's number, so the next stream on
+        # these engines never takes them for its own requests of the same index.
+        self.calls += 1
+        call = self.calls
         shares = [list(range(rank, len(requests), len(self.workers))) for rank in range(len(self.workers))]
         for inbox, share in zip(self.inboxes, shares):
-            inbox.put([(i, requests[i]) for i in share])
+            inbox.put((call, [(i, requests[i]) for i in share]))
         busy = len(self.workers)
         while busy:
             item = self._take()
+            if item[1] != call:
+                continue
             if item[0] == _DONE:
                 busy -= 1
                 continue
-            yield item[1], item[2]
+            yield item[2], item[3]
 
     def close(self) -> None:
         for inbox in self.inboxes:
@@ -83,12 +91,13 @@ def _worker(target: str, options: dict[str, Any], device: str, inbox: Any, resul
         results.put((_FAILED, f"engine {rank} on device {device} failed to load:\n{traceback.format_exc()}", False))
         return
     results.put((_READY, rank))
-    while (share := inbox.get()) is not None:
+    while (work := inbox.get()) is not None:
+        call, share = work
         try:
             for local, gens in engine.stream([request for _, request in share]):
-                results.put(("out", share[local][0], gens))
+                results.put(("out", call, share[local][0], gens))
         except Exception:  # noqa: BLE001
             results.put((_FAILED, f"engine {rank} on device {device} failed:\n{traceback.format_exc()}", False))
             return
-        results.put((_DONE,))
+        results.put((_DONE, call))
     engine.close()
