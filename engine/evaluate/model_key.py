@@ -3,7 +3,9 @@
 A model folder's key is a hash of its whole content: the sha256 of each file, listed in a
 manifest (`rlvr-manifest.json`) written once, when the folder is written (`write_manifest`:
 the trl hand-off, and the verl launch script after its merge), and read back on every use
-while the folder's files still have the names and sizes it lists. A folder without one (a
+while the folder's files still have the names, sizes and modification times (ns) it lists: a
+fine-tune of one architecture has weights of exactly the same size, so a checkpoint copied over
+the folder would pass a name-and-size check; its new modification time does not. A folder without one (a
 user's own) is hashed whole on each use, never written into. A hub id is keyed by the
 revision it resolves to (the local Hugging Face cache first, then the hub); a name that is
 neither (a model an OpenAI-compatible server serves under that name) is keyed as written.
@@ -44,7 +46,11 @@ def _key(entries: dict[str, dict]) -> str:
 
 
 def _entries(root: Path) -> dict[str, dict]:
-    return {p.relative_to(root).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in _files(root)}
+    out = {}
+    for p in _files(root):
+        stat = p.stat()  # before the hash: a write during it leaves a later mtime, a stale manifest
+        out[p.relative_to(root).as_posix()] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(p)}
+    return out
 
 
 def write_manifest(root: Path) -> str:
@@ -59,14 +65,16 @@ def write_manifest(root: Path) -> str:
 
 
 def _manifest_key(root: Path) -> Optional[str]:
-    """The manifest's key while the folder still holds exactly the files it lists, at their sizes."""
+    """The manifest's key while the folder still holds exactly the files it lists, at their sizes and
+    modification times (a manifest without times, or a file touched since, is hashed again)."""
     try:
         data = json.loads((root / MANIFEST).read_text())
         entries = data["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    present = {p.relative_to(root).as_posix(): p.stat().st_size for p in _files(root)}
-    if present != {name: e.get("size") for name, e in entries.items()} or data.get("key") != _key(entries):
+    present = {p.relative_to(root).as_posix(): (s.st_size, s.st_mtime_ns) for p in _files(root) if (s := p.stat())}
+    listed = {name: (e.get("size"), e.get("mtime_ns")) for name, e in entries.items()}
+    if present != listed or data.get("key") != _key(entries):
         return None
     return data["key"]
 
