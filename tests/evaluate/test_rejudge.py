@@ -7,7 +7,7 @@ from __future__ import annotations
 from engine.data.toy import toy_problems
 from engine.evaluate.backends.base import Decoding
 from engine.evaluate.records import GenerationRecord, Keys, SampleRecord, append, read
-from engine.evaluate.runner import Task, judge, judge_records
+from engine.evaluate.stages import Task, judge, judge_records
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 
