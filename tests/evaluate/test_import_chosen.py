@@ -27,3 +27,24 @@ def test_changed_choices_are_imported_again(tmp_path):
     lines = len(target.read_text().splitlines())
     import_chosen(source, target, KEYS)  # nothing changed: nothing appended
     assert len(target.read_text().splitlines()) == lines == 3
+
+
+def test_a_choice_that_failed_on_the_server_is_not_generated_again_as_a_plain_sample(tmp_path):
+    from engine.data.toy import toy_problems
+    from engine.evaluate import stages
+    from engine.evaluate.backends.base import Decoding
+    from engine.evaluate.eval_run import _first_answers_from
+
+    problems = toy_problems("valid")[:1]
+    task = stages.Task(dataset="d", problems=problems, prompts=[p.prompt for p in problems], keys=KEYS,
+                       decoding=Decoding(), out_dir=tmp_path)
+    failed = _chosen(problems[0].id, "").model_copy(update={"finish_reason": "error"})
+    import_chosen(_write(tmp_path / "chosen.jsonl", failed), task.generations, KEYS)
+    backend = object()  # a stand-in: only whether it is handed on is asked
+    assert _first_answers_from(task, backend, chosen=True) is None  # stays a GEN_ERROR: a bounded fault
+    assert _first_answers_from(task, backend, chosen=False) is backend  # an ordinary evaluation makes it again
+
+
+def _write(path, record):
+    append(path, [record])
+    return path
