@@ -7,7 +7,7 @@ while the folder's files still have the names, sizes and modification times (ns)
 fine-tune of one architecture has weights of exactly the same size, so a checkpoint copied over
 the folder would pass a name-and-size check; its new modification time does not. A folder without one (a
 user's own) is hashed whole on each use, never written into. A hub id is keyed by the
-revision it resolves to (the local Hugging Face cache first, then the hub); a name that is
+revision the loaders will fetch (online the hub's, offline the local cache's); a name that is
 neither (a model an OpenAI-compatible server serves under that name) is keyed as written.
 
     python -m engine.evaluate.model_key FOLDER   # write FOLDER's manifest, print its key
@@ -90,14 +90,22 @@ def model_key(model: str) -> str:
 
 
 def hub_revision(repo: str) -> str:
-    """The commit a hub id resolves to now: the local cache's, else the hub's."""
+    """The commit a hub id resolves to now, as the loaders resolve it: online, the hub's (they
+    download a newer revision over a stale cache), else the local cache's."""
     try:
-        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub import HfApi, constants, snapshot_download
     except ImportError:  # pragma: no cover - a dependency of transformers
         raise UserError(f"cannot resolve hub model {repo}: huggingface_hub is not installed") from None
+    if not constants.HF_HUB_OFFLINE:
+        try:
+            sha = HfApi().model_info(repo).sha
+            if sha:
+                return sha
+        except Exception:  # the hub is not reachable: the loaders fall back to the cache too
+            pass
     try:
         return Path(snapshot_download(repo, local_files_only=True)).name
-    except Exception:  # not in the local cache: ask the hub
+    except Exception:  # not in the local cache either
         pass
     try:
         sha = HfApi().model_info(repo).sha
