@@ -73,8 +73,13 @@ def write_chosen(path: Path, records: Sequence[ChosenRecord]) -> None:
 
 
 def import_chosen(source: Path, target: Path, keys: Keys) -> list[ChosenRecord]:
-    """The chosen samples as this evaluation's generations (one per problem), stamped with its keys."""
+    """The chosen samples as this evaluation's generations (one per problem), stamped with its keys.
+    A choice that differs from the one imported before (the best_of_n run chose again) is imported
+    again: the last record counts, and the judge judges an answer whose completion changed."""
     chosen = [c.model_copy(update={"keys": keys, "sample": 0}) for c in read(source, ChosenRecord)]  # type: ignore
-    if not any(True for _ in read(target, GenerationRecord, keys)):
-        append(target, chosen)
+    have = {g.uid: g for g in read(target, GenerationRecord, keys)}
+    changed = [c for c in chosen if (g := have.get(c.uid)) is None
+               or (g.completion, g.finish_reason) != (c.completion, c.finish_reason)]
+    if changed:
+        append(target, changed)
     return chosen  # type: ignore[return-value]

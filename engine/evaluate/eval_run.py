@@ -229,8 +229,8 @@ def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, 
     rounds = frozen.protocols["evaluate"].get("rounds") or 1
     results = []
     for task in todo:
-        timing = stages.generate_and_judge(task, backend if _missing_generations(task) else None, judge, version,
-                                           on_progress, rejudge=settings.rejudge)
+        timing = stages.generate_and_judge(task, _first_answers_from(task, backend, task.dataset in chosen), judge,
+                                           version, on_progress, rejudge=settings.rejudge)
         retry_s = stages.judge(task, judge, version, on_progress)  # its retry: the judge's faults judged again
         timing = dataclasses.replace(timing, judge_s=timing.judge_s + retry_s, wall_s=timing.wall_s + retry_s)
         if rounds > 1:
@@ -279,6 +279,13 @@ def sample_best_of_n(run_dir: Path, model: str, frozen: FrozenRun, backend: Back
                                 "failed": sum(g.finish_reason == "error" for g in generations)}
     (run_dir / "outputs" / BEST_OF_N_FILE).write_text(json.dumps(counts, indent=2) + "\n")
     return EvalOutput(run_id=frozen.run_id, datasets=[])
+
+
+def _first_answers_from(task: Task, backend: Backend, chosen: bool) -> Optional[Backend]:
+    """The backend that generates the first answers still missing, if any: none when the answers are
+    a best_of_n run's choices. A choice that failed on the server stays a GEN_ERROR (a fault the
+    completion check bounds) rather than become one plain sample scored as a best-of-n answer."""
+    return backend if not chosen and _missing_generations(task) else None
 
 
 def _missing_generations(task: Task) -> bool:

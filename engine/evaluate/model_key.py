@@ -3,9 +3,11 @@
 A model folder's key is a hash of its whole content: the sha256 of each file, listed in a
 manifest (`rlvr-manifest.json`) written once, when the folder is written (`write_manifest`:
 the trl hand-off, and the verl launch script after its merge), and read back on every use
-while the folder's files still have the names and sizes it lists. A folder without one (a
+while the folder's files still have the names, sizes and modification times (ns) it lists: a
+fine-tune of one architecture has weights of exactly the same size, so a checkpoint copied over
+the folder would pass a name-and-size check; its new modification time does not. A folder without one (a
 user's own) is hashed whole on each use, never written into. A hub id is keyed by the
-revision it resolves to (the local Hugging Face cache first, then the hub); a name that is
+revision the loaders will fetch (online the hub's, offline the local cache's); a name that is
 neither (a model an OpenAI-compatible server serves under that name) is keyed as written.
 
     python -m engine.evaluate.model_key FOLDER   # write FOLDER's manifest, print its key
@@ -44,7 +46,11 @@ def _key(entries: dict[str, dict]) -> str:
 
 
 def _entries(root: Path) -> dict[str, dict]:
-    return {p.relative_to(root).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in _files(root)}
+    out = {}
+    for p in _files(root):
+        stat = p.stat()  # before the hash: a write during it leaves a later mtime, a stale manifest
+        out[p.relative_to(root).as_posix()] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(p)}
+    return out
 
 
 def write_manifest(root: Path) -> str:
@@ -59,14 +65,16 @@ def write_manifest(root: Path) -> str:
 
 
 def _manifest_key(root: Path) -> Optional[str]:
-    """The manifest's key while the folder still holds exactly the files it lists, at their sizes."""
+    """The manifest's key while the folder still holds exactly the files it lists, at their sizes and
+    modification times (a manifest without times, or a file touched since, is hashed again)."""
     try:
         data = json.loads((root / MANIFEST).read_text())
         entries = data["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    present = {p.relative_to(root).as_posix(): p.stat().st_size for p in _files(root)}
-    if present != {name: e.get("size") for name, e in entries.items()} or data.get("key") != _key(entries):
+    present = {p.relative_to(root).as_posix(): (s.st_size, s.st_mtime_ns) for p in _files(root) if (s := p.stat())}
+    listed = {name: (e.get("size"), e.get("mtime_ns")) for name, e in entries.items()}
+    if present != listed or data.get("key") != _key(entries):
         return None
     return data["key"]
 
@@ -82,14 +90,22 @@ def model_key(model: str) -> str:
 
 
 def hub_revision(repo: str) -> str:
-    """The commit a hub id resolves to now: the local cache's, else the hub's."""
+    """The commit a hub id resolves to now, as the loaders resolve it: online, the hub's (they
+    download a newer revision over a stale cache), else the local cache's."""
     try:
-        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub import HfApi, constants, snapshot_download
     except ImportError:  # pragma: no cover - a dependency of transformers
         raise UserError(f"cannot resolve hub model {repo}: huggingface_hub is not installed") from None
+    if not constants.HF_HUB_OFFLINE:
+        try:
+            sha = HfApi().model_info(repo).sha
+            if sha:
+                return sha
+        except Exception:  # the hub is not reachable: the loaders fall back to the cache too
+            pass
     try:
         return Path(snapshot_download(repo, local_files_only=True)).name
-    except Exception:  # not in the local cache: ask the hub
+    except Exception:  # not in the local cache either
         pass
     try:
         sha = HfApi().model_info(repo).sha

@@ -165,11 +165,12 @@ def run_registry(run_dir: Path) -> Registry:
 CONTENT_FILE = "inputs.json"  # dataset → the content fingerprint a run first loaded it with
 
 
-def pin_content(run_dir: Path, name: str, fingerprint: str) -> None:
+def pin_content(run_dir: Path, name: str, fingerprint: str, *, record: bool = True) -> None:
     """Record the content of dataset `name` the first time the run loads it; refuse it changed since.
 
     A run resumed after its source served other problems (the Hub instead of a mirror, a new
-    revision, a converter of another version) would mix two datasets in one set of records."""
+    revision, a converter of another version) would mix two datasets in one set of records.
+    `record=False` only checks (a report reading a run back never writes into it)."""
     path = run_dir / CONTENT_FILE
     try:
         pinned = json.loads(path.read_text(encoding="utf-8"))
@@ -177,7 +178,8 @@ def pin_content(run_dir: Path, name: str, fingerprint: str) -> None:
         pinned = {}
     planned = pinned.get(name)
     if planned is None:
-        atomic_write(path, json.dumps({**pinned, name: fingerprint}, indent=1, sort_keys=True) + "\n")
+        if record:
+            atomic_write(path, json.dumps({**pinned, name: fingerprint}, indent=1, sort_keys=True) + "\n")
     elif planned != fingerprint:
         raise UserError(f"dataset `{name}`: its problems are not those this run started with (content sha256 "
                         f"{fingerprint[:12]}, the run's {planned[:12]}, in {path})\n"
@@ -203,10 +205,11 @@ def checked_idlist(name: str, entry: FrozenDataset, root: Path) -> Optional[Path
 
 
 def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry,
-                        judge: Optional[dict[str, Any]] = None, run_dir: Optional[Path] = None) -> LoadedDataset:
+                        judge: Optional[dict[str, Any]] = None, run_dir: Optional[Path] = None, *,
+                        record: bool = True) -> LoadedDataset:
     """The problems `entry` names, narrowed by its id list (verified against the frozen hash), then
     to those its `verified:` keeps under `judge` (the run's judge settings). With `run_dir`, the
-    content must be what the run first loaded (`pin_content`)."""
+    content must be what the run first loaded (`pin_content`; `record=False` to check only)."""
     root = registry.project_root
     entry.check_located(name)
     ids = checked_idlist(name, entry, root)
@@ -219,7 +222,7 @@ def load_frozen_dataset(name: str, entry: FrozenDataset, registry: Registry,
                      path=str(root / entry.data_file) if entry.data_file else None)
     loaded = load_dataset_problems(ds, source, name=name)
     if run_dir is not None:
-        pin_content(run_dir, name, loaded.fingerprint)
+        pin_content(run_dir, name, loaded.fingerprint, record=record)
     ctx = DataContext(name=name, root=root)
     if ids is not None:
         loaded = apply_idlist(loaded, ids, ctx)

@@ -3,6 +3,7 @@ PUBLIC test (never a private test's content); and answers repaired from wrong to
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -12,7 +13,7 @@ from engine.evaluate.records import SampleRecord
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 from engine.isolation.public import public_view
-from engine.plan.frozen import load_frozen_dataset, read_frozen_run, run_registry
+from engine.plan.frozen import CONTENT_FILE, load_frozen_dataset, read_frozen_run, run_registry
 from engine.problem import Problem
 from engine.prompts.templates import PromptChoice
 from engine.report.main_table import Column
@@ -54,7 +55,10 @@ class Shown:
 
 # A frozen dataset entry pins its content (fingerprint, id-list hash): runs sharing one share
 # its problems, so a study's pages load each dataset (and parse the registry) once, not per run.
-_LOADED: dict[tuple[str, str], dict[str, Problem]] = {}
+# The key holds the content the run pinned (`inputs.json`): the first run of a key is checked
+# against what the source serves now, and a run that pinned other content is loaded (and refused)
+# on its own.
+_LOADED: dict[tuple[str, str, Optional[str]], dict[str, Problem]] = {}
 
 
 @dataclass(frozen=True)
@@ -70,16 +74,25 @@ def shown(run_dir: Path, dataset: str) -> Union[Shown, Unreadable]:
         frozen = read_frozen_run(run_dir)
         entry = frozen.datasets[dataset]
         registry = run_registry(run_dir)
-        key = (dataset, entry.model_dump_json())
+        key = (dataset, entry.model_dump_json(), _pinned(run_dir, dataset))
         if key not in _LOADED:
-            loaded: LoadedDataset = load_frozen_dataset(dataset, entry, registry, frozen.judge)
+            # the problems the run was judged on, not what the source serves today (a new Hub revision)
+            loaded: LoadedDataset = load_frozen_dataset(dataset, entry, registry, frozen.judge, run_dir, record=False)
             _LOADED[key] = {p.id: p for p in loaded.problems}
+        problems = _LOADED[key]
         choice = PromptChoice(registry=registry, template=frozen.protocols.get("evaluate", {}).get("prompt"),
                               model=frozen.base_model)
         config = frozen.judge_config()
     except Exception as exc:  # the data moved since the run: show the cases without their public tests
         return Unreadable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": "))
-    return Shown(problems=_LOADED[key], choice=choice, judge=config)
+    return Shown(problems=problems, choice=choice, judge=config)
+
+
+def _pinned(run_dir: Path, dataset: str) -> Optional[str]:
+    try:
+        return json.loads((run_dir / CONTENT_FILE).read_text(encoding="utf-8")).get(dataset)
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class LazyJudge:

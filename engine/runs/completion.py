@@ -112,7 +112,9 @@ def _model_loads(run_dir: Path) -> Optional[str]:
 @register_check(PhaseKind.eval.value)
 def _evaluated(run_dir: Path) -> Optional[str]:
     """Every problem of every evaluated dataset has its n judged samples (counted in the records),
-    and at most FAULT_SHARE of them are faults (a generation or a judging that failed)."""
+    and at most FAULT_SHARE of its judged answers are faults (a generation or a judging that
+    failed) — repair rounds included: a faulty round ends its chain, so accepted@multi would
+    publish it as the model's failure."""
     path = run_dir / EVAL_METRICS
     if not path.is_file():
         return f"exited 0 but wrote no {EVAL_METRICS}"
@@ -123,21 +125,24 @@ def _evaluated(run_dir: Path) -> Optional[str]:
     problems = []
     for d in datasets:
         records = _judged(run_dir, d)
+        first = sum(r.round == 1 for r in records)
         faults = Counter(r.verdict for r in records if r.verdict in FAULTS)
-        if len(records) < d.expected_samples:
-            problems.append(f"{d.dataset}: {d.expected_samples - len(records)} of {d.expected_samples} samples missing")
-        elif sum(faults.values()) > FAULT_SHARE * d.expected_samples:
+        judged = d.expected_samples + len(records) - first  # the n first answers and every repair round
+        what = "samples" if judged == d.expected_samples else "judged answers (first answers and repair rounds)"
+        if first < d.expected_samples:
+            problems.append(f"{d.dataset}: {d.expected_samples - first} of {d.expected_samples} samples missing")
+        elif sum(faults.values()) > FAULT_SHARE * judged:
             kinds = ", ".join(f"{count} {FAULT_NAMES[v]}" for v, count in sorted(faults.items()))
-            problems.append(f"{d.dataset}: {sum(faults.values())} of {d.expected_samples} samples are faults ({kinds}), "
+            problems.append(f"{d.dataset}: {sum(faults.values())} of {judged} {what} are faults ({kinds}), "
                             f"more than the {FAULT_SHARE:.0%} an evaluation may keep; re-run it to generate and judge "
                             "them again")
     return "; ".join(problems) or None
 
 
 def _judged(run_dir: Path, summary: DatasetMetrics) -> list[SampleRecord]:
-    """The judged first-round samples of the summary's keys (model, protocol, id list, decoding seed)."""
+    """The judged samples, every round, of the summary's keys (model, protocol, id list, decoding seed)."""
     path = run_dir / SAMPLES_DIR / f"{summary.dataset}.jsonl"
-    return [r for r in read(path, SampleRecord, summary.keys) if r.round == 1]  # type: ignore[misc]
+    return list(read(path, SampleRecord, summary.keys))  # type: ignore[arg-type]
 
 
 @register_check(PhaseKind.best_of_n.value)

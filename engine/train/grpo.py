@@ -46,12 +46,13 @@ class RewardGuard(TrainerCallback):
         self.run, self.reward, self.timeout_rate = run, reward, timeout_rate
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        fault = judge_fault_reason(self.reward.last.get("judge_fault_rate", 0.0), state.global_step)
+        rates = self.reward.step_rates()
+        fault = judge_fault_reason(rates["judge_fault_rate"], state.global_step)
         if fault:
             raise UserError(fault)
         if self.timeout_rate is None:
             return
-        reason = timeout_reason(self.reward.last.get("timeout_rate", 0.0), state.global_step, self.timeout_rate)
+        reason = timeout_reason(rates["timeout_rate"], state.global_step, self.timeout_rate)
         if reason:
             from engine.train.outcome import write_outcome
 

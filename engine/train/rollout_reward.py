@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -42,6 +43,9 @@ class JudgeReward:
         self.traces = Path(run_dir) / TRACES_FILE
         self.traces.parent.mkdir(parents=True, exist_ok=True)
         self.last: dict[str, float] = {}
+        # verdict counts of every batch scored since the step guard last read them: with gradient
+        # accumulation trl scores several batches per optimizer step, and the step is all of them
+        self.pending: Counter = Counter()
 
     def __call__(self, prompts: list, completions: list, ground_truth: list[str], problem_id: list[str],
                  trainer_state: Any = None, log_metric: Optional[Callable[[str, float], None]] = None,
@@ -56,12 +60,22 @@ class JudgeReward:
         self.last = {"judge_s": judge_s, "timeout_rate": sum(r["verdict"] == "TIMEOUT" for r in results) / n,
                      "judge_fault_rate": sum(r["verdict"] == "INTERNAL_ERROR" for r in results) / n,
                      "accepted_rate": sum(r["acc"] for r in results) / n}
+        self.pending.update({"n": len(results), "timeouts": sum(r["verdict"] == "TIMEOUT" for r in results),
+                             "faults": sum(r["verdict"] == "INTERNAL_ERROR" for r in results)})
         for name, value in self.last.items():
             if log_metric is not None:
                 log_metric(f"judge/{name}", value)
         step = (trainer_state.global_step + 1) if trainer_state is not None else 0
         self._trace(step, problem_id, texts, rewards, results, extra)
         return rewards
+
+    def step_rates(self) -> dict[str, float]:
+        """Timeout and judge-fault shares over every batch scored since the last call (the step
+        that just ended); the last batch's when none was (a batch reused across steps)."""
+        counts, self.pending = self.pending, Counter()
+        if not counts["n"]:
+            return {k: self.last.get(k, 0.0) for k in ("timeout_rate", "judge_fault_rate")}
+        return {"timeout_rate": counts["timeouts"] / counts["n"], "judge_fault_rate": counts["faults"] / counts["n"]}
 
     def _trace(self, step: int, ids: Sequence[str], texts: Sequence[str], rewards: Sequence[float],
                results: Sequence[dict], extra: dict) -> None:

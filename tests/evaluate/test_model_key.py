@@ -52,3 +52,37 @@ def test_a_hub_id_is_keyed_by_its_revision(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="cannot resolve hub model org/missing"):
         model_key("org/missing")
     assert model_key("served-name") == "served-name"  # an OpenAI-compatible server's model name
+
+
+def test_a_file_rewritten_at_the_same_size_is_another_model(tmp_path):
+    """A fine-tune of one architecture has weights of exactly the same size: copying it over a
+    folder whose manifest stays behind must not resume the old model's records."""
+    a = _model(tmp_path / "a", b"A")
+    old = write_manifest(a)
+    weights = a / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    weights.write_bytes(b"\0" * (3 << 20) + b"B")  # the same size, other content
+    import os
+
+    os.utime(weights, ns=(before + 1_000_000_000, before + 1_000_000_000))  # as a later copy leaves it
+    assert model_key(str(a)) == model_key(str(_model(tmp_path / "b", b"B"))) != old
+
+
+def test_online_a_hub_id_is_keyed_by_the_revision_the_loaders_will_fetch(tmp_path, monkeypatch):
+    """Online, transformers and vLLM resolve a hub id on the hub and download a newer revision over
+    a stale cache: the records must name that revision, not the cached one."""
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--coder" / "snapshots" / ("0ld" * 13 + "0")
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / "models--org--coder" / "refs").mkdir()
+    (cache / "models--org--coder" / "refs" / "main").write_text(snapshot.name)
+    import huggingface_hub
+    import huggingface_hub.constants as constants
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo: SimpleNamespace(sha="n3w" * 13 + "n"))
+    assert model_key("org/coder") == "org/coder@" + "n3w" * 13 + "n"

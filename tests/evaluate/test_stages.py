@@ -87,6 +87,21 @@ def test_a_record_appended_after_a_torn_line_starts_its_own_line(tmp_path):
     assert len(path.read_text().splitlines()) == 3
 
 
+def test_a_resume_under_another_judge_version_judges_every_record_again(tmp_path):
+    """The judge version holds the isolation obtained on this machine and the judge's limits: a run
+    resumed elsewhere must not publish one number judged half by one judge and half by another."""
+    task = _task(tmp_path, n=1)
+    answers = [GenerationRecord(dataset="toy", problem_id=p.id, sample=0, keys=KEYS, prompt_tokens=1, completion_tokens=1,
+                                finish_reason="stop", latency_s=0.0, seed=5, completion="```python\nprint(1)\n```")
+               for p in task.problems]
+    append(task.generations, answers[:2])
+    with Judge(JudgeConfig(workers=1)) as judge:
+        stages.judge(task, judge, "v1")  # killed before the last answer came
+        append(task.generations, answers[2:])
+        stages.judge(task, judge, "v2")  # resumed where the judge reports another version
+    assert [s.judge_version for s in stages.samples(task)] == ["v2", "v2", "v2"]
+
+
 def test_a_judge_that_may_not_judge_refuses_before_anything_is_generated(tiny_model, tmp_path):
     """Checkpoint selection and evaluation both go through here: a judge without isolation (real
     workers started as nobody with an unmapped group, which get none) stops the stage before the

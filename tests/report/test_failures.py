@@ -49,3 +49,17 @@ def test_a_run_whose_problems_cannot_be_read_back_never_says_there_is_no_public_
     with LazyJudge() as judge:
         case = public_case(judge, shown(_run_dir(tmp_path), "gone"), problem.id, "print(0)")
     assert case.startswith("public tests unknown: the run's problems could not be read back (KeyError"), case
+
+
+def test_a_run_whose_data_changed_since_is_not_read_back_with_the_new_data(tmp_path):
+    """The page shows the public tests of the problems the run was judged on: when the source now
+    serves other content than the run pinned, the cases say so instead of showing other tests."""
+    import json
+
+    run_dir = _run_dir(tmp_path)
+    (run_dir / "inputs.json").write_text(json.dumps({"toy_valid": "0" * 64}))  # what the run first loaded
+    run = shown(run_dir, "toy_valid")
+    assert not isinstance(run, Shown) and "not those this run started with" in run.reason
+    (tmp_path / "other").mkdir()
+    fresh = _run_dir(tmp_path / "other")
+    assert isinstance(shown(fresh, "toy_valid"), Shown) and not (fresh / "inputs.json").exists()  # a page never writes

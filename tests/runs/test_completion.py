@@ -62,3 +62,13 @@ def test_a_best_of_n_choice_among_failed_generations_is_refused(tmp_path):
     counts["d"]["failed"] = 1
     (tmp_path / "outputs" / "best_of_n.json").write_text(json.dumps(counts))
     assert check_completion("best_of_n", tmp_path) is None
+
+
+def test_faults_in_repair_rounds_count(tmp_path):
+    """A repair round that failed on the server ends its chain (a fault is not repaired further):
+    accepted@multi would publish it as the model's failure unless the check counts it."""
+    samples = [_sample(i, "WRONG_ANSWER") for i in range(200)]
+    repaired = [s.model_copy(update={"round": 2, "parent": s.uid, "verdict": "GEN_ERROR", "finish_reason": "error"})
+                for s in samples[:50]]
+    reason = check_completion("eval", _run(tmp_path, samples + repaired))
+    assert reason is not None and reason.startswith("d: 50 of 250 judged answers (first answers and repair rounds) are faults (50 generations")

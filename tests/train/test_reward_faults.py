@@ -58,3 +58,19 @@ def test_a_resumed_attempt_s_first_trace_row_survives_a_torn_last_line(tmp_path)
     rows = list(read_jsonl(traces))
     assert [(r["attempt"], r["problem_id"], r["verdict"]) for r in rows] == [("2", "p0", "ACCEPTED"),
                                                                            ("2", "p1", "ACCEPTED")]
+
+
+def test_every_reward_batch_of_a_step_counts_not_only_its_last(tmp_path):
+    """With gradient accumulation (an `overrides:` field) trl scores several batches per optimizer
+    step: a faulty batch followed by a clean one is still a step of faults."""
+    (tmp_path / "config.yaml").write_text("judge: {allow_unsandboxed: true}\n")
+    reward = JudgeReward(tmp_path, mode="dense", keep=0, attempt="1")
+    tests = RewardTests(problem_id="p", kind="stdio", stdio_tests=[{"input": "", "output": "1\n"}]).model_dump_json()
+    _step(reward, ["{unreadable tests"] * 4)  # the judge cannot read them: INTERNAL_ERROR
+    _step(reward, [tests] * 4)
+    assert reward.last["judge_fault_rate"] == 0.0
+    guard = RewardGuard(run=None, reward=reward, timeout_rate=None)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"judge faults \(INTERNAL_ERROR\) in 50% of the rewards at step 3"):
+        guard.on_step_end(None, SimpleNamespace(global_step=3), SimpleNamespace())
+    _step(reward, [tests] * 4)
+    guard.on_step_end(None, SimpleNamespace(global_step=4), SimpleNamespace())  # the next step is its own
