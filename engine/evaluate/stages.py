@@ -175,8 +175,12 @@ def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, jud
     """Generate what is missing (with a backend) while a second thread judges every generation not
     judged yet, the earlier ones first; each verdict is appended as it is decided. A kill loses at
     most the samples in flight: a re-run generates what has no generation record and judges what
-    has no sample record. `rejudge`: as `judge` says."""
+    has no sample record. `rejudge`: as `judge` says; implied where a sample was judged by another
+    judge version (an earlier attempt on a machine that gave the judge another isolation level):
+    the metrics carry one version, so every sample must have been judged by it."""
+    judge.require_isolation()  # before generating: a judge that may not judge wastes no GPU
     carried: list[GenerationRecord] = []
+    rejudge = rejudge or any(r.judge_version != judge_version for r in samples(task))
     if rejudge and task.samples.exists():
         replaced = task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl")
         task.samples.rename(replaced)

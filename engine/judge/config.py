@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Literal, Optional, Protocol
 
+from engine.errors import UserError
 from engine.judge.verdict import SampleResult
 from engine.problem import Problem
 from engine.spec.model import JudgeSpec
@@ -102,6 +103,11 @@ class JudgeConfig:
 REQUIRED_ISOLATION = {"netns": "the network", "mountns": "the filesystem"}
 REMOTE_LEVEL = "remote"
 LEVEL_PARTS = {"userns", "sandbox-uid", "netns", "ipcns", "mountns", "pidns"}  # `Isolation.level()`  # sandbox_fusion: isolation is the server's, which this process cannot see
+
+
+class IsolationChanged(UserError):
+    """A backend's isolation level changed under a judge (a replacement worker obtained another): the
+    version already recorded with its numbers would name a level some were not judged at."""
 
 
 def missing_isolation(level: str) -> list[str]:

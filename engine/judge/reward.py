@@ -32,8 +32,9 @@ array per key across the batch and its validation metrics skip strings):
 stable integer for metrics. It never raises: a fault gives score 0 with
 `internal_error` = 1, logged as a warning. The one exception is a judge that may
 not judge on this machine (`UnsandboxedJudge`: no network or filesystem
-isolation, and the spec did not allow it): the training step fails with the fix,
-instead of training on rewards from programs that could read their tests.
+isolation, and the spec did not allow it) or whose isolation level changed while
+it judged (`IsolationChanged`): the training step fails with the fix, instead of
+training on rewards from programs that could read their tests, or on zeros.
 
 Calls that arrive together — verl's reward loop scores a step's samples as
 concurrent calls — are judged as one stream (`_Batcher`); `compute_score_batch`
@@ -56,6 +57,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence
 from ruamel.yaml import YAML
 
 from engine.judge.api import Judge, JudgeConfig, UnsandboxedJudge
+from engine.judge.config import IsolationChanged
 from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
@@ -314,7 +316,7 @@ def _scored(future: Future, settings: RewardSettings, data_source: str, start: f
     if not future.done():
         return _internal(f"no verdict within the reward's {settings.wall_timeout_s:.0f}s bound", data_source, start)
     exc = future.exception()
-    if isinstance(exc, UnsandboxedJudge):
+    if isinstance(exc, (UnsandboxedJudge, IsolationChanged)):  # training stops, never rewards 0 for the judge's fault
         raise exc
     if exc is not None:
         return _internal(f"judge failed: {type(exc).__name__}: {exc}", data_source, start)

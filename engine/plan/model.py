@@ -111,3 +111,10 @@ def canonical_json(data: Any) -> str:
 def run_id(config: dict[str, Any], parents: Iterable[str]) -> str:
     payload = canonical_json({"config": config, "parents": sorted(parents)})
     return hashlib.sha256(payload.encode()).hexdigest()[:ID_LEN]
+
+
+def evaluation_key(evaluates: Optional[str], config: dict) -> str:
+    """The group of an evaluation that loads a model (one process, one model load;
+    the price forecast packs the same groups)."""
+    how = {k: config.get(k) for k in ("generation", "endpoint", "resources", "base_model")}
+    return f"eval:{evaluates or 'base'}:{canonical_json(how)}"

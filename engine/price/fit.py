@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from engine.errors import UserError
-from engine.price.forecast import context
+from engine.price.forecast import SHARED_PARTS, context, joiners
 from engine.price.model import run_cost
 from engine.price.profiles import FASTER_WHEN_HIGH, HARDWARE_FILE, Profile
 from engine.price.shapes import StudyShape
-from engine.price.study import seconds_of
+from engine.price.study import attributed_seconds
 from engine.runs.lineage import RunRecord
 
 # constant groups, and which group each part of each run kind falls in
@@ -58,14 +58,18 @@ def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord
     from scipy.optimize import nnls
 
     ctx = context(study, profile, profile.median())
-    actual = {r.id: s for r in records if (s := seconds_of(r)) is not None}
+    skip = joiners(study.runs)  # as the forecast packs them: a job's later evaluations load nothing
+    shared = lambda run, part: run.id in skip and part in SHARED_PARTS  # noqa: E731
+    costs = {run.id: {part: v for part, v in run_cost(ctx, run).parts.items() if not shared(run, part)}
+             for run in study.runs}
+    actual = attributed_seconds(records, {run_id: sum(parts.values()) for run_id, parts in costs.items()})
     runs = [r for r in study.runs if r.id in actual]
     if len(runs) < 2:
         raise UserError(f"{study.name}: {len(runs)} finished run(s); a fit needs at least two")
     names = list(GROUPS)
     matrix = np.zeros((len(runs), len(names)))
     for i, run in enumerate(runs):
-        for part, seconds in run_cost(ctx, run).parts.items():
+        for part, seconds in costs[run.id].items():
             group = group_of(run.kind, part, profile.slot)
             if group:
                 matrix[i, names.index(group)] += seconds
@@ -107,6 +111,12 @@ def write_profile(registry: Path, name: str, entry: dict) -> Path:
 
     from engine.price.profiles import load_profiles
 
+    from engine.resources import shipped
+
+    published = load_profiles(shipped("registry")).profiles
+    if name in published:
+        raise UserError(f"--as {name}: {name!r} is a shipped profile (its constants are the published figures); "
+                        f"name the refit profile after your cluster instead, e.g. --as {name}-mine")
     path = Path(registry) / HARDWARE_FILE
     yaml = YAML()
     yaml.width = 4096

@@ -16,6 +16,8 @@ from typing import Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
+from engine.errors import UserError
+from engine.plan.model import evaluation_key
 from engine.price.model import EVALS_SHARE_ENGINE, Context, RunCost, run_cost
 from engine.price.profiles import NAMES, Constants, Profile
 from engine.price.shapes import RunShape, StudyShape
@@ -89,8 +91,8 @@ def context(study: StudyShape, profile: Profile, constants: Constants) -> Contex
 
 def job_key(run: RunShape) -> str:
     """Evaluations of one checkpoint (or of the base model) at one allocation share a job."""
-    if EVALS_SHARE_ENGINE and run.kind == "eval":
-        return f"eval:{run.evaluates or 'base'}:{run.seed if run.evaluates is None else ''}:{run.gpus}:{run.cpus}"
+    if EVALS_SHARE_ENGINE and run.kind == "eval" and not run.scores_samples:
+        return evaluation_key(run.evaluates, run.config)
     return run.id
 
 
@@ -101,15 +103,19 @@ def _members(runs: Sequence[RunShape]) -> dict[str, list[RunShape]]:
     return members
 
 
+SHARED_PARTS = ("start", "merge")  # paid once per job: the model's load
+
+
+def joiners(runs: Sequence[RunShape]) -> set[str]:
+    """Runs that join a job another run opened, so skip its start-up (SHARED_PARTS)."""
+    return {run.id for group in _members(runs).values() for run in group[1:]}
+
+
 def effective_seconds(runs: Sequence[RunShape], costs: dict[str, RunCost]) -> dict[str, float]:
     """Each run's seconds within its job: after the first, a job's runs skip the start-up."""
-    out = {}
-    for group in _members(runs).values():
-        for i, run in enumerate(group):
-            cost = costs[run.id]
-            shared = (cost.parts.get("start", 0.0) + cost.parts.get("merge", 0.0)) if i else 0.0
-            out[run.id] = cost.seconds - shared
-    return out
+    skip = joiners(runs)
+    return {run.id: costs[run.id].seconds - (sum(costs[run.id].parts.get(p, 0.0) for p in SHARED_PARTS)
+                                             if run.id in skip else 0.0) for run in runs}
 
 
 def jobs_of(runs: Sequence[RunShape], seconds: dict[str, float]) -> tuple[list[SimJob], dict[str, str]]:
@@ -125,14 +131,41 @@ def jobs_of(runs: Sequence[RunShape], seconds: dict[str, float]) -> tuple[list[S
     return jobs, job_of
 
 
-def default_slots(study: StudyShape, profile: Profile, gpus: Optional[int], cpus: Optional[int]) -> int:
+def default_slots(study: StudyShape, profile: Profile, gpus: Optional[int], cpus: Optional[int],
+                  nodes: int = 1) -> int:
+    """The slots the study is packed on: --gpus when given, else `nodes` whole nodes of the profile
+    (one node grown to the largest run when no --nodes is named)."""
     if profile.slot == "CPU":
         return cpus or os.cpu_count() or 1
     if gpus:
         return gpus
     per_node = profile.entry.slots_per_node or 8
+    if nodes > 1:
+        return per_node * nodes
     need = max((r.gpus for r in study.runs), default=1)
     return max(per_node, -(-need // per_node) * per_node)
+
+
+def held(profile: Profile, run_gpus: int, run_cpus: int) -> int:
+    """Slots a run holds for the bill: its GPUs on a GPU profile (none for a CPU-only run, such as
+    an evaluation of a served endpoint), its CPU slots on the cpu profile."""
+    return run_gpus if profile.slot == "GPU" else max(run_cpus, 1)
+
+
+def check_cluster(study: StudyShape, profile: Profile, gpus: Optional[int], nodes: int) -> None:
+    """Refuse a cluster the study cannot be packed on, naming the option to change (never a traceback)."""
+    if profile.slot != "GPU":
+        return
+    if nodes < 1:
+        raise UserError(f"--nodes must be at least 1, got {nodes}")
+    if gpus is not None and (gpus < 1 or gpus % nodes):
+        raise UserError(f"--gpus {gpus} does not split evenly over --nodes {nodes}")
+    need = max((r.gpus for r in study.runs), default=0)
+    total = default_slots(study, profile, gpus, None, nodes)
+    if need > total:
+        big = next(r for r in study.runs if r.gpus == need)
+        asked = f"--gpus {gpus}" if gpus else f"--nodes {nodes} ({total} GPUs)"
+        raise UserError(f"run {big.label} needs {need} GPUs but the forecast was asked for {asked}")
 
 
 def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None, nodes: int = 1,
@@ -141,7 +174,8 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
              elapsed: Optional[dict[str, float]] = None) -> Forecast:
     """The study's forecast; `skip` (finished runs) costs nothing, `elapsed` is subtracted from
     running runs, `scale` corrects runs by what finished ones took against their forecast."""
-    slots = default_slots(study, profile, gpus, cpus)
+    check_cluster(study, profile, gpus, nodes)
+    slots = default_slots(study, profile, gpus, cpus, nodes)
     skipped = set(skip)
     runs = [r for r in study.runs if r.id not in skipped]
     rng = random.Random(RNG_SEED)
@@ -163,10 +197,9 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
         jobs, job_of = jobs_of(runs, seconds)
         if profile.slot == "CPU":
             schedule = pack(jobs, gpus=0, cpus=slots)
-            work = sum(max(j.cpus, 1) * j.seconds for j in jobs)
         else:
             schedule = pack(jobs, gpus=slots, nodes=nodes)
-            work = sum(max(j.gpus, 1) * j.seconds for j in jobs)
+        work = sum(held(profile, j.gpus, j.cpus) * j.seconds for j in jobs)
         length, chain = critical_path(jobs)
         hours.append(work / 3600)
         walls.append(schedule.makespan)
@@ -177,7 +210,7 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
             median_costs, median_chain = costs, chain
             bound = max(length, work / slots) if profile.slot == "CPU" else lower_bound(jobs, slots)
     label = {r.id: r.label for r in study.runs}
-    run_rows = [RunForecast(id=r.id, label=r.label, unit=r.unit, kind=r.kind, slots=median_costs[r.id].slots,
+    run_rows = [RunForecast(id=r.id, label=r.label, unit=r.unit, kind=r.kind, slots=held(profile, r.gpus, r.cpus),
                             seconds=Quantiles.of(per_run[r.id]),
                             parts={k: round(v, 1) for k, v in median_costs[r.id].parts.items()},
                             steps=median_costs[r.id].steps, job=job_of.get(r.id, r.id)) for r in runs]

@@ -13,6 +13,7 @@ are in registry/hardware.yaml):
 - a GRPO step of M = B·n samples, T = M·(p̄ + r̄) tokens on G slots: generation
   max(M·r̄ / (G·θ_roll), r_max(M)·τ_roll), log-probs 2T / (G·θ_fwd), update T / (G·θ_upd),
   judging (1 − overlap)·M·c_judge / cores, plus a fixed overhead;
+- a flywheel DPO reads its source run's judged samples (samples only with `on:`);
 - repair with k rounds: generation ×k, the judging between rounds exposed, T grows with the
   transcript; SFT: tokens / (G·θ_sft); DPO: pair sampling + 2 sequences per pair at 8/6 the
   cost (policy forward + backward, reference forward); RAFT: per cycle sampling + SFT;
@@ -178,6 +179,11 @@ def evaluate_datasets(ctx: Context, run: RunShape, cost: RunCost, names: list[st
 
 
 def eval_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:
+    if run.scores_samples:  # a best_of_n run's chosen samples, one per problem: judged, nothing generated
+        protocol = run.protocol("evaluate")
+        for name in run.datasets("evaluate"):
+            cost.add("judge", judge_s(ctx, run, ctx.sizes.get(name, 0) * _n(protocol)))
+        return
     cost.add("start", ctx.c.engine_start_s)
     if run.evaluates and ctx.gpu():
         cost.add("merge", ctx.c.merge_s)
@@ -267,7 +273,12 @@ def dpo_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:
     rollout = run.protocol("rollout")
     k = int((run.config.get("pairs") or {}).get("k") or _n(rollout, 8))
     cost.add("start", ctx.c.trainer_start_s)
-    _sample(ctx, run, cost, problems, k, _cap(rollout))
+    wheel = run.config.get("flywheel") or {}
+    if not wheel:
+        _sample(ctx, run, cost, problems, k, _cap(rollout))
+    elif wheel.get("on"):  # a harvest pass of the source run's model over one train dataset
+        _sample(ctx, run, cost, ctx.sizes.get(wheel["on"], problems), _n(rollout, 8), _cap(rollout))
+    # else the flywheel reads the judged samples its source run already made: nothing sampled here
     pairs = problems * ctx.priors.dpo_pair_yield
     batch = _batch(run, ctx, 16)
     steps = _steps(run, pairs, batch)

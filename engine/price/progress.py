@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from engine.price.forecast import Quantiles, forecast
 from engine.price.shapes import RunShape, StudyShape, shape_of_lineage
-from engine.price.study import resolve_profile, seconds_of, spec_registry
+from engine.price.study import attributed_seconds, resolve_profile, spec_registry
 from engine.runs.lineage import Lineage, RunRecord, RunState, parse_iso
 from engine.train.outcome import METRICS_GLOB, read_outcome
 
@@ -99,8 +99,9 @@ def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = Non
     full = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=1)
     median = {r.id: r.seconds.p50 for r in full.runs}
     took: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    actuals = attributed_seconds(list(records.values()), median)
     for run in study.runs:
-        actual = seconds_of(records[run.id])
+        actual = actuals.get(run.id)
         if actual is not None and median.get(run.id):
             took[run.kind].append((actual, median[run.id]))
     correction = {kind: sum(a for a, _ in pairs) / sum(f for _, f in pairs) for kind, pairs in took.items()}

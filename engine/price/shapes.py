@@ -6,7 +6,7 @@ lineage (the same frozen configs, for a study's pages and `status`), so both pri
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -31,6 +31,8 @@ class RunShape:
     gpus: int
     cpus: int
     config: dict[str, Any]
+    # an evaluation of a best_of_n run's chosen samples: it judges them, loads and generates nothing
+    scores_samples: bool = False
 
     @property
     def unit(self) -> str:
@@ -66,6 +68,12 @@ class StudyShape:
 
     def by_id(self) -> dict[str, RunShape]:
         return {r.id: r for r in self.runs}
+
+
+def mark_sample_scoring(runs: list[RunShape]) -> list[RunShape]:
+    """Flag the evaluations whose target is a best_of_n run: they score its chosen samples."""
+    best_of_n = {r.id for r in runs if r.kind == "best_of_n"}
+    return [replace(r, scores_samples=True) if r.kind == "eval" and r.evaluates in best_of_n else r for r in runs]
 
 
 def _params_b(base_model: Any, registry: Registry) -> Optional[float]:
@@ -115,6 +123,7 @@ def shape_of_plan(plan: Plan, validated: ValidatedSpec) -> StudyShape:
     runs = [RunShape(id=r.id, label=r.label, kind=r.kind.value, phase=r.phase, variant=r.variant, seed=r.seed,
                      parents=tuple(r.parents), evaluates=r.evaluates, gpus=r.resources.gpus, cpus=r.resources.cpus,
                      config=r.config) for r in plan.runs]
+    runs = mark_sample_scoring(runs)
     notes: list[str] = []
     sizes, sources = _sizes([r.config for r in runs], validated.registry, dict(validated.dataset_sizes), notes)
     return StudyShape(name=plan.spec_name, runs=runs, sizes=sizes, sources=sources,
@@ -138,7 +147,7 @@ def shape_of_record(rec: RunRecord) -> RunShape:
 def shape_of_records(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord],
                      registry: Registry) -> StudyShape:
     """The study as lineage recorded it (runs in the order they were planned)."""
-    runs = [shape_of_record(r) for r in records]
+    runs = mark_sample_scoring([shape_of_record(r) for r in records])
     loaded = {d.name: d.problems for d in datasets if d.problems}
     notes: list[str] = []
     sizes, sources = _sizes([r.config for r in runs], registry, loaded, notes)

@@ -47,24 +47,10 @@ def price_plan(plan: Plan, validated: ValidatedSpec, *, gpu_type: Optional[str] 
     """The dry run's forecast and detectable differences for a planned study."""
     study = shape_of_plan(plan, validated)
     profile = resolve_profile(study, gpu_type, validated.registry)
-    _check_cluster(study, profile, gpus, nodes)
     found = comparisons(study, profile.power)
     detect = validated.spec.detect
     return StudyPrice(forecast=forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, price=price, draws=draws),
                       comparisons=found, warnings=undetectable(found, detect.min_effect if detect else None))
-
-
-def _check_cluster(study: StudyShape, profile: Profile, gpus: Optional[int], nodes: int) -> None:
-    if profile.slot != "GPU":
-        return
-    if nodes < 1:
-        raise UserError(f"--nodes must be at least 1, got {nodes}")
-    if gpus is not None and (gpus < 1 or gpus % nodes):
-        raise UserError(f"--gpus {gpus} does not split evenly over --nodes {nodes}")
-    need = max((r.gpus for r in study.runs), default=0)
-    if gpus is not None and need > gpus:
-        big = next(r for r in study.runs if r.gpus == need)
-        raise UserError(f"run {big.label} needs {need} GPUs but the forecast was asked for --gpus {gpus}")
 
 
 # ---------------------------------------------------------------- actuals
@@ -74,6 +60,38 @@ def seconds_of(rec: RunRecord) -> Optional[float]:
     if rec.state is not RunState.succeeded or not rec.started_at or not rec.finished_at:
         return None
     return (datetime.fromisoformat(rec.finished_at) - datetime.fromisoformat(rec.started_at)).total_seconds()
+
+
+def attributed_seconds(records: Sequence[RunRecord], forecast_s: dict[str, float]) -> dict[str, float]:
+    """Each finished run's actual seconds. Runs done in one process (evaluations of one checkpoint:
+    same host and pid, overlapping in time) are each stamped with the whole process's start and
+    end, so the process's time is split among them in proportion to their forecasts."""
+    finished = sorted(((r, s) for r in records if (s := seconds_of(r)) is not None),
+                      key=lambda item: item[0].started_at or "")
+    out: dict[str, float] = {}
+    groups: list[list[RunRecord]] = []
+    open_group: dict[tuple, tuple[list[RunRecord], datetime]] = {}
+    for rec, seconds in finished:
+        out[rec.id] = seconds
+        if rec.pid is None:
+            continue
+        key = (rec.host, rec.pid)
+        start, end = datetime.fromisoformat(rec.started_at or ""), datetime.fromisoformat(rec.finished_at or "")
+        group = open_group.get(key)
+        if group and start < group[1]:
+            group[0].append(rec)
+            open_group[key] = (group[0], max(group[1], end))
+        else:
+            groups.append([rec])
+            open_group[key] = (groups[-1], end)
+    for group in (g for g in groups if len(g) > 1):
+        whole = (max(datetime.fromisoformat(r.finished_at or "") for r in group)
+                 - min(datetime.fromisoformat(r.started_at or "") for r in group)).total_seconds()
+        weights = [max(forecast_s.get(r.id, 0.0), 0.0) for r in group]
+        total = sum(weights)
+        for rec, weight in zip(group, weights):
+            out[rec.id] = whole * (weight / total if total else 1 / len(group))
+    return out
 
 
 class KindActual(BaseModel):
@@ -147,9 +165,9 @@ def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[Data
     registry = registry or spec_registry(None)
     fc = fc or forecast_records(spec_name, records, datasets, registry=registry, gpu_type=gpu_type, gpus=gpus,
                                 nodes=nodes, cpus=cpus, draws=draws)
-    by_id = {r.id: r for r in records}
+    actual = attributed_seconds(records, {r.id: r.seconds.p50 for r in fc.runs})
     rows = [RunActual(id=r.id, label=r.label, kind=r.kind, forecast_s=r.seconds.p50, low_s=r.seconds.p10,
-                      high_s=r.seconds.p90, actual_s=seconds_of(by_id[r.id])) for r in fc.runs]
+                      high_s=r.seconds.p90, actual_s=actual.get(r.id)) for r in fc.runs]
     by_kind: dict[str, list[RunActual]] = defaultdict(list)
     for row in rows:
         if row.actual_s is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional, Union
 
 from engine.errors import UserError
-from engine.plan.model import Plan, Run, canonical_json
+from engine.plan.model import Plan, Run, evaluation_key
 from engine.resources import visible_gpus
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.local import LocalExecutor
@@ -218,5 +218,5 @@ def evaluation_group(run: Run) -> Optional[str]:
     Evaluations scoring a best_of_n run's chosen samples load nothing and stay alone."""
     if run.kind is not PhaseKind.eval or any("samples" in e.flows for e in run.edges):
         return None
-    how = {k: run.config.get(k) for k in ("generation", "endpoint", "resources", "base_model")}
-    return f"eval:{run.evaluates or 'base'}:{canonical_json(how)}"
+    return evaluation_key(run.evaluates, run.config)
+

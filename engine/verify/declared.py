@@ -48,9 +48,19 @@ def checker_of(verified: Optional[str]) -> Optional[str]:
 
 
 def judge_version(judge: Optional[JudgeSpec | dict[str, Any]]) -> str:
+    return _config(judge).version
+
+
+def _config(judge: Optional[JudgeSpec | dict[str, Any]]) -> JudgeConfig:
     if isinstance(judge, dict):
         judge = JudgeSpec.model_validate(judge)
-    return JudgeConfig.from_spec(judge or JudgeSpec()).version
+    return JudgeConfig.from_spec(judge or JudgeSpec())
+
+
+def _report(loaded: LoadedDataset, judge: Optional[JudgeSpec | dict[str, Any]]) -> Optional[VerifyReport]:
+    """The cached report for this judge: one judged unsandboxed only where the spec allows it."""
+    config = _config(judge)
+    return cached_report(loaded.fingerprint, config.version, allow_unsandboxed=config.allow_unsandboxed)
 
 
 def verify_targets(target: str, names: Optional[list[str]]) -> list[VerifyTarget]:
@@ -81,7 +91,7 @@ def apply_verified(loaded: LoadedDataset, verified: Optional[str], judge: Option
     the problems a checker resolves are judged with it."""
     if not verified:
         return loaded
-    report = require_report(loaded, judge_version(judge), ctx)
+    report = require_report(loaded, judge, ctx)
     checker = checker_of(verified)
     kept = set(report.kept(checker))
     resolved = {p.problem_id for p in report.problems if checker and p.checker == checker}
@@ -92,10 +102,10 @@ def apply_verified(loaded: LoadedDataset, verified: Optional[str], judge: Option
                          idlist_sha256=loaded.idlist_sha256)
 
 
-def require_report(loaded: LoadedDataset, version: str, ctx: DataContext) -> VerifyReport:
-    report = cached_report(loaded.fingerprint, version)
+def require_report(loaded: LoadedDataset, judge: Optional[JudgeSpec | dict[str, Any]], ctx: DataContext) -> VerifyReport:
+    report = _report(loaded, judge)
     if report is None:
-        raise ctx.error("verified", f"not verified yet for judge {version} (content {loaded.fingerprint[:12]})",
+        raise ctx.error("verified", f"not verified yet for judge {judge_version(judge)} (content {loaded.fingerprint[:12]})",
                         verify_fix(ctx.spec.path if ctx.spec is not None else None, loaded.name))
     return report
 
@@ -120,7 +130,6 @@ def read_declarations(validated: "ValidatedSpec") -> Declarations:
     from engine.data.loaders import load_dataset_problems
 
     out = Declarations()
-    version = judge_version(validated.spec.judge)
     for name, ds in validated.spec.datasets.items():
         if not ds.verified:
             continue
@@ -130,7 +139,7 @@ def read_declarations(validated: "ValidatedSpec") -> Declarations:
             out.warnings.append(f"{name}: `verified: {ds.verified}` not checked: {_first_line(exc)}")
             out.missing.append(f"verified problems of {name}")
             continue
-        report = cached_report(loaded.fingerprint, version)
+        report = _report(loaded, validated.spec.judge)
         if report is None:
             out.warnings.append(f"{name}: not verified yet — {verify_fix(validated.loaded.path, name)}")
             out.missing.append(f"verified problems of {name} (`rlvr-run data verify {validated.loaded.path} "

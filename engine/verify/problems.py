@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from engine.data.cache import cache_root
 from engine.files import atomic_write
 from engine.judge.api import Judge
-from engine.judge.config import JudgeConfig
+from engine.judge.config import JudgeConfig, judged_unsandboxed
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 
@@ -68,7 +68,8 @@ class ProblemCheck(BaseModel):
 class VerifyReport(BaseModel):
     dataset: str
     fingerprint: str  # content fingerprint of the problems verified
-    judge_version: str
+    judge_version: str  # the limits (`JudgeConfig.version`): the cache key
+    judged_with: str = ""  # the judge's full version, the isolation level obtained included
     verify_version: int = VERIFY_VERSION
     problems: list[ProblemCheck] = Field(default_factory=list)
 
@@ -96,23 +97,31 @@ def ids_sha256(ids: Sequence[str]) -> str:
 
 
 # ---------------------------------------------------------------- cache
-def report_path(fingerprint: str, judge_version: str, root: Optional[Path] = None) -> Path:
+def report_path(fingerprint: str, judge_version: str, root: Optional[Path] = None, *, unsandboxed: bool = False) -> Path:
+    """Reports judged without network and filesystem isolation live apart: only a spec that allows
+    unsandboxed judging reads them, so its id list never decides another spec's."""
     key = hashlib.sha256(f"{judge_version}/verify{VERIFY_VERSION}".encode()).hexdigest()[:12]
-    return (root or cache_root()) / "verify" / f"{fingerprint[:40]}-{key}.json"
+    return (root or cache_root()) / "verify" / f"{fingerprint[:40]}-{key}{'-unsandboxed' if unsandboxed else ''}.json"
 
 
-def cached_report(fingerprint: str, judge_version: str, root: Optional[Path] = None) -> Optional[VerifyReport]:
-    path = report_path(fingerprint, judge_version, root)
-    if not path.is_file():
-        return None
-    try:
-        return VerifyReport.model_validate_json(path.read_text())
-    except ValueError:
-        return None  # a torn file is verified again, never trusted
+def cached_report(fingerprint: str, judge_version: str, root: Optional[Path] = None, *,
+                  allow_unsandboxed: bool = False) -> Optional[VerifyReport]:
+    """The sandboxed report, else (where allowed) one judged unsandboxed."""
+    for unsandboxed in (False, True) if allow_unsandboxed else (False,):
+        path = report_path(fingerprint, judge_version, root, unsandboxed=unsandboxed)
+        if not path.is_file():
+            continue
+        try:
+            return VerifyReport.model_validate_json(path.read_text())
+        except ValueError:
+            continue  # a torn file is verified again, never trusted
+    return None
 
 
 def store_report(report: VerifyReport, root: Optional[Path] = None) -> Path:
-    return atomic_write(report_path(report.fingerprint, report.judge_version, root), report.model_dump_json(indent=1))
+    return atomic_write(report_path(report.fingerprint, report.judge_version, root,
+                                    unsandboxed=judged_unsandboxed(report.judged_with)),
+                        report.model_dump_json(indent=1))
 
 
 # ---------------------------------------------------------------- verification
@@ -185,12 +194,15 @@ def verify_dataset(name: str, problems: Sequence[Problem], fingerprint: str, con
                    root: Optional[Path] = None, progress: Optional[Callable[[int], None]] = None,
                    refresh: bool = False) -> tuple[VerifyReport, bool]:
     """The dataset's report (from the cache unless `refresh`) and whether it came from the cache."""
-    if not refresh and (hit := cached_report(fingerprint, config.version, root)) is not None:
+    if not refresh and (hit := cached_report(fingerprint, config.version, root,
+                                             allow_unsandboxed=config.allow_unsandboxed)) is not None:
         return hit, True
     # every failing test is reported: two references that fail different tests disagree
     with Judge(dataclasses.replace(config, max_failures_reported=10_000)) as judge:
         checks = verify_problems(problems, judge, progress=progress)
-    report = VerifyReport(dataset=name, fingerprint=fingerprint, judge_version=config.version, problems=checks)
+        judged_with = judge.version
+    report = VerifyReport(dataset=name, fingerprint=fingerprint, judge_version=config.version,
+                          judged_with=judged_with, problems=checks)
     store_report(report, root)
     return report, False
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from engine.data.toy import toy_problems
 from engine.evaluate.backends.base import Decoding
 from engine.evaluate.records import GenerationRecord, Keys, SampleRecord, append, read
-from engine.evaluate.runner import Task, judge, judge_records
+from engine.evaluate.stages import Task, judge, judge_records
 from engine.judge.api import Judge
 from engine.judge.config import JudgeConfig
 
@@ -42,3 +42,20 @@ def test_rejudge_keeps_and_rejudges_the_repair_rounds(tmp_path):
     assert repaired.conversation == [{"role": "user", "content": "q"}]  # what it followed is kept
     assert records[(now_passing.id, 1)].accepted  # its round-2 answer would never have been asked for
     assert all(r.judge_version == "new" for r in records.values())
+
+
+def test_samples_of_another_judge_version_are_judged_again_on_resume(tmp_path):
+    """An attempt judged (say) unsandboxed, resumed where the judge isolates: the metrics carry the
+    resumed judge's version, so no sample may keep the earlier one's verdict, repair rounds included."""
+    fixed = [p for p in toy_problems("valid", 0) if p.kind == "stdio"][0]
+    task = Task(dataset="toy", problems=[fixed], prompts=["q"], keys=KEYS, decoding=Decoding(), out_dir=tmp_path)
+    first = _gen(fixed.id, WRONG)
+    append(task.generations, [first])
+    with Judge(JudgeConfig(workers=1)) as j:
+        [old] = judge_records([first], {fixed.id: fixed}, j, "rlvr-judge-1/local/none")
+        repaired = _gen(fixed.id, f"```python\n{fixed.solutions[0]}\n```", 2, old.uid)
+        append(task.samples, [old, *judge_records([repaired], {fixed.id: fixed}, j, "rlvr-judge-1/local/none")])
+        judge(task, j, "rlvr-judge-1/local/userns+netns+ipcns+mountns+pidns")
+    records = list(read(task.samples, SampleRecord, KEYS))
+    assert len(records) == 2 and {r.round for r in records} == {1, 2}
+    assert all(r.judge_version.endswith("/userns+netns+ipcns+mountns+pidns") for r in records)

@@ -85,3 +85,26 @@ def test_a_record_appended_after_a_torn_line_starts_its_own_line(tmp_path):
     append(path, [record.model_copy(update={"problem_id": "b"})])
     assert [r.problem_id for r in read(path, GenerationRecord)] == ["a", "b"]
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_a_judge_that_may_not_judge_refuses_before_anything_is_generated(tiny_model, tmp_path):
+    """Checkpoint selection and evaluation both go through here: a judge without isolation (real
+    workers started as nobody with an unmapped group, which get none) stops the stage before the
+    model is asked for a single sample, not after generating the whole dataset."""
+    import os
+    import shutil
+
+    import pytest
+
+    from engine.judge.api import UnsandboxedJudge
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root to start workers as nobody with an unmapped group")
+    nobody = tmp_path / "python-as-nobody"
+    nobody.write_text(f"#!/bin/sh\nexec unshare --user --map-user=65534 {sys.executable} \"$@\"\n")
+    nobody.chmod(0o755)
+    task = _task(tmp_path)
+    with Judge(JudgeConfig(workers=1, python=str(nobody))) as judge, Server(str(tiny_model)) as up:
+        with pytest.raises(UnsandboxedJudge):
+            stages.generate_and_judge(task, make_generator("openai", model="tiny", base_url=up.base_url), judge, "v1")
+        assert up.requests == 0

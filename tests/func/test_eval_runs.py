@@ -182,7 +182,7 @@ def test_an_outage_publishes_no_number_and_the_next_run_generates_the_failed_sam
     metrics = run_dir / "outputs" / "metrics.json"
 
     def evaluate(server) -> dict:
-        args = ["evaluate", "--run-dir", str(run_dir), "--model", "tiny", "--backend", "openai",
+        args = ["evaluate", "--run-dir", str(run_dir), "--model", "tiny",
                 "--base-url", server.base_url]
         assert main(args) == 0
         return json.loads(metrics.read_text())["datasets"][0]["metrics"]

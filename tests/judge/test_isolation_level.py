@@ -107,3 +107,54 @@ def test_the_judges_working_directory_and_the_run_directory_are_hidden(tmp_path,
         result = judge.judge(ADD, "seen = []\n" + reads + "def add(a, b):\n    return a + b if not seen else 0\n",
                              code_is_program=True)
     assert result.accepted, (result.verdict, result.failures[:1])
+
+
+def test_a_replacement_worker_at_a_weaker_level_stops_the_judge(tmp_path):
+    """The version a caller records before judging names the first workers' level: a worker that
+    dies and comes back weaker (here a real one started as nobody with an unmapped group, which
+    gets no isolation at all) must stop the judge, never judge under the stronger name."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root to start a worker as nobody with an unmapped group")
+    from engine.judge.config import IsolationChanged
+
+    weaker = tmp_path / "python-as-nobody"
+    weaker.write_text(f"#!/bin/sh\nexec unshare --user --map-user=65534 {sys.executable} \"$@\"\n")
+    weaker.chmod(0o755)
+    with Judge(JudgeConfig(workers=1, cache=False)) as judge:
+        version = judge.version
+        assert not judged_unsandboxed(version)
+        assert judge.judge(ADD, GOOD, code_is_program=True).accepted
+        judge.backend.config.python = str(weaker)  # whatever starts next starts weaker
+        for worker in judge.backend._all:
+            worker.proc.kill()
+            worker.proc.wait()
+        with pytest.raises(IsolationChanged, match="'none'"):
+            judge.judge(ADD, GOOD + "# after the death\n", code_is_program=True)
+        with pytest.raises(IsolationChanged):  # and for good: no later call judges under the old name
+            judge.judge(ADD, GOOD + "# later\n", code_is_program=True)
+
+
+def test_the_reward_stops_training_when_the_level_changes(tmp_path):
+    """A GRPO step whose judge changed level fails with the fix; it never trains on rewards of 0."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root to start a worker as nobody with an unmapped group")
+    from engine.judge import reward
+    from engine.judge.config import IsolationChanged
+    from engine.judge.ground_truth import ground_truth_from_problem
+
+    config = tmp_path / "config.yaml"
+    config.write_text("judge: {concurrency: 1}\n")
+    truth = ground_truth_from_problem(ADD)
+    answer = "```python\n" + GOOD + "```"
+    [first] = reward.compute_score_batch(["toy"], [answer], [truth], run_config=str(config))
+    assert first["score"] == 1.0
+    judge = reward._JUDGES.get(reward.RewardSettings.resolve({"run_config": str(config)}, None))
+    weaker = tmp_path / "python-as-nobody"
+    weaker.write_text(f"#!/bin/sh\nexec unshare --user --map-user=65534 {sys.executable} \"$@\"\n")
+    weaker.chmod(0o755)
+    judge.backend.config.python = str(weaker)
+    for worker in judge.backend._all:
+        worker.proc.kill()
+        worker.proc.wait()
+    with pytest.raises(IsolationChanged):
+        reward.compute_score_batch(["toy"], [answer.replace("b\n", "b  # changed\n")], [truth], run_config=str(config))

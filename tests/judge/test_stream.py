@@ -65,3 +65,12 @@ def test_abandoning_a_stream_leaves_the_judge_usable():
         stream.close()  # two workers busy with busy loops: both are replaced
         assert judge.judge(ADD, GOOD, code_is_program=True).accepted
         assert len(judge.backend._all) == 2
+
+
+def test_a_judge_used_again_after_close_starts_fresh_workers():
+    with Judge(JudgeConfig(workers=1, cache=False)) as judge:
+        assert judge.judge(ADD, GOOD, code_is_program=True).accepted
+        version = judge.version
+        judge.close()
+        assert judge.judge(ADD, GOOD + "# again\n", code_is_program=True).accepted
+        assert judge.version == version

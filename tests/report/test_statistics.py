@@ -76,7 +76,7 @@ def test_a_variant_with_its_own_from_is_compared_with_that_parent():
 
 
 def test_sampled_evaluations_of_training_seeds_draw_independent_decoding_seeds():
-    from engine.evaluate.run import decoding_of
+    from engine.evaluate.eval_run import decoding_of
 
     sampled = {"temperature": 0.8, "n": 4, "seed": 7}
     seeds = {decoding_of(sampled, s).seed for s in (1, 2, 3)}

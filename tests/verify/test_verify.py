@@ -13,12 +13,13 @@ from engine.data.convert import problem_from_codecontests_derived
 from engine.errors import SpecError
 from engine.judge.api import Judge
 from engine.judge.checkers import get_checker
-from engine.judge.config import JudgeConfig
+from engine.judge.config import JudgeConfig, judged_unsandboxed
 from engine.problem import FunctionTests, Problem
 from engine.runs.preflight import preflight
 from engine.verify.problems import (
     Status,
     cached_report,
+    store_report,
     verify_dataset,
     verify_problems,
 )
@@ -163,3 +164,16 @@ def test_a_checker_keeps_what_it_resolves_and_the_run_judges_with_it(tmp_path, s
     loaded = load_frozen_dataset("cc_train", entry, checked.validated.registry, sft.config["judge"])
     assert {p.id.split("/")[1]: p.checker for p in loaded.problems} == {
         "1012_b_chemical_table_214": None, "1461_c_random_events_9295": "float_1e-6"}
+
+
+def test_a_report_judged_unsandboxed_decides_no_sandboxed_specs_id_list(sample, tmp_path):
+    """The cache key names the limits, not the isolation level: a report judged at level none (a
+    spec with `allow_unsandboxed: true` on a machine without user namespaces) is read only by a
+    judge that allows unsandboxed judging too."""
+    config = JudgeConfig(timeout_s=1.0)
+    first, _ = verify_dataset("cc", sample[:1], "e" * 64, config, root=tmp_path)
+    assert first.judged_with.startswith(config.version + "/") and not judged_unsandboxed(first.judged_with)
+    unsandboxed = first.model_copy(update={"fingerprint": "d" * 64, "judged_with": config.version + "/none"})
+    store_report(unsandboxed, tmp_path)
+    assert cached_report("d" * 64, config.version, tmp_path) is None
+    assert cached_report("d" * 64, config.version, tmp_path, allow_unsandboxed=True) == unsandboxed

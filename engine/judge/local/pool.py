@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
 from engine.judge.cases import CasePlan, function_plan, stdio_plan
-from engine.judge.config import JudgeConfig, JudgeJob, given_cpus, test_count
+from engine.judge.config import IsolationChanged, JudgeConfig, JudgeJob, given_cpus, test_count
 from engine.judge.local import wire
 from engine.judge.local.worker import REPO
 from engine.judge.verdict import SampleResult, TestResult, Verdict
@@ -133,14 +133,23 @@ class LocalBackend:
         self._all: list[_WorkerProcess] = []
         self._lock = threading.Lock()
         self._isolation = self._level = ""
+        self._changed: str | None = None  # why this pool judges no more (a worker's level changed)
         self._cpus = worker_cpus(config)
 
     def _start(self) -> None:
         with self._lock:
             if self._all:
                 return
+            if self._changed:
+                raise IsolationChanged(self._changed)
             with ThreadPoolExecutor(self.config.workers) as pool:
                 started = list(pool.map(self._spawn, range(self.config.workers)))
+            levels = sorted({w.level for w in started} | ({self._level} if self._level else set()))
+            if len(levels) > 1:  # the kernel refused some workers what it gave others (or a closed pool's)
+                for w in started:
+                    w.close()
+                raise IsolationChanged(f"the judge's workers obtained different isolation levels ({', '.join(levels)}); "
+                                       "one judge version cannot name them all\n  fix: " + _LEVEL_FIX)
             for w in started:
                 self._all.append(w)
                 self._idle.put(w)
@@ -164,6 +173,8 @@ class LocalBackend:
         from `jobs` a few ahead of the workers (`read_ahead`), or only when a worker is idle (an
         iterable that may block waiting for its next item). Calls from several threads share
         the workers."""
+        if self._changed:
+            raise IsolationChanged(self._changed)
         feed = _Feed(jobs, read_ahead=read_ahead)
         busy: dict[int, tuple[_WorkerProcess, int, JudgeJob]] = {}  # answer fd → (worker, index, job)
         try:
@@ -176,7 +187,10 @@ class LocalBackend:
                     yield i, self._collect(worker, job)
         finally:
             for worker, _, _ in busy.values():  # abandoned or interrupted: their answers are never read
-                self._idle.put(self._replace(worker))
+                try:
+                    self._idle.put(self._replace(worker))
+                except IsolationChanged:
+                    pass  # raised at the next use; the exception already leaving here is the one to see
 
     def _dispatch(self, feed: "_Feed", busy: dict) -> Iterator[tuple[int, SampleResult]]:
         """Hand pending jobs to idle workers; wait for one only when nothing is in flight."""
@@ -234,9 +248,20 @@ class LocalBackend:
         return head, plan
 
     def _replace(self, dead: _WorkerProcess) -> _WorkerProcess:
+        """A fresh worker in the dead one's slot. One that comes up at another isolation level (the
+        kernel out of user namespaces, say) stops this judge for good: the version its caller recorded
+        before judging names the first workers' level, and a weaker one must never hide behind it."""
         dead.close()
         fresh = self._spawn(dead.slot)
         with self._lock:
+            if fresh.level != self._level:
+                fresh.close()
+                self._all.remove(dead)
+                self._changed = self._changed or (
+                    f"a replacement judge worker obtained isolation {fresh.level!r}, not the {self._level!r} "
+                    f"of the judge version already recorded ({fresh.isolation}); judging stops rather than "
+                    "record numbers under the wrong level\n  fix: " + _LEVEL_FIX)
+                raise IsolationChanged(self._changed)
             self._all[self._all.index(dead)] = fresh
         return fresh
 
@@ -245,6 +270,11 @@ class LocalBackend:
             for w in self._all:
                 w.close()
             self._all.clear()
+            self._idle = queue.Queue()  # closed workers must never be handed a job again
+
+
+_LEVEL_FIX = ("rerun once the machine has user namespaces to spare (sysctl user.max_user_namespaces) "
+              "and processes to spare; the numbers judged so far are kept")
 
 
 def _encode(message: dict) -> bytes:
