@@ -24,9 +24,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=command)
 
 
+ACTIVE = ("running", "queued", "planned")
+
+
 def _eta(args: argparse.Namespace, report):
+    """The time left, only while some run of one spec is still to finish: a finished study has none,
+    and forecasting it would parse the registry for a line that says 0s."""
     specs = {r.spec_name for r in report.runs}
-    if len(specs) != 1:
+    if len(specs) != 1 or not any(r.state.value in ACTIVE for r in report.runs):
         return None
     from engine.price.progress import study_eta
     from engine.runs.lineage import LINEAGE_FILE, open_lineage
@@ -59,7 +64,7 @@ def command(args: argparse.Namespace) -> int:
 
     with Live(render_status(report, render_eta(eta) if eta else None), console=console,
               refresh_per_second=1, transient=False) as live:
-        while any(r.state.value in ("running", "queued", "planned") for r in report.runs):
+        while any(r.state.value in ACTIVE for r in report.runs):
             time.sleep(args.every)
             report, eta = _view(args)
             live.update(render_status(report, render_eta(eta) if eta else None))

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from engine.plan.key import RunKey
 from engine.spec.model import TRAINED_KINDS, PhaseKind, ProtocolSpec, Resources
 from engine.spec.validated import AppliedWaiver
 
@@ -41,18 +42,6 @@ class RunDataset(BaseModel):
     uses: list[str]
     ids_sha256: Optional[str] = None  # of its frozen id list, when it has one
     fingerprint: Optional[str] = None  # what pins its problems (id list or fixed split)
-
-
-class RunKey(BaseModel):
-    """Who a run is: its id and the coordinates a person reads (lineage and exports reuse it)."""
-
-    id: str
-    spec_name: str
-    phase: str
-    variant: Optional[str] = None
-    seed: Optional[int] = None
-    kind: PhaseKind
-    trainer: Optional[str] = None
 
 
 class Run(RunKey):

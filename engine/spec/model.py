@@ -13,6 +13,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from engine.spec.kinds import PhaseKind
+
 Scalar = Union[str, int, float, bool, None]
 # The error type of the models' own checks (PydanticCustomError(SPEC_ADVICE, message, {"fix": ...})):
 # reported in their words with their fix, never echoing the value (it may be a secret).
@@ -28,16 +30,6 @@ class Role(str, Enum):
     valid = "valid"
     test = "test"
     regression = "regression"
-
-
-class PhaseKind(str, Enum):
-    eval = "eval"
-    best_of_n = "best_of_n"
-    sft = "sft"
-    dpo = "dpo"
-    grpo = "grpo"
-    repair = "repair"
-    raft = "raft"  # rejection-sampling fine-tuning: sample, judge, SFT on the accepted, repeat
 
 
 TRAINED_KINDS = frozenset({PhaseKind.sft, PhaseKind.dpo, PhaseKind.grpo, PhaseKind.repair, PhaseKind.raft})

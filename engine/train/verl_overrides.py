@@ -437,8 +437,8 @@ def _composed_groups(config_name: str, groups: tuple[str, ...]) -> Any:
 
 def cache_file(kind: str, config_name: str, overrides: tuple[str, ...]) -> Path:
     """Where a verl check's success is kept: named by the installed verl and hydra versions,
-    verl's config files (names, sizes, times), the checking code, the config name and the
-    exact overrides, so a change in any of them checks again."""
+    verl's source and config files (names, sizes, times), the checking code, the config name
+    and the exact overrides, so a change in any of them checks again."""
     blob = json.dumps([kind, _installed_fingerprint(), config_name, list(overrides)])
     return cache_root() / "verl" / f"{kind}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}.json"
 
@@ -448,9 +448,12 @@ def _installed_fingerprint() -> str:
     from importlib.metadata import version
 
     parts = [version("verl"), version("hydra-core"), version("omegaconf")]
-    folder = config_dir()
+    # The whole package, not only its config folder: verl's config check instantiates dataclasses
+    # from across it (workers/config, utils/config), and an editable or patched verl keeps its
+    # version while its checks change; a clean result kept from the old code would hide an error.
+    folder = config_dir().parents[1]
     for file in sorted(folder.rglob("*")):
-        if file.is_file():
+        if file.suffix in (".py", ".yaml", ".json") and file.is_file():
             stat = file.stat()
             parts.append(f"{file.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}")
     here = Path(__file__).parent

@@ -55,3 +55,6 @@ def test_status_loads_no_heavy_library(tmp_path):
                            f"    engine.cli.main(['status', '--runs-dir', {str(tmp_path)!r}])")
     assert "engine.runs.lineage.store" in modules
     assert not heavy_in(modules)
+    # nor the spec's schema, the plan's models or the forecast: a finished study reads its lineage only
+    assert not {"engine.spec.model", "engine.spec.validated", "engine.plan.model", "engine.price.progress",
+                "engine.spec.registry"} & set(modules)

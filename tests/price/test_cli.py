@@ -4,6 +4,7 @@ actual, --fit), `status` with the time left."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,21 @@ def test_an_unknown_profile_lists_the_known_ones(runs_dir, capsys):
 def test_status_watch_ends_when_nothing_runs(runs_dir, capsys):
     assert main(["status", "synth", "--runs-dir", str(runs_dir), "--watch", "--every", "0.1"]) == 0
     out = capsys.readouterr().out
-    assert "runs of synth" in out and "time left" in out
+    # a finished study has no time left to forecast (and status skips the registry it would parse)
+    assert "runs of synth" in out and "time left" not in out
+    assert main(["status", "synth", "--runs-dir", str(runs_dir), "--json"]) == 0
+    assert "eta" not in json.loads(capsys.readouterr().out)
     assert main(["status", "synth", "--runs-dir", str(runs_dir), "--every", "0"]) == 2
+
+
+def test_status_forecasts_the_time_left_while_a_run_runs(tmp_path, capsys):
+    synthetic.build(tmp_path, seeds=1, problems=5)
+    with sqlite3.connect(tmp_path / "lineage.sqlite") as db:  # a run caught mid-way, as after a crash
+        db.execute("UPDATE runs SET state = 'running', finished_at = NULL WHERE id = 'sft--1'")
+    assert main(["status", "synth", "--runs-dir", str(tmp_path)]) == 0
+    assert "time left" in capsys.readouterr().out
+    assert main(["status", "synth", "--runs-dir", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["eta"]["total"] > 0
 
 
 def test_validate_warns_when_a_declared_ablation_cannot_see_the_spec_threshold(tmp_path, capsys):

@@ -120,3 +120,24 @@ def test_a_clean_check_cached_never_hides_a_changed_value(cache, tmp_path):
     with pytest.raises(SpecError, match="each GPU's share of a mini batch"):
         preflight(broken, content=False)
     preflight(GOLDEN_SPEC, content=False)  # and the warm cache still passes the good spec
+
+
+def test_a_change_in_verls_own_checks_checks_again(cache, tmp_path, monkeypatch):
+    """A patched verl keeps its version: its source files name the cache too, not only its configs."""
+    package = tmp_path / "verl"
+    (package / "trainer" / "config").mkdir(parents=True)
+    (package / "trainer" / "config" / "ppo_trainer.yaml").write_text("data: {}\n")
+    (package / "utils").mkdir()
+    check = package / "utils" / "config.py"
+    check.write_text("def validate_config(config): pass\n")
+    monkeypatch.setattr(verl_overrides, "config_dir", lambda: package / "trainer" / "config")
+
+    def kept() -> Path:
+        verl_overrides._installed_fingerprint.cache_clear()
+        return verl_overrides.cache_file("checked", "ppo_trainer", LINES)
+
+    before = kept()
+    assert kept() == before
+    check.write_text("def validate_config(config): assert config.data.train_batch_size % 7 == 0\n")
+    assert kept() != before
+    verl_overrides._installed_fingerprint.cache_clear()

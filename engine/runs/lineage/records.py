@@ -8,7 +8,7 @@ from typing import Optional
 
 from pydantic import BaseModel
 
-from engine.plan.model import RunKey
+from engine.plan.key import RunKey
 
 
 class RunState(str, Enum):

@@ -14,13 +14,11 @@ import contextlib
 import socket
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
 
 from engine.runs.lineage.sqlite import Database
 
 from engine.errors import UserError
-from engine.plan.model import Plan
-from engine.runs.lineage.from_plan import leak_records, plan_records, spec_record, waiver_records
 from engine.runs.lineage.migrations import MIGRATIONS
 from engine.runs.lineage.records import (
     FINISHED,
@@ -38,7 +36,10 @@ from engine.runs.lineage.records import (
     WaiverRecord,
     now_iso,
 )
-from engine.spec.validated import ValidatedSpec
+
+if TYPE_CHECKING:  # reading a lineage (status, report) needs neither the spec's schema nor the plan's
+    from engine.plan.model import Plan
+    from engine.spec.validated import ValidatedSpec
 
 LINEAGE_FILE = "lineage.sqlite"
 
@@ -129,6 +130,8 @@ class Lineage:
         self, plan: Plan, validated: ValidatedSpec, run_dirs: Optional[Mapping[str, Path]] = None
     ) -> list[str]:
         """Record the spec, its waivers and every run of `plan`; returns the ids of new runs."""
+        from engine.runs.lineage.from_plan import leak_records, plan_records, spec_record, waiver_records
+
         self.record_spec(spec_record(validated))
         self.record_waivers(waiver_records(validated))
         self.record_leaks(validated.spec.name, leak_records(validated))
