@@ -3,16 +3,19 @@ judge settings and the public tests of the prompt the run showed — not the def
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
 from engine.data.toy import toy_problems
+from engine.judge.config import JudgeConfig
 from engine.report.failures import LazyJudge, Shown, public_case, shown
 
-# passes the toy problem's public test, after 1.5 s of CPU: within the default 6 s, not the run's 0.5 s
-SLOW = ("```python\nimport time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass\n"
-        "print({answer!r}, end='')\n```")
+# the toy problem's public answer written as a float: right under the run's `compare: float`,
+# wrong under the default token comparison (a CPU time limit would not do: a toy stdio problem's
+# own 2 s limit takes precedence over any judge timeout)
+AS_FLOAT = "```python\nprint({answer!r} + '.0000000001')\n```"
 
 
 def _run_dir(tmp_path: Path) -> Path:
@@ -21,7 +24,7 @@ def _run_dir(tmp_path: Path) -> Path:
     config = {"run_id": "r", "kind": "eval", "base_model": {"path": "tiny", "chat": True},
               "datasets": {"toy_valid": {"source": "toy", "split": "valid", "role": "valid"}},
               "protocols": {"evaluate": {"name": "greedy", "prompt": "short_chat", "n": 1}},
-              "judge": {"timeout_s": 0.5}}
+              "judge": {"compare": "float"}}
     with (run_dir / "config.yaml").open("w") as handle:
         YAML(typ="safe").dump(config, handle)
     return run_dir
@@ -31,10 +34,13 @@ def test_a_failure_case_is_judged_with_the_runs_judge(tmp_path):
     problem = next(p for p in toy_problems("valid", 0) if p.kind == "stdio")
     public = next(t for t in problem.stdio_tests if t.kind == "public")
     run = shown(_run_dir(tmp_path), "toy_valid")
-    assert isinstance(run, Shown) and run.judge.timeout_s == 0.5
+    assert isinstance(run, Shown) and run.judge.compare == "float"
+    answer = AS_FLOAT.format(answer=public.output.strip())
     with LazyJudge() as judge:
-        case = public_case(judge, run, problem.id, SLOW.format(answer=public.output))
-    assert case.startswith("public test 1: TIMEOUT"), case
+        case = public_case(judge, run, problem.id, answer)
+        assert case.startswith("passes the public tests (1/1)"), case
+        defaults = dataclasses.replace(run, judge=JudgeConfig())  # what the page judged with before
+        assert public_case(judge, defaults, problem.id, answer).startswith("public test 1: WRONG_ANSWER")
 
 
 def test_a_function_problem_whose_prompt_shows_no_example_has_no_public_case(tmp_path):
