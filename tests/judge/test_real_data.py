@@ -152,6 +152,10 @@ CC_FLAKY = {"1278_f_cards": "about 5.5 s CPU", "1172_c1_nauuo_and_pictures_easy_
             "1238_e_keyboard_purchase": "about 6 s CPU", "1503_e_2coloring": "about 6 s CPU",
             "653_e_bear_and_forgotten_tree_2": "about 6 s CPU"}
 
+# About 6 s of CPU against the 10 s limit: on a loaded machine its wall-clock guard (20 s) can stop it first.
+MBPP_LOAD_SENSITIVE = {"123": "about 6 s CPU"}
+
+
 def _rows(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as fh:
@@ -176,7 +180,8 @@ def test_humaneval_canonical_all_accepted(judge, datasets_dir):
 def test_mbpp_reference_accepted(judge, datasets_dir, name, sanitized, count):
     problems = [problem_from_mbpp(r, sanitized=sanitized) for r in _rows(datasets_dir / name)]
     results = judge.judge_many([(p, p.solutions[0]) for p in problems], code_is_program=True)
-    bad = {r.problem_id: (r.verdict.value, r.failures[:1]) for r in results if not r.accepted}
+    bad = {r.problem_id: (r.verdict.value, r.failures[:1]) for r in results if not r.accepted
+           and not (r.problem_id.split("/")[-1] in MBPP_LOAD_SENSITIVE and r.verdict.value == "TIMEOUT")}
     assert len(results) == count
     assert set(bad) == {k for k in MBPP_BROKEN if k.startswith(problems[0].source + "/")}, bad
     if not sanitized:
