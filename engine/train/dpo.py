@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any, Optional, Sequence
 
+from engine.files import atomic_write
 from engine.errors import UserError
 from engine.evaluate.records import SampleRecord
 from engine.evaluate.score import score_model
@@ -64,7 +65,7 @@ def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
                                                 lambda p: _plain(choice.prompt(p)), choice.response, judge)
     path = run.run_dir / PAIRS_FILE
     flywheel.write_jsonl(path, pairs)
-    flywheel.write_atomic(report_path(path), report.model_dump_json(indent=2) + "\n")
+    atomic_write(report_path(path), report.model_dump_json(indent=2) + "\n")
     print(f"harvest: {harvested.samples} judged training samples of {wheel.of} ({wheel.of_run}): "
           + ", ".join(f"{c} {n}" for c, n in harvested.harvested.items())
           + f"; pairs {len(pairs)} ({json.dumps(report.pairs_by_class)}), no chosen answer for "

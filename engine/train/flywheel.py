@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
+from engine.files import atomic_write, read_jsonl
 from engine.errors import UserError
 from engine.evaluate.backends.base import Backend, generate
 from engine.evaluate.records import GEN_ERROR, SampleRecord, read
@@ -99,14 +99,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-    return path
-
-
 def classify(verdict: str, truncated: bool) -> str:
     """A sample's class: ACCEPTED, `truncated` (a failing sample cut at the token limit), or its verdict."""
     if verdict == ACCEPTED:
@@ -159,15 +151,8 @@ def record_samples(source_dir: Path, folders: Sequence[Path]) -> Iterable[tuple[
 
 
 def _jsonl(path: Path) -> Iterable[dict[str, Any]]:
-    if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill
-        if isinstance(row, dict) and "problem_id" in row and "completion" in row:
-            yield row
+    """The sample rows of a records or traces file (torn lines skipped by `read_jsonl`)."""
+    return (row for row in read_jsonl(path) if "problem_id" in row and "completion" in row)
 
 
 def source_samples(source_dir: Path, kind: str, classes: Sequence[str] = ()) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -216,9 +201,9 @@ def harvest(run_dir: Path, wheel: FrozenFlywheel, problems: dict[str, Problem],
         samples=sum(by_class.values()), outside_training=outside, by_class=dict(by_class.most_common()),
         harvested={c: sum(h.error_class == c for h in failures) for c in wheel.classes},
         accepted=len(kept) - len(failures), problems_with_failures=len({h.problem_id for h in failures}))
-    path = write_atomic(run_dir / HARVEST_FILE, "".join(h.model_dump_json() + "\n" for h in kept))
+    path = atomic_write(run_dir / HARVEST_FILE, "".join(h.model_dump_json() + "\n" for h in kept))
     report.sha256 = sha256_file(path)
-    write_atomic(run_dir / HARVEST_REPORT, report.model_dump_json(indent=2) + "\n")
+    atomic_write(run_dir / HARVEST_REPORT, report.model_dump_json(indent=2) + "\n")
     return kept, report
 
 
@@ -414,7 +399,7 @@ def write_jsonl(path: Path, rows: Iterable[BaseModel | dict[str, Any]]) -> str:
     """Write atomically; returns the file's sha256."""
     text = "".join((r.model_dump_json() if isinstance(r, BaseModel) else json.dumps(r, ensure_ascii=False)) + "\n"
                    for r in rows)
-    return sha256_file(write_atomic(path, text))
+    return sha256_file(atomic_write(path, text))
 
 
 def decoding_of_source(source: Path) -> Any:
