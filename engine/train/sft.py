@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from engine.files import atomic_write
 from engine.errors import UserError
 from engine.evaluate.eval_run import Settings, generator_for
 from engine.judge.api import Judge
@@ -61,7 +62,7 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
             backend.close()
         flywheel.write_jsonl(rows_path, rows)
     mixed = flywheel.mix(base, rows, report)
-    flywheel.write_atomic(report_path, report.model_dump_json(indent=2) + "\n")
+    atomic_write(report_path, report.model_dump_json(indent=2) + "\n")
     print(f"repair mix: {report.repaired} of {report.failures} harvested failures corrected "
           f"({json.dumps(report.corrected_from)}; {report.no_public_tests} on problems without public tests); "
           f"{report.mixed_rows} repair rows in "
