@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,10 @@ class LoopbackHead:
         self.root.mkdir(parents=True, exist_ok=True)
         self.token_path = self.root / "token"
         self.token_path.write_text(secrets.token_hex(32))
+        # Ray's session folder holds AF_UNIX sockets (107 bytes at most): a pytest temp path under
+        # xdist (`/tmp/pytest-of-root/pytest-283/popen-gw0/...`) is too long, so the head's own
+        # folder is a short one straight under the system temp dir.
+        self.ray_dir = Path(tempfile.mkdtemp(prefix="rlvr-ray-"))
         self.ports = {flag: _free_port() for flag in PORT_FLAGS}
         self.address = f"http://127.0.0.1:{self.ports['--dashboard-port']}"
 
@@ -56,9 +62,12 @@ class LoopbackHead:
         worker_port = _free_port()
         command = [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--num-cpus={self.cpus}", "--num-gpus=0",
                    "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-                   "--disable-usage-stats", f"--temp-dir={self.root / 'ray'}", *ports,
+                   "--disable-usage-stats", f"--temp-dir={self.ray_dir}", *ports,
                    f"--min-worker-port={worker_port}", f"--max-worker-port={worker_port + 50}"]
-        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+        if done.returncode:
+            tail = done.stderr.decode("utf-8", "replace")[-4000:]
+            raise RuntimeError(f"`ray start --head` exited {done.returncode}:\n{tail}")
 
     def processes(self) -> list[psutil.Process]:
         """The head's processes: those with our marker, their descendants, and any holding a file in
@@ -75,7 +84,7 @@ class LoopbackHead:
         return list(found.values())
 
     def _holds_our_files(self, proc: psutil.Process) -> bool:
-        return any(f.path.startswith(str(self.root)) for f in proc.open_files())
+        return any(f.path.startswith((str(self.root), str(self.ray_dir))) for f in proc.open_files())
 
     def stop(self, grace_s: float = 3.0) -> None:  # a test head keeps nothing worth a clean shutdown
         procs = self.processes()
@@ -91,3 +100,4 @@ class LoopbackHead:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(alive, timeout=grace_s)
+        shutil.rmtree(self.ray_dir, ignore_errors=True)
