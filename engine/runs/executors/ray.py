@@ -40,6 +40,7 @@ import httpx
 
 from engine.errors import UserError
 from engine.runs.executors.base import RUN_ID_ENV, Job, Started
+from engine.runs.executors.ray_logs import LogTail
 from engine.runs.lineage import RunRecord, now_iso
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -87,8 +88,8 @@ def auth_token_from_env(env: Optional[dict[str, str]] = None) -> Optional[str]:
 class _Tracked:
     submission_id: str
     log_chars: int = 0  # how much of the job's log is already in the attempt log
+    tail: Optional[LogTail] = None  # follows the job's log into the attempt log while it runs
     next_status_at: float = 0.0
-    next_log_at: float = 0.0
     unreachable_since: Optional[float] = None
     last_error: str = ""
 
@@ -101,19 +102,20 @@ class RayExecutor:
     auth_token: Optional[str] = None
     python: str = field(default_factory=lambda: sys.executable)  # the interpreter jobs run (a shared venv)
     status_every_s: float = 0.5
-    log_every_s: float = 2.0
+    log_retry_s: float = 2.0  # a dropped log stream is opened again after this pause
     unreachable_after_s: float = 60.0  # a cluster silent this long fails the runs it holds
     timeout_s: float = 10.0
     _client: httpx.Client = field(init=False, repr=False)
     _cluster_gpus: Optional[float] = field(init=False, default=None, repr=False)
+    _tails: set[LogTail] = field(init=False, default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.address = self.address.rstrip("/")
         if "://" not in self.address:
             self.address = f"http://{self.address}"
         self.shared_dir = Path(self.shared_dir).resolve() if self.shared_dir is not None else None
-        headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
-        self._client = httpx.Client(base_url=self.address, headers=headers, timeout=self.timeout_s)
+        self._headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+        self._client = httpx.Client(base_url=self.address, headers=self._headers, timeout=self.timeout_s)
 
     # ------------------------------------------------------------ cluster
     def connect(self) -> dict[str, Any]:
@@ -138,6 +140,8 @@ class RayExecutor:
         return int(self._cluster_gpus)
 
     def close(self) -> None:
+        for tail in list(self._tails):
+            tail.stop()
         self._client.close()
 
     # ------------------------------------------------------------ protocol
@@ -204,6 +208,7 @@ class RayExecutor:
             return self._unreachable(started, tracked, exc)
         tracked.unreachable_since = None
         if info is None:
+            self._stop_tail(tracked)
             started.detail = f"Ray job {tracked.submission_id} vanished from the cluster (head restarted?)"
             return 1
         if info["status"] not in TERMINAL:
@@ -217,16 +222,14 @@ class RayExecutor:
         return code
 
     def _look(self, started: Started, tracked: _Tracked, now: float) -> tuple[Optional[dict[str, Any]], str]:
-        """The job's status (None: unknown to the cluster) and, once it ended, its whole log; the
-        attempt log is brought up to date every `log_every_s` while it runs."""
+        """The job's status (None: unknown to the cluster) and, once it ended, its whole log (while
+        it runs, its tail thread keeps the attempt log up to date)."""
         info = self._job(tracked.submission_id)
         if info is None:
             return None, ""
         if info["status"] in TERMINAL:
-            return info, self._copy_logs(started, tracked, final=True)
-        if now >= tracked.next_log_at:
-            tracked.next_log_at = now + self.log_every_s
-            self._copy_logs(started, tracked, final=False)
+            self._stop_tail(tracked)
+            return info, self._copy_logs(started, tracked)
         return info, ""
 
     def stop(self, running: list[Started], *, grace_s: float) -> None:
@@ -245,8 +248,9 @@ class RayExecutor:
                 if info is None or info["status"] in TERMINAL:
                     break
                 time.sleep(0.2)
+            self._stop_tail(started.handle)
             try:
-                self._copy_logs(started, started.handle, final=True)
+                self._copy_logs(started, started.handle)
             except httpx.TransportError:
                 pass
 
@@ -271,8 +275,20 @@ class RayExecutor:
 
     # ------------------------------------------------------------ helpers
     def _started(self, job: Job, attempt: int, log_path: Path, submission_id: str) -> Started:
+        ws_address = "ws" + self.address.removeprefix("http")  # http→ws, https→wss
+        tail = LogTail(url=f"{ws_address}/api/jobs/{submission_id}/logs/tail", log_path=log_path,
+                       stop_marker=OUTPUTS_BEGIN, headers=self._headers, retry_s=self.log_retry_s,
+                       open_timeout_s=self.timeout_s)
+        self._tails.add(tail.start())
         return Started(job=job, attempt=attempt, pid=None, log_path=log_path, job_id=submission_id,
-                       handle=_Tracked(submission_id=submission_id))
+                       handle=_Tracked(submission_id=submission_id, tail=tail))
+
+    def _stop_tail(self, tracked: _Tracked) -> None:
+        """Stop following the job's log; the final copy appends only what the stream had not brought."""
+        if tracked.tail is not None:
+            tracked.log_chars = tracked.tail.stop()
+            self._tails.discard(tracked.tail)
+            tracked.tail = None
 
     def _env(self, job: Job, attempt: int) -> dict[str, str]:
         forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV or k.startswith(FORWARDED_PREFIX)}
@@ -291,10 +307,10 @@ class RayExecutor:
         response.raise_for_status()
         return response.json()
 
-    def _copy_logs(self, started: Started, tracked: _Tracked, *, final: bool) -> str:
-        """Append what the job printed since the last copy to the attempt log; the whole job log."""
+    def _copy_logs(self, started: Started, tracked: _Tracked) -> str:
+        """Append what the job printed and the attempt log lacks; the whole job log."""
         text = self._get(f"/api/jobs/{tracked.submission_id}/logs").json().get("logs", "")
-        shown = _shown_part(text, final=final)
+        shown = _shown_part(text)
         if len(shown) > tracked.log_chars:
             with open(started.log_path, "a") as log:
                 log.write(shown[tracked.log_chars:])
@@ -311,13 +327,10 @@ class RayExecutor:
         return 1
 
 
-def _shown_part(text: str, *, final: bool) -> str:
-    """What of a job log goes into the attempt log: never the outputs tarball, and while the job
-    runs only whole lines (a marker line half-printed must not slip through)."""
+def _shown_part(text: str) -> str:
+    """What of an ended job's log goes into the attempt log: all of it but the outputs tarball."""
     cut = text.rfind(OUTPUTS_BEGIN)
-    if cut >= 0:
-        return text[:cut].rstrip("\n") + "\n"
-    return text if final else text[: text.rfind("\n") + 1]
+    return text[:cut].rstrip("\n") + "\n" if cut >= 0 else text
 
 
 def _unpack_outputs(log_text: str, run_dir: Path) -> Optional[str]:

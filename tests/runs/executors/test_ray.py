@@ -148,7 +148,7 @@ def test_jobs_dying_on_the_cluster_fail_with_their_reason_and_independent_branch
     fine = make_job(runs, "fine", "nproc", cpus=2)
     jobs = [stopped, child, oom, empty, fine]
     executor = RayExecutor(address=ray_env.address, shared_dir=runs, auth_token=auth_token_from_env(),
-                           status_every_s=0.2, log_every_s=0.5)
+                           status_every_s=0.2, log_retry_s=0.5)
     results = {}
 
     def runner() -> None:
@@ -177,6 +177,31 @@ def test_jobs_dying_on_the_cluster_fail_with_their_reason_and_independent_branch
     assert reasons["empty"].startswith("completion check failed")
     # A job submitted with entrypoint_num_cpus gets its CPUs' worth of threads, not OMP_NUM_THREADS=1.
     assert "fine attempt 1 OMP=2" in (fine.run_dir / "logs" / "attempt-1.log").read_text()
+
+
+def test_a_running_jobs_log_is_followed_not_downloaded_again_and_again(ray_env, tmp_path):
+    """While the job prints, its lines reach the attempt log through the tail stream; the whole
+    log is fetched once, when the job has ended, and nothing is doubled."""
+    runs = tmp_path / "runs"
+    job = make_job(runs, "ticks", "for k in $(seq 1 12); do echo \"tick $k\"; sleep 0.5; done")
+    executor = RayExecutor(address=ray_env.address, shared_dir=runs, auth_token=auth_token_from_env(),
+                           status_every_s=0.2, log_retry_s=0.2)
+    whole_log_gets = []
+    executor._client.event_hooks["request"].append(
+        lambda request: whole_log_gets.append(request.url.path) if request.url.path.endswith("/logs") else None)
+    log = job.run_dir / "logs" / "attempt-1.log"
+    started = executor.start(job, attempt=1, log_path=log)
+    wait_for(lambda: "tick 3\n" in log.read_text(),
+             what=f"the job's first lines in the attempt log ({started.handle.tail.last_error})")
+    assert "tick 12" not in log.read_text() and whole_log_gets == []  # it is still running
+    code = None
+    while code is None:
+        code = executor.poll(started)
+        time.sleep(0.1)
+    executor.close()
+    text = log.read_text()
+    assert code == 0 and len(whole_log_gets) == 1
+    assert [line for line in text.splitlines() if line.startswith("tick ")] == [f"tick {k}" for k in range(1, 13)]
 
 
 def test_ctrl_c_stops_the_jobs_it_submitted(ray_env, tmp_path):
