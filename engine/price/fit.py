@@ -58,7 +58,7 @@ def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord
     from scipy.optimize import nnls
 
     ctx = context(study, profile, profile.median())
-    skip = joiners(study.runs)  # as the forecast packs them: a job's later evaluations load nothing
+    skip = joiners(study.runs, study.groups_evals)  # as the forecast packs them: a job's later evaluations load nothing
     shared = lambda run, part: run.id in skip and part in SHARED_PARTS  # noqa: E731
     costs = {run.id: {part: v for part, v in run_cost(ctx, run).parts.items() if not shared(run, part)}
              for run in study.runs}

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from engine.errors import UserError
 from engine.plan.model import evaluation_key
-from engine.price.model import EVALS_SHARE_ENGINE, Context, RunCost, run_cost
+from engine.price.model import Context, RunCost, run_cost
 from engine.price.profiles import NAMES, Constants, Profile
 from engine.price.shapes import RunShape, StudyShape
 from engine.price.simulate import SimJob, critical_path, lower_bound, pack
@@ -89,38 +89,40 @@ def context(study: StudyShape, profile: Profile, constants: Constants) -> Contex
                    sources=study.sources)
 
 
-def job_key(run: RunShape) -> str:
-    """Evaluations of one checkpoint (or of the base model) at one allocation share a job."""
-    if EVALS_SHARE_ENGINE and run.kind == "eval" and not run.scores_samples:
+def job_key(run: RunShape, grouped: bool) -> str:
+    """With an executor that groups them (`StudyShape.groups_evals`), evaluations of one checkpoint
+    (or of the base model) at one allocation share a job, so only the first pays the model's load."""
+    if grouped and run.kind == "eval" and not run.scores_samples:
         return evaluation_key(run.evaluates, run.config)
     return run.id
 
 
-def _members(runs: Sequence[RunShape]) -> dict[str, list[RunShape]]:
+def _members(runs: Sequence[RunShape], grouped: bool) -> dict[str, list[RunShape]]:
     members: dict[str, list[RunShape]] = defaultdict(list)
     for run in runs:
-        members[job_key(run)].append(run)
+        members[job_key(run, grouped)].append(run)
     return members
 
 
 SHARED_PARTS = ("start", "merge")  # paid once per job: the model's load
 
 
-def joiners(runs: Sequence[RunShape]) -> set[str]:
+def joiners(runs: Sequence[RunShape], grouped: bool) -> set[str]:
     """Runs that join a job another run opened, so skip its start-up (SHARED_PARTS)."""
-    return {run.id for group in _members(runs).values() for run in group[1:]}
+    return {run.id for group in _members(runs, grouped).values() for run in group[1:]}
 
 
-def effective_seconds(runs: Sequence[RunShape], costs: dict[str, RunCost]) -> dict[str, float]:
+def effective_seconds(runs: Sequence[RunShape], costs: dict[str, RunCost], grouped: bool) -> dict[str, float]:
     """Each run's seconds within its job: after the first, a job's runs skip the start-up."""
-    skip = joiners(runs)
+    skip = joiners(runs, grouped)
     return {run.id: costs[run.id].seconds - (sum(costs[run.id].parts.get(p, 0.0) for p in SHARED_PARTS)
                                              if run.id in skip else 0.0) for run in runs}
 
 
-def jobs_of(runs: Sequence[RunShape], seconds: dict[str, float]) -> tuple[list[SimJob], dict[str, str]]:
+def jobs_of(runs: Sequence[RunShape], seconds: dict[str, float],
+            grouped: bool) -> tuple[list[SimJob], dict[str, str]]:
     """Executor jobs in plan order (a job at its first run's place), and run id → job id."""
-    members = _members(runs)
+    members = _members(runs, grouped)
     job_of = {run.id: group[0].id for group in members.values() for run in group}
     jobs = []
     for group in members.values():
@@ -189,12 +191,12 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
         z = {name: (rng.gauss(0.0, 1.0) if draw else 0.0) for name in NAMES}
         ctx = context(study, profile, profile.draw(z))
         costs = {r.id: run_cost(ctx, r) for r in runs}
-        seconds = effective_seconds(runs, costs)
+        seconds = effective_seconds(runs, costs, study.groups_evals)
         for run_id in seconds:
             seconds[run_id] *= (scale or {}).get(run_id, 1.0)
             if run_id in (elapsed or {}):
                 seconds[run_id] = max(seconds[run_id] - (elapsed or {})[run_id], 0.0)
-        jobs, job_of = jobs_of(runs, seconds)
+        jobs, job_of = jobs_of(runs, seconds, study.groups_evals)
         if profile.slot == "CPU":
             schedule = pack(jobs, gpus=0, cpus=slots)
         else:

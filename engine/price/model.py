@@ -18,7 +18,7 @@ are in registry/hardware.yaml):
   transcript; SFT: tokens / (G·θ_sft); DPO: pair sampling + 2 sequences per pair at 8/6 the
   cost (policy forward + backward, reference forward); RAFT: per cycle sampling + SFT;
 - fixed costs: trainer start-up, engine start-up (one per group of evaluations of one
-  checkpoint when EVALS_SHARE_ENGINE), checkpoint saves, selection evaluations.
+  checkpoint when the executor groups them), checkpoint saves, selection evaluations.
 
 Response lengths are a lognormal prior clipped at the protocol's max_tokens. Early stopping
 makes a run's step count an upper bound.
@@ -35,9 +35,6 @@ from engine.evaluate.backends import DEFAULT_BATCH_SIZE
 from engine.price.profiles import Constants, Priors
 from engine.price.shapes import RunShape
 
-# The executor loads a checkpoint once for all the evaluations of it that are due together,
-# so only the first evaluation of a checkpoint pays the engine's start-up.
-EVALS_SHARE_ENGINE = True
 MAX_SEQS = 256  # vLLM's max_num_seqs: sequences decoded at once in one generation call
 # An evaluation hands the backend every sample of a dataset in one submission; the hf backend
 # decodes it in padded batches of this many prompts (HFBackend's batch_size), vLLM all at once.

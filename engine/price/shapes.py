@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 from engine.plan.model import Plan
 from engine.runs.lineage import DatasetRecord, Lineage, RunRecord
+from engine.spec.model import ExecutorKind
 from engine.spec.registry import Registry
 from engine.spec.validated import ValidatedSpec
 
@@ -65,6 +66,9 @@ class StudyShape:
     sources: dict[str, str]  # dataset → registry source
     params_b: Optional[float]  # the base model's size, when the registry knows it
     notes: list[str] = field(default_factory=list)  # assumptions made for lack of facts
+    # The executor runs the evaluations of one checkpoint in one process (the local executor does;
+    # the Ray executor submits one job per run, each loading its model).
+    groups_evals: bool = True
 
     def by_id(self) -> dict[str, RunShape]:
         return {r.id: r for r in self.runs}
@@ -128,7 +132,8 @@ def shape_of_plan(plan: Plan, validated: ValidatedSpec) -> StudyShape:
     sizes, sources = _sizes([r.config for r in runs], validated.registry, dict(validated.dataset_sizes), notes)
     return StudyShape(name=plan.spec_name, runs=runs, sizes=sizes, sources=sources,
                       params_b=_params_b(validated.spec.base_model if isinstance(validated.spec.base_model, str)
-                                         else None, validated.registry), notes=notes)
+                                         else None, validated.registry), notes=notes,
+                      groups_evals=validated.spec.executor.kind == ExecutorKind.local)
 
 
 def shape_of_record(rec: RunRecord) -> RunShape:
@@ -152,8 +157,10 @@ def shape_of_records(spec_name: str, records: Sequence[RunRecord], datasets: Seq
     notes: list[str] = []
     sizes, sources = _sizes([r.config for r in runs], registry, loaded, notes)
     base = next((r.config.get("base_model") for r in runs), None)
+    # A Ray submission id on any run: the study ran on the Ray executor, one job per run.
     return StudyShape(name=spec_name, runs=runs, sizes=sizes, sources=sources,
-                      params_b=_params_b(base, registry), notes=notes)
+                      params_b=_params_b(base, registry), notes=notes,
+                      groups_evals=not any(r.job_id for r in records))
 
 
 def shape_of_lineage(lineage: Lineage, spec_name: str, registry: Registry) -> StudyShape:

@@ -98,6 +98,29 @@ def test_base_evaluations_of_several_seeds_share_one_model_load_like_the_executo
     assert len(jobs) == 1  # one process, one model load, whatever the sampling seed
 
 
+def test_on_ray_each_evaluation_is_its_own_job_and_pays_its_own_load():
+    from dataclasses import replace
+
+    h100 = load_profile("h100", shipped("registry"))
+    study = _study([_eval_of(None, 1, seed=1), _eval_of(None, 2, seed=2)])
+    local, ray = forecast(study, h100, draws=1), forecast(replace(study, groups_evals=False), h100, draws=1)
+    assert len({r.job for r in ray.runs}) == 2  # the Ray executor submits one job per run
+    assert all("start" in r.parts for r in ray.runs)
+    assert ray.slot_hours.p50 > local.slot_hours.p50  # was priced as if it shared one load
+
+
+def test_a_study_with_ray_submission_ids_in_lineage_is_priced_as_ungrouped(tmp_path):
+    from engine.price.shapes import shape_of_records
+    from engine.runs.lineage import RunRecord
+    from engine.spec.registry import load_registry
+
+    registry = load_registry(shipped("registry"))
+    local = [RunRecord(id=f"e{i}", spec_name="s", phase="base", kind="eval", run_dir=str(tmp_path)) for i in (1, 2)]
+    ray = [r.model_copy(update={"job_id": f"rlvr-{r.id}-a1"}) for r in local]
+    assert shape_of_records("s", local, [], registry).groups_evals
+    assert not shape_of_records("s", ray, [], registry).groups_evals
+
+
 def test_a_refit_never_replaces_a_shipped_profile(tmp_path):
     import shutil
 
