@@ -39,6 +39,12 @@ def visible_gpus() -> list[str]:
     loaded to find out."""
     preset = os.environ.get("CUDA_VISIBLE_DEVICES")
     if preset is not None:
-        return [g.strip() for g in preset.split(",") if g.strip() and g.strip() != "-1"]
+        # CUDA reads the list up to its first invalid entry: "0,-1,1" shows GPU 0 alone.
+        shown = []
+        for entry in (g.strip() for g in preset.split(",")):
+            if not entry or entry.startswith("-"):
+                break
+            shown.append(entry)
+        return shown
     found = [p.name[len("nvidia"):] for p in Path("/dev").glob("nvidia[0-9]*")]
     return sorted(found, key=int)

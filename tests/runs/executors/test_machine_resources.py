@@ -19,6 +19,10 @@ def test_the_gpus_shown_are_the_default(monkeypatch):
     assert visible_gpus() == ["2", "3", "5"] and LocalExecutor().gpus == 3
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert LocalExecutor().gpus == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,-1,1")  # CUDA stops at the first invalid entry
+    assert visible_gpus() == ["0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert visible_gpus() == []
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert LocalExecutor().gpus == len(list(Path("/dev").glob("nvidia[0-9]*")))  # 0 on a CPU machine
 
