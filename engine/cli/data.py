@@ -11,6 +11,7 @@ from typing import Optional
 
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
+from engine.cli.judge import add_judge_options, judge_config
 from engine.cli.views import console, err_console, leakage_table, verify_line
 from engine.data.files import write_problems
 from engine.data.idlist import select_ids, write_idlist
@@ -84,10 +85,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q = data.add_parser("pairs", help="DPO preference pairs from K judged samples per problem")
     q.add_argument("--problems", type=Path, required=True, help="problems file (raw or normalized)")
     q.add_argument("--samples", type=Path, required=True, help="JSONL with problem_id and completion, K per problem")
-    q.add_argument("--verdicts", type=Path, help="records `rlvr-run judge` wrote for --samples (else: judge now)")
+    q.add_argument("--verdicts", type=Path, help="records `rlvr-run judge --mode dense` wrote for --samples "
+                   "(else: judge now, every test, with the judge options below)")
     q.add_argument("--out", type=Path, required=True, help="pairs JSONL; the report goes beside it (.report.json)")
     q.add_argument("--min-delta", type=float, default=0.3, help="keep pairs with Δpass_ratio ≥ this (default 0.3)")
     q.add_argument("--prompt", help="prompt template written with each pair (default: per problem kind)")
+    add_judge_options(q)
     q.set_defaults(func=_cmd_data_pairs)
 
 
@@ -238,9 +241,11 @@ def _cmd_data_pairs(args: argparse.Namespace) -> int:
     prompt_for = registry_prompt(load_registry(find_registry(Path.cwd())), args.prompt)
     with Progress(console=err_console, transient=True) as bar:
         task = bar.add_task("judging", total=None)
-        problems, judged = judged_samples(args.problems, args.samples, verdicts_path=args.verdicts,
-                                          progress=lambda done, total: bar.update(task, completed=done, total=total))
+        problems, judged, version = judged_samples(
+            args.problems, args.samples, verdicts_path=args.verdicts, config=judge_config(args),
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
     result = build_pairs(problems, judged, min_delta=args.min_delta, prompt_for=prompt_for)
+    result.report.judge = version
     report_file = write_pairs(result, args.out)
     console.print(f"wrote {args.out}: {result.report.pairs} pairs from {result.report.problems} problems; "
                   f"report {report_file}")

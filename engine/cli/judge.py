@@ -25,6 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="verdict records (JSONL)")
     p.add_argument("--mode", choices=("dense", "sparse"), default="dense",
                    help="sparse stops each sample at its first failing test (only `accepted` is exact)")
+    add_judge_options(p)
+    p.add_argument("--limit", type=int, default=None, help="judge only the first N samples")
+    p.set_defaults(func=command)
+
+
+def add_judge_options(p: argparse.ArgumentParser) -> None:
+    """The judge's settings, for every command that judges (`judge`, `data pairs`)."""
     p.add_argument("--backend", choices=("local", "sandbox_fusion"), default="local",
                    help="local sandbox (default) or a SandboxFusion server (needs --url)")
     p.add_argument("--url", help="SandboxFusion endpoint, e.g. http://host:8080/run_code (sandbox_fusion backend)")
@@ -33,22 +40,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="parallel samples (local: default all cores) or requests in flight (sandbox_fusion)")
     p.add_argument("--compare", choices=("tokens", "float", "exact"), default="tokens", help="stdio output comparison")
-    p.add_argument("--limit", type=int, default=None, help="judge only the first N samples")
     p.add_argument("--no-cache", action="store_true", help="judge identical programs again")
     p.add_argument("--allow-unsandboxed", action="store_true",
                    help="judge even where the network and the filesystem cannot be isolated (the records say so)")
-    p.set_defaults(func=command)
 
 
-def command(args: argparse.Namespace) -> int:
+def judge_config(args: argparse.Namespace, *, sparse: bool = False) -> JudgeConfig:
     if args.backend == "sandbox_fusion" and not args.url:
         raise UserError("--backend sandbox_fusion needs --url (e.g. http://host:8080/run_code)")
-    config = JudgeConfig(
+    return JudgeConfig(
         backend=args.backend, url=args.url, timeout_s=args.timeout, memory_mb=args.memory_mb,
-        compare=args.compare, stop_on_first_failure=args.mode == "sparse", cache=not args.no_cache,
+        compare=args.compare, stop_on_first_failure=sparse, cache=not args.no_cache,
         allow_unsandboxed=args.allow_unsandboxed,
         **({"workers": args.workers} if args.workers else {}),
     )
+
+
+def command(args: argparse.Namespace) -> int:
+    config = judge_config(args, sparse=args.mode == "sparse")
     columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task("judge", total=None)

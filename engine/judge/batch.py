@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 from engine.data.files import read_problems
 from engine.data.sources.files import RowsError, numbered_jsonl
@@ -25,6 +25,9 @@ from engine.problem import Problem
 class VerdictRecord(SampleResult):
     index: int  # 0-based position of the sample in the samples file
     judge_version: str = ""  # limits and isolation level (`Judge.version`)
+    # dense: every test ran, so pass_ratio is the share passed; sparse: judging stopped at the first
+    # failure, so passed/total undercounts (fine for a verdict, wrong for a dense reward or a pair's Δ)
+    mode: Literal["dense", "sparse", ""] = ""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -86,11 +89,11 @@ def judge_file(
                 progress(done, len(items))
         stats, version = judge.stats(), judge.version
     wall = time.monotonic() - start
-    _write(out_path, samples, results, version)
+    _write(out_path, samples, results, version, "sparse" if config.stop_on_first_failure else "dense")
     return JudgeSummary.of(results, wall_s=wall, stats=stats)
 
 
-def _write(out_path: Path, samples: list[Sample], results: list[SampleResult], version: str) -> None:
+def _write(out_path: Path, samples: list[Sample], results: list[SampleResult], version: str, mode: str) -> None:
     atomic_write(out_path, "".join(
-        VerdictRecord(index=sample.index, judge_version=version, **result.model_dump()).model_dump_json() + "\n"
-        for sample, result in zip(samples, results, strict=True)))
+        VerdictRecord(index=sample.index, judge_version=version, mode=mode, **result.model_dump()).model_dump_json()
+        + "\n" for sample, result in zip(samples, results, strict=True)))

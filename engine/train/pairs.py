@@ -11,6 +11,7 @@ never stand for the model.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class PairsReport(BaseModel):
     delta_histogram: dict[str, int]  # "0.3-0.4" → pairs
     chosen_verdicts: dict[str, int]
     rejected_verdicts: dict[str, int]
+    judge: str = ""  # the judge version the samples were judged with (limits and isolation level)
 
 
 @dataclass(kw_only=True)
@@ -162,32 +164,45 @@ def judged_samples(
     verdicts_path: Optional[Path] = None,
     config: Optional[JudgeConfig] = None,
     progress: Optional[Callable[[int, int], None]] = None,
-) -> tuple[list[Problem], dict[str, list[tuple[str, SampleResult]]]]:
-    """The sampled problems and their (completion, result) lists: judged now, or read from the
-    records `rlvr-run judge` wrote for the same samples file (`verdicts_path`)."""
+) -> tuple[list[Problem], dict[str, list[tuple[str, SampleResult]]], str]:
+    """The sampled problems, their (completion, result) lists, and the judge version: judged now
+    (every test, whatever `config` says: a pair's Δ is a difference of pass ratios), or read from
+    the dense records `rlvr-run judge` wrote for the same samples file (`verdicts_path`)."""
     problems = read_problems(problems_path)
     samples = read_samples(samples_path, problems)
     if verdicts_path is not None:
-        results = _read_verdicts(verdicts_path, len(samples))
+        records = _read_verdicts(verdicts_path, len(samples))
+        results: list[SampleResult] = list(records)
+        version = records[0].judge_version if records else ""
     else:
         items = [(problems[s.problem_id], s.completion) for s in samples]
         results = []
-        with Judge(config or JudgeConfig()) as judge:
+        with Judge(dataclasses.replace(config or JudgeConfig(), stop_on_first_failure=False)) as judge:
             for lo in range(0, len(items), 32):
                 results.extend(judge.judge_many(items[lo : lo + 32]))
                 if progress:
                     progress(len(results), len(items))
+            version = judge.version
     judged: dict[str, list[tuple[str, SampleResult]]] = {}
     for sample, result in zip(samples, results, strict=True):
         judged.setdefault(sample.problem_id, []).append((sample.completion, result))
-    return [problems[pid] for pid in judged], judged
+    return [problems[pid] for pid in judged], judged, version
 
 
-def _read_verdicts(path: Path, count: int) -> list[SampleResult]:
+def _read_verdicts(path: Path, count: int) -> list[VerdictRecord]:
     if not path.is_file():
         raise UserError(f"verdicts file not found: {path}\n  fix: write it with `rlvr-run judge ... --out {path}`")
     records = [VerdictRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
     if sorted(r.index for r in records) != list(range(count)):
         raise UserError(f"{path}: {len(records)} verdict records do not match the {count} samples\n"
                         "  fix: judge this samples file again (`rlvr-run judge`), or drop --verdicts")
+    not_dense = sorted({r.mode or "unknown" for r in records} - {"dense"})
+    if not_dense:
+        raise UserError(f"{path}: verdicts judged in {'/'.join(not_dense)} mode; a pair's Δ needs every test's "
+                        "result (sparse judging stops at the first failure and undercounts passed tests)\n"
+                        "  fix: judge the samples again with `rlvr-run judge --mode dense`, or drop --verdicts")
+    versions = sorted({r.judge_version for r in records})
+    if len(versions) > 1:
+        raise UserError(f"{path}: verdicts from {len(versions)} judge versions ({', '.join(versions)})\n"
+                        "  fix: judge the whole samples file again with one `rlvr-run judge` command")
     return sorted(records, key=lambda r: r.index)

@@ -146,3 +146,36 @@ def test_cli_judges_samples_and_writes_pairs(tmp_path, datasets_dir, capsys):
     assert pairs[0]["prompt"][-1]["role"] == "user"
     report = json.loads(report_path(out).read_text())
     assert report["judge_calls"] == 6 and report["pairs"] == 2
+    assert report["judge"].startswith("rlvr-judge-") and "/cpu6s/mem1024MB/tokens/" in report["judge"]
+
+
+def test_cli_pairs_judge_with_the_options_given_and_refuse_sparse_verdicts(tmp_path, capsys):
+    """`data pairs` judged with default limits whatever the user's judge; and it took verdicts
+    judged sparse (stopped at the first failure), whose pass ratios undercount, as Δ."""
+    from engine.cli import main
+
+    rows = [{"task_id": 1, "text": "Write a function add(a, b).", "code": "def add(a, b):\n    return a + b",
+             "test_list": ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"],
+             "test_setup_code": "", "challenge_test_list": []}]
+    problems_file = tmp_path / "problems.jsonl"
+    problems_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    completions = ["def add(a, b):\n    return a + b", "def add(a, b):\n    return 3"]
+    samples_file = tmp_path / "samples.jsonl"
+    samples_file.write_text("".join(json.dumps({"problem_id": "mbpp/1", "completion": f"```python\n{c}\n```"}) + "\n"
+                                    for c in completions))
+    out = tmp_path / "pairs.jsonl"
+    assert main(["data", "pairs", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(out),
+                 "--timeout", "2", "--memory-mb", "512", "--min-delta", "0.5"]) == 0, capsys.readouterr().err
+    report = json.loads(report_path(out).read_text())
+    assert "/cpu2s/mem512MB/" in report["judge"] and report["pairs"] == 1
+
+    verdicts = tmp_path / "verdicts.jsonl"
+    assert main(["judge", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(verdicts),
+                 "--mode", "sparse"]) == 0
+    capsys.readouterr()
+    assert main(["data", "pairs", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(out),
+                 "--verdicts", str(verdicts)]) == 2
+    assert "judged in sparse mode" in capsys.readouterr().err
+    assert main(["judge", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(verdicts)]) == 0
+    assert main(["data", "pairs", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(out),
+                 "--verdicts", str(verdicts)]) == 0
