@@ -58,6 +58,7 @@ def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
         known = {k: v for k, v in run.config.get("hparams", {}).items() if k in HPARAM_TABLES[run.kind]}
         run = run.model_copy(update={"config": {**run.config, "hparams": known}})
     lines = verl_overrides(run, PLACEHOLDER_PATHS)
+    problems += _unvalidated_saves(lines)
     errors = check_overrides(lines, CONFIG_NAMES[run.kind])
     if not errors and not problems:
         problems += [(("hparams",), f"verl's own config check fails: {message}",
@@ -72,6 +73,26 @@ def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
         problems.append((path, f"verl {CONFIG_NAMES[run.kind]} rejects this override: {first}",
                          "check the key against verl's config (verl/trainer/config/) or drop it"))
     return problems
+
+
+def _unvalidated_saves(lines: list[str]) -> list[tuple[tuple[str, ...], str, str]]:
+    """verl validates every test_freq steps and saves every save_freq (and both at the last step);
+    the checkpoint handed on is the saved step that validated best (`engine.train.verl_finish`), so
+    a saved step verl never validated cannot be chosen: a save_freq that is not a multiple of
+    test_freq quietly narrows the choice (to the last step alone when no save meets a validation)."""
+    values: dict[str, str] = {}
+    for line in lines:
+        key, _, value = line.partition("=")
+        values[key.lstrip("+")] = value
+    try:
+        save, test = int(values["trainer.save_freq"]), int(values["trainer.test_freq"])
+    except (KeyError, ValueError):
+        return []
+    if save <= 0 or test <= 0 or save % test == 0:
+        return []
+    return [(("hparams",), f"save_freq {save} is not a multiple of test_freq {test}: the checkpoints saved at "
+             f"steps verl does not validate can never be chosen by validation",
+             f"set save_freq to a multiple of test_freq (e.g. {test * max(1, round(save / test))})")]
 
 
 def _locate_unit_key(validated: ValidatedSpec, run: Run, keys: tuple[str, ...]) -> tuple[str, ...]:

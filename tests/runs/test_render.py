@@ -142,7 +142,7 @@ def test_grpo_command_has_the_minimal_verl_091_set(golden_plan: Plan) -> None:
     assert values["data.train_files"] == "/r/data/train.parquet"
     assert values["trainer.n_gpus_per_node"] == "2"  # resources.gpus of the phase
     assert values["actor_rollout_ref.rollout.n"] == "8"  # the rollout protocol's n
-    assert values["trainer.save_freq"] == "5"  # the phase's overrides win over defaults
+    assert values["trainer.save_freq"] == "20"  # the phase's overrides win over defaults
     for key in verl_overrides._MICRO:
         assert key in values
     assert not [k for k in values if k.startswith(verl_overrides.LEGACY_PREFIXES)]
@@ -186,6 +186,16 @@ def test_verl_own_batch_checks_fail_at_validate_time_with_the_spec_line(tmp_path
     assert "phases.grpo.hparams: verl's own config check fails: each GPU's share of a mini batch" in text
 
 
+def test_saves_verl_never_validates_are_refused_at_validate_time(tmp_path: Path) -> None:
+    """save_freq 5 with test_freq 10: half the checkpoints could never be chosen by validation."""
+    path = _spec_with(tmp_path, "trainer: {save_freq: 20}", "trainer: {save_freq: 5}")
+    with pytest.raises(SpecError) as caught:
+        preflight(path, content=False)
+    text = str(caught.value)
+    assert "phases.grpo.hparams: save_freq 5 is not a multiple of test_freq 10" in text
+    assert "set save_freq to a multiple of test_freq (e.g. 10)" in text
+
+
 def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
     text = SPEC.read_text()
     assert old in text
@@ -195,7 +205,7 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
 
 
 def test_override_typo_fails_at_plan_time_with_its_spec_line(tmp_path: Path) -> None:
-    path = _spec_with(tmp_path, "trainer: {save_freq: 5}", "trainer: {save_freqq: 5}")
+    path = _spec_with(tmp_path, "trainer: {save_freq: 20}", "trainer: {save_freqq: 20}")
     with pytest.raises(SpecError) as err:
         preflight(path, content=False)
     [diag] = err.value.diagnostics
@@ -209,7 +219,7 @@ def test_override_typo_fails_at_plan_time_with_its_spec_line(tmp_path: Path) -> 
     ("+reward.custom_reward_function.reward_kwargs.timeout_s", "judge: {timeout_s: ...}"),
 ])
 def test_undeclared_and_legacy_override_keys_are_refused(tmp_path: Path, key: str, words: str) -> None:
-    path = _spec_with(tmp_path, "trainer: {save_freq: 5}", f"trainer: {{save_freq: 5}}, '{key}': 1")
+    path = _spec_with(tmp_path, "trainer: {save_freq: 20}", f"trainer: {{save_freq: 20}}, '{key}': 1")
     with pytest.raises(SpecError, match=words):
         preflight(path, content=False)
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# rlvr-run grpo run 4a116ca57b28 (grpo@1) of spec golden.
+# rlvr-run grpo run 50273a6c9f04 (grpo@1) of spec golden.
 # Rendered from templates/launch/verl_grpo.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/4a116ca57b28}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/50273a6c9f04}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=4a116ca57b28
+export RLVR_RUN_ID=50273a6c9f04
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -22,8 +22,8 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
-    data.train_files=/runs/golden/4a116ca57b28/data/train.parquet \
-    data.val_files=/runs/golden/4a116ca57b28/data/valid.parquet \
+    data.train_files=/runs/golden/50273a6c9f04/data/train.parquet \
+    data.val_files=/runs/golden/50273a6c9f04/data/valid.parquet \
     data.filter_overlong_prompts=true \
     data.truncation=error \
     actor_rollout_ref.model.path=/runs/golden/ce82d82008eb/model \
@@ -40,7 +40,7 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.kl_loss_coef=0.001 \
     actor_rollout_ref.actor.entropy_coeff=0 \
     trainer.total_epochs=1 \
-    trainer.save_freq=5 \
+    trainer.save_freq=20 \
     trainer.test_freq=10 \
     actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
@@ -56,18 +56,18 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
     +reward.custom_reward_function.reward_kwargs.mode=dense \
-    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/4a116ca57b28/config.yaml \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/50273a6c9f04/config.yaml \
     trainer.val_before_train=true \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     'actor_rollout_ref.actor.checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=4a116ca57b28 \
+    trainer.experiment_name=50273a6c9f04 \
     trainer.n_gpus_per_node=2 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/4a116ca57b28/checkpoints \
+    trainer.default_local_dir=/runs/golden/50273a6c9f04/checkpoints \
     trainer.resume_mode=auto \
-    trainer.rollout_data_dir=/runs/golden/4a116ca57b28/traces/verl_rollouts \
+    trainer.rollout_data_dir=/runs/golden/50273a6c9f04/traces/verl_rollouts \
     actor_rollout_ref.actor.clip_ratio_high=0.28
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
 step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"
