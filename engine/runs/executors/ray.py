@@ -113,6 +113,8 @@ class RayExecutor:
         self.address = self.address.rstrip("/")
         if "://" not in self.address:
             self.address = f"http://{self.address}"
+        scheme, _, rest = self.address.partition("://")
+        self.address = f"{scheme.lower()}://{rest}"  # the log stream's ws(s):// is derived from it
         self.shared_dir = Path(self.shared_dir).resolve() if self.shared_dir is not None else None
         self._headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
         self._client = httpx.Client(base_url=self.address, headers=self._headers, timeout=self.timeout_s)
@@ -140,6 +142,8 @@ class RayExecutor:
         return int(self._cluster_gpus)
 
     def close(self) -> None:
+        for tail in self._tails:
+            tail.request_stop()  # all at once: each may wait out a connect timeout
         for tail in list(self._tails):
             tail.stop()
         self._client.close()
@@ -243,15 +247,19 @@ class RayExecutor:
             while time.monotonic() < deadline:
                 try:
                     info = self._job(started.job_id)
-                except httpx.TransportError:
+                except httpx.HTTPError:  # unreachable, or a head answering 5xx: stop waiting for it
                     break
                 if info is None or info["status"] in TERMINAL:
                     break
                 time.sleep(0.2)
+        for started in running:
+            if started.handle.tail is not None:
+                started.handle.tail.request_stop()
+        for started in running:
             self._stop_tail(started.handle)
             try:
                 self._copy_logs(started, started.handle)
-            except httpx.TransportError:
+            except httpx.HTTPError:
                 pass
 
     def reattach(self, record: RunRecord, job: Job, *, log_path: Path) -> Optional[Started]:
@@ -285,10 +293,19 @@ class RayExecutor:
 
     def _stop_tail(self, tracked: _Tracked) -> None:
         """Stop following the job's log; the final copy appends only what the stream had not brought."""
-        if tracked.tail is not None:
-            tracked.log_chars = tracked.tail.stop()
-            self._tails.discard(tracked.tail)
-            tracked.tail = None
+        tail = tracked.tail
+        if tail is None:
+            return
+        tracked.log_chars = tail.stop()
+        self._tails.discard(tail)
+        tracked.tail = None
+        if not tail.written and tail.last_error and "ConnectionClosedOK" not in tail.last_error:
+            try:
+                with open(tail.log_path, "a") as log:  # why nothing showed while the job ran
+                    log.write(f"# rlvr-run: the job's live log stream never opened ({tail.last_error}); "
+                              "its log is copied when the job ends\n")
+            except OSError:
+                pass  # a note only: the job's fate does not hang on it
 
     def _env(self, job: Job, attempt: int) -> dict[str, str]:
         forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV or k.startswith(FORWARDED_PREFIX)}
@@ -322,6 +339,7 @@ class RayExecutor:
         tracked.unreachable_since = tracked.unreachable_since or now
         if now - tracked.unreachable_since < self.unreachable_after_s:
             return None
+        self._stop_tail(tracked)  # the run fails: its log is followed no more
         started.detail = (f"the Ray cluster at {self.address} was unreachable for {self.unreachable_after_s:.0f} s "
                           f"({exc}); Ray job {tracked.submission_id}'s fate is unknown")
         return 1

@@ -35,6 +35,7 @@ class LogTail:
     _pending: str = field(default="", init=False)  # an unfinished line, or blank lines held back
     _ended: bool = field(default=False, init=False)  # the stop marker came: write nothing more
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)  # a write and `written` as one
     _thread: Optional[threading.Thread] = field(default=None, init=False)
     last_error: str = field(default="", init=False)
 
@@ -43,12 +44,18 @@ class LogTail:
         self._thread.start()
         return self
 
+    def request_stop(self) -> None:
+        """Ask the thread to stop without waiting (to stop many tails at once, then `stop` each)."""
+        self._stop.set()
+
     def stop(self, timeout_s: float = 5.0) -> int:
-        """Stop following; the characters of the job's log now in the attempt log."""
+        """Stop following; the characters of the job's log now in the attempt log. Nothing is written
+        after this returns, even where the join timed out: the caller appends the rest from there."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        return self.written
+        with self._lock:
+            return self.written
 
     def _follow(self) -> None:
         while not self._stop.is_set() and not self._ended:
@@ -83,6 +90,9 @@ class LogTail:
         keep = keep + "\n" if keep else ""
         self._pending = "" if self._ended else text[len(keep):]
         if keep:
-            with open(self.log_path, "a") as log:
-                log.write(keep)
-            self.written += len(keep)
+            with self._lock:
+                if self._stop.is_set():
+                    return  # stop() has returned `written`, or is about to: the final copy brings the rest
+                with open(self.log_path, "a") as log:
+                    log.write(keep)
+                self.written += len(keep)

@@ -104,3 +104,57 @@ def test_a_tail_that_cannot_connect_keeps_trying_and_stops_when_told(tmp_path):
     time.sleep(0.3)
     assert tail.stop(timeout_s=3) == 0 and not tail._thread.is_alive()
     assert tail.last_error and not path.exists()
+
+
+def test_once_stop_returns_the_tail_writes_nothing_more(served, tmp_path):
+    """A stop whose join times out while the thread is still taking a chunk (a stalled disk, a
+    starved thread): the attempt log holds what stop() returned and never more, for the final copy
+    appends from there (else the chunk would be in the attempt log twice)."""
+    log = "line 1\nline 2\n"
+    server = served(log, chunk=len(log))
+    path = tmp_path / "attempt-1.log"
+    taking = threading.Event()
+
+    class SlowTail(LogTail):
+        def _take(self, chunk):
+            taking.set()
+            time.sleep(0.5)
+            super()._take(chunk)
+
+    tail = SlowTail(url=server.url, log_path=path, stop_marker=MARKER, retry_s=0.1).start()
+    assert taking.wait(10)
+    written = tail.stop(timeout_s=0.05)
+    tail._thread.join(5)
+    assert not tail._thread.is_alive()
+    assert (path.read_text() if path.exists() else "") == log[:written]
+
+
+def test_a_run_failed_for_an_unreachable_cluster_leaves_no_tail_behind(tmp_path):
+    from engine.runs.executors.base import Job
+    from engine.runs.executors.ray import RayExecutor
+
+    executor = RayExecutor(address="http://127.0.0.1:9", shared_dir=tmp_path, unreachable_after_s=0.0,
+                           log_retry_s=0.05, timeout_s=0.5)
+    job = Job(id="r", run_dir=tmp_path / "r", kind="sft")
+    started = executor._started(job, 1, tmp_path / "r" / "logs" / "attempt-1.log", "rlvr-r-a1")
+    tail = started.handle.tail
+    (tmp_path / "r" / "logs").mkdir(parents=True)
+    deadline = time.monotonic() + 10
+    while not tail.last_error and time.monotonic() < deadline:  # its first connect has failed
+        time.sleep(0.02)
+    assert executor.poll(started) == 1 and "unreachable" in started.detail
+    assert not tail._thread.is_alive() and executor._tails == set()
+    executor.close()
+    # the attempt log says why nothing of the job showed while it ran
+    assert "live log stream never opened (" in (tmp_path / "r" / "logs" / "attempt-1.log").read_text()
+
+
+def test_an_upper_case_address_still_gives_a_valid_stream_url(tmp_path):
+    from engine.runs.executors.base import Job
+    from engine.runs.executors.ray import RayExecutor
+
+    executor = RayExecutor(address="HTTPS://head:8265/", shared_dir=tmp_path)
+    started = executor._started(Job(id="r", run_dir=tmp_path / "r", kind="sft"), 1,
+                                tmp_path / "r" / "logs" / "attempt-1.log", "rlvr-r-a1")
+    assert started.handle.tail.url == "wss://head:8265/api/jobs/rlvr-r-a1/logs/tail"
+    executor.close()
