@@ -4,12 +4,15 @@
 
 Measures CPU seconds (not wall time) on one thread, as the local executor gives each run one CPU
 slot: on a shared machine the wall clock measures the neighbours, the CPU clock the work.
-  start-up      a fresh interpreter importing what an evaluation / a trainer imports, and loading the model
+  start-up      a fresh interpreter importing what an evaluation / a trainer imports, loading the model,
+                and starting a judge (one worker) that judges one toy solution
   generation    seconds per decoding step of the hf backend at batch 1, 8 and 32 (forced to full length),
                 fitted to τ0 + κ·b (gen_step_ms, gen_step_ms_per_seq)
   training      trl SFTTrainer tokens per second on toy rows at the smoke study's batch (16), and a
                 forward-only pass (sft_tok_s, update_tok_s, logprob_tok_s); a checkpoint save (save_s)
-  judging       seconds per toy reference solution on one judge worker (judge_cpu_s)
+  judging       seconds per toy reference solution on one judge worker (judge_cpu_s), and the share of
+                the tiny model's own sampled programs that time out (timeout_rate; p90: the one-sided
+                90 % upper bound, ln 10 / n, when none does)
   tokens        prompt and reference-solution tokens of toy problems under the tiny tokenizer
 Prints each figure with its spread, and the `cpu` profile's constants as YAML (p10/p90: the
 fastest and slowest repeat, widened by 20 % for a shared machine) to paste into
@@ -19,6 +22,7 @@ registry/hardware.yaml.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import statistics
@@ -50,9 +54,24 @@ def timed(fn, repeats: int) -> list[float]:
     return out
 
 
-def startup(model: Path, imports: str, repeats: int) -> list[float]:
-    code = (f"import {imports}\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
-            f"AutoTokenizer.from_pretrained({str(model)!r}); AutoModelForCausalLM.from_pretrained({str(model)!r})")
+# What a run's process does before its first token or step besides imports and the model's load:
+# start its judge's worker pool and judge once (a toy reference solution).
+JUDGE_ONCE = ("from engine.judge.api import Judge\nfrom engine.judge.config import JudgeConfig\n"
+              "from engine.data.toy import toy_problems\np = toy_problems('train')[0]\n"
+              "with Judge(JudgeConfig(workers=1)) as j: j.judge_many([(p, p.solutions[0])])\n")
+
+
+def startup(model: Path, imports: str, repeats: int, *, backend: bool = False) -> list[float]:
+    """A fresh interpreter: imports, the model loaded (through the evaluation's own hf backend, warmed
+    up on one token, when `backend`), a judge started."""
+    load = (f"from engine.evaluate.backends import make_generator\n"
+            f"from engine.evaluate.backends.base import Decoding, Request\n"
+            f"b = make_generator('hf', model={str(model)!r})\n"
+            "list(b.stream([Request(prompt=[{'role': 'user', 'content': 'hi'}], decoding=Decoding(max_tokens=1))]))\n"
+            if backend else
+            f"from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+            f"AutoTokenizer.from_pretrained({str(model)!r}); AutoModelForCausalLM.from_pretrained({str(model)!r})\n")
+    code = f"import {imports}\n" + load + JUDGE_ONCE
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return timed(lambda: subprocess.run([sys.executable, "-c", code], check=True, env=env), repeats)
 
@@ -117,14 +136,40 @@ def main() -> None:
 
     skip = set(args.skip.split(","))
     if "startup" not in skip:
-        figures["engine_start_s"] = startup(model_dir, "engine.cli.evaluate", args.repeats)
+        figures["engine_start_s"] = startup(model_dir, "engine.cli.evaluate", args.repeats, backend=True)
         figures["trainer_start_s"] = startup(model_dir, "trl, engine.train.session", args.repeats)
         print(f"start-up: evaluation {statistics.median(figures['engine_start_s']):.1f} s, "
               f"trainer {statistics.median(figures['trainer_start_s']):.1f} s")
     if "generation" not in skip:
         generation(figures, model, tokenizer, prompts, args.repeats)
     training(figures, model, model_dir, tokenizer, prompts, solutions, problems, args, tmp)
+    timeouts(figures, model, tokenizer, prompts, problems)
     report(figures, prompt_tokens, solution_tokens)
+
+
+def timeouts(figures, model, tokenizer, prompts, problems, count: int = 96) -> None:
+    """The share of the tiny model's sampled programs (toy train prompts, 64 tokens, temperature 1)
+    that the judge stops for time, under the smoke study's judge limits (2 s CPU)."""
+    import torch
+
+    from engine.judge.api import Judge
+    from engine.judge.config import JudgeConfig
+
+    torch.manual_seed(0)
+    completions = []
+    for lo in range(0, count, 32):
+        enc = tokenizer(prompts[lo:lo + 32], return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=64, do_sample=True, temperature=1.0,
+                                 pad_token_id=tokenizer.pad_token_id)
+        completions += tokenizer.batch_decode(out[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
+    with Judge(JudgeConfig(timeout_s=2.0, memory_mb=512, workers=1)) as judge:
+        results = judge.judge_many(list(zip(problems[:len(completions)], completions)))
+    share = sum(r.verdict.value == "TIMEOUT" for r in results) / len(results)
+    figures["timeout_rate"] = [share]
+    figures["timeout_rate_n"] = [len(results)]
+    failing = sum(not r.accepted for r in results) / len(results)
+    print(f"timeouts: {share:.1%} of {len(results)} sampled programs; failing: {failing:.1%} (priors.failing_share)")
 
 
 def generation(figures, model, tokenizer, prompts, repeats: int) -> None:
@@ -171,7 +216,12 @@ def report(figures, prompt_tokens, solution_tokens) -> None:
     print("\n# registry/hardware.yaml profiles.cpu.constants (measured by bench/price_calibrate.py)")
     speeds = {"logprob_tok_s", "sft_tok_s", "update_tok_s"}
     for name, values in figures.items():
+        if name == "timeout_rate_n":
+            continue
         b = band(values, speed=name in speeds)
+        if name == "timeout_rate":  # a share seen once: from none up to its 90 % upper bound
+            share, n = values[0], figures["timeout_rate_n"][0]
+            b = {"p10": 0.0, "p50": round(share, 4), "p90": round(max(share * 1.5, math.log(10) / n), 4)}
         print(f"      {name}: {{p10: {b['p10']}, p50: {b['p50']}, p90: {b['p90']}}}")
     print(f"    priors: prompt_tokens {statistics.fmean(prompt_tokens):.0f}, "
           f"sft_target_tokens {statistics.fmean(solution_tokens):.0f}")
@@ -183,6 +233,8 @@ def sft_throughput(model_dir: Path, prompts: list[str], solutions: list[str], to
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import SFTConfig, SFTTrainer
+
+    from engine.train.session import CPU_DEFAULTS, CPU_OWNED
 
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": p}], "completion": [{"role": "assistant",
                               "content": s}]} for p, s in zip(prompts, solutions)])
@@ -202,9 +254,11 @@ def sft_throughput(model_dir: Path, prompts: list[str], solutions: list[str], to
 
     out = []
     for i in range(repeats):
+        # trained as the trl session trains on a CPU (float32, no gradient checkpointing): trl's own
+        # defaults (bf16 autocast, checkpointing) measured 8.5x slower than the smoke study's SFT
         config = SFTConfig(output_dir=str(tmp / f"sft{i}"), max_steps=steps, per_device_train_batch_size=16,
-                           learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1000,
-                           use_cpu=True, dataloader_num_workers=0)
+                           learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1,
+                           use_cpu=True, dataloader_num_workers=0, **CPU_DEFAULTS, **CPU_OWNED)
         trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=config, train_dataset=rows,
                              processing_class=tokenizer, callbacks=[Clock()])
         trainer.train()

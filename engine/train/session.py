@@ -49,6 +49,13 @@ RESUME_ONLY = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json"
 DEFAULT_SAVE_STEPS = 0.25  # a fraction of the run: four checkpoints to select from
 
 
+# On a CPU: trl's bf16 default would run every matmul under bf16 autocast (several times slower on
+# CPUs without bf16 units), and its gradient checkpointing saves GPU memory at the price of a second
+# forward pass, a cost a CPU run pays for nothing. bench/price_calibrate.py trains the same way.
+CPU_OWNED = {"bf16": False, "fp16": False}
+CPU_DEFAULTS = {"gradient_checkpointing": False}
+
+
 @dataclass(kw_only=True)
 class TrainRun:
     run_dir: Path
@@ -111,10 +118,8 @@ class TrainRun:
                  "disable_tqdm": True,
                  "use_cpu": cpu, "dataloader_num_workers": 0}
         if cpu:
-            owned.update(bf16=False, fp16=False)
-        # trl turns gradient checkpointing on by default: it saves GPU memory at the price of a second
-        # forward pass, a cost a CPU run pays for nothing.
-        cpu_defaults = {"gradient_checkpointing": False} if cpu else {}
+            owned.update(CPU_OWNED)
+        cpu_defaults = CPU_DEFAULTS if cpu else {}
         values = {"save_steps": DEFAULT_SAVE_STEPS, **cpu_defaults, **defaults,
                   **trl_args(self.frozen.model_dump(), self.kind), **owned}
         if self.frozen.curriculum == "difficulty":  # the rows are in curriculum order: keep it
