@@ -37,14 +37,15 @@ def visible_gpus() -> list[str]:
     """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when it is set (empty: none), else the
     NVIDIA devices the machine shows (/dev/nvidia0, ...; none on a CPU machine). No CUDA runtime is
     loaded to find out."""
+    found = sorted((p.name[len("nvidia"):] for p in Path("/dev").glob("nvidia[0-9]*")), key=int)
     preset = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if preset is not None:
-        # CUDA reads the list up to its first invalid entry: "0,-1,1" shows GPU 0 alone.
-        shown = []
-        for entry in (g.strip() for g in preset.split(",")):
-            if not entry or entry.startswith("-"):
-                break
-            shown.append(entry)
-        return shown
-    found = [p.name[len("nvidia"):] for p in Path("/dev").glob("nvidia[0-9]*")]
-    return sorted(found, key=int)
+    if preset is None:
+        return found
+    # CUDA reads the list up to its first invalid entry: "0,-1,1" shows GPU 0 alone, and "0,1,2,3"
+    # on a machine of two GPUs shows two (an index the machine lacks is invalid too).
+    shown = []
+    for entry in (g.strip() for g in preset.split(",")):
+        if not entry or entry.startswith("-") or (found and entry.isdigit() and int(entry) >= len(found)):
+            break
+        shown.append(entry)
+    return shown

@@ -84,7 +84,7 @@ def _print_price(args: argparse.Namespace, outcome) -> None:
     from engine.price.study import price_plan
 
     priced = price_plan(outcome.plan, outcome.validated, gpu_type=args.gpu_type, gpus=args.gpus or None,
-                        nodes=args.nodes, cpus=args.cpus, price=args.price)
+                        nodes=args.nodes, cpus=args.cpus, price=args.price, executor=args.executor)
     if args.json:
         print(priced.model_dump_json(indent=2))
         return

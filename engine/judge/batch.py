@@ -7,6 +7,7 @@ samples' order.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,13 @@ class VerdictRecord(SampleResult):
     # dense: every test ran, so pass_ratio is the share passed; sparse: judging stopped at the first
     # failure, so passed/total undercounts (fine for a verdict, wrong for a dense reward or a pair's Δ)
     mode: Literal["dense", "sparse", ""] = ""
+    # the judged completion's sha256: a reader matches records to a samples file by position, and
+    # must know a record is this completion's, not a sample's that was once at that position
+    completion_sha256: str = ""
+
+
+def completion_digest(completion: str) -> str:
+    return hashlib.sha256(completion.encode()).hexdigest()
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -95,5 +103,6 @@ def judge_file(
 
 def _write(out_path: Path, samples: list[Sample], results: list[SampleResult], version: str, mode: str) -> None:
     atomic_write(out_path, "".join(
-        VerdictRecord(index=sample.index, judge_version=version, mode=mode, **result.model_dump()).model_dump_json()
+        VerdictRecord(index=sample.index, judge_version=version, mode=mode,
+                      completion_sha256=completion_digest(sample.completion), **result.model_dump()).model_dump_json()
         + "\n" for sample, result in zip(samples, results, strict=True)))

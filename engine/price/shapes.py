@@ -123,7 +123,9 @@ def _sizes(configs: list[dict[str, Any]], registry: Registry, loaded: dict[str, 
     return sizes, sources
 
 
-def shape_of_plan(plan: Plan, validated: ValidatedSpec) -> StudyShape:
+def shape_of_plan(plan: Plan, validated: ValidatedSpec, *, executor: Optional[str] = None) -> StudyShape:
+    """The planned study; `executor` ("local" | "ray") is the command line's `--executor`, which
+    overrides the spec's `executor.kind` as it does for the run itself."""
     runs = [RunShape(id=r.id, label=r.label, kind=r.kind.value, phase=r.phase, variant=r.variant, seed=r.seed,
                      parents=tuple(r.parents), evaluates=r.evaluates, gpus=r.resources.gpus, cpus=r.resources.cpus,
                      config=r.config) for r in plan.runs]
@@ -133,7 +135,7 @@ def shape_of_plan(plan: Plan, validated: ValidatedSpec) -> StudyShape:
     return StudyShape(name=plan.spec_name, runs=runs, sizes=sizes, sources=sources,
                       params_b=_params_b(validated.spec.base_model if isinstance(validated.spec.base_model, str)
                                          else None, validated.registry), notes=notes,
-                      groups_evals=validated.spec.executor.kind == ExecutorKind.local)
+                      groups_evals=(executor or validated.spec.executor.kind.value) == ExecutorKind.local.value)
 
 
 def shape_of_record(rec: RunRecord) -> RunShape:

@@ -43,9 +43,10 @@ def resolve_profile(study: StudyShape, name: Optional[str], registry: Registry) 
 
 def price_plan(plan: Plan, validated: ValidatedSpec, *, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
                nodes: int = 1, cpus: Optional[int] = None, price: Optional[float] = None,
-               draws: int = DRAWS) -> StudyPrice:
-    """The dry run's forecast and detectable differences for a planned study."""
-    study = shape_of_plan(plan, validated)
+               draws: int = DRAWS, executor: Optional[str] = None) -> StudyPrice:
+    """The dry run's forecast and detectable differences for a planned study, on `executor` (the
+    command line's `--executor`; default: the spec's)."""
+    study = shape_of_plan(plan, validated, executor=executor)
     profile = resolve_profile(study, gpu_type, validated.registry)
     found = comparisons(study, profile.power)
     detect = validated.spec.detect

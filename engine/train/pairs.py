@@ -24,7 +24,7 @@ from engine.data.files import read_problems
 from engine.errors import UserError
 from engine.files import atomic_write
 from engine.judge.api import Judge, JudgeConfig
-from engine.judge.batch import VerdictRecord, read_samples
+from engine.judge.batch import Sample, VerdictRecord, completion_digest, read_samples
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.prompts.templates import Message, render_prompt, resolve_template
@@ -171,7 +171,7 @@ def judged_samples(
     problems = read_problems(problems_path)
     samples = read_samples(samples_path, problems)
     if verdicts_path is not None:
-        records = _read_verdicts(verdicts_path, len(samples))
+        records = _read_verdicts(verdicts_path, samples)
         results: list[SampleResult] = list(records)
         version = records[0].judge_version if records else ""
     else:
@@ -189,7 +189,8 @@ def judged_samples(
     return [problems[pid] for pid in judged], judged, version
 
 
-def _read_verdicts(path: Path, count: int) -> list[VerdictRecord]:
+def _read_verdicts(path: Path, samples: list[Sample]) -> list[VerdictRecord]:
+    count = len(samples)
     if not path.is_file():
         raise UserError(f"verdicts file not found: {path}\n  fix: write it with `rlvr-run judge ... --out {path}`")
     records = [VerdictRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
@@ -205,4 +206,13 @@ def _read_verdicts(path: Path, count: int) -> list[VerdictRecord]:
     if len(versions) > 1:
         raise UserError(f"{path}: verdicts from {len(versions)} judge versions ({', '.join(versions)})\n"
                         "  fix: judge the whole samples file again with one `rlvr-run judge` command")
-    return sorted(records, key=lambda r: r.index)
+    records = sorted(records, key=lambda r: r.index)
+    # Matched by position: a samples file drawn again (same count) must not take the old verdicts.
+    stale = [s for s, r in zip(samples, records, strict=True)
+             if r.problem_id != s.problem_id or r.completion_sha256 != completion_digest(s.completion)]
+    if stale:
+        raise UserError(f"{path}: not the verdicts of these samples: {len(stale)} of {count} records judged another "
+                        f"completion or problem at that position (first: sample {stale[0].index}, "
+                        f"{stale[0].problem_id}), or were written before records named their completion\n"
+                        f"  fix: judge this samples file again (`rlvr-run judge --mode dense`), or drop --verdicts")
+    return records

@@ -58,7 +58,10 @@ def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
         known = {k: v for k, v in run.config.get("hparams", {}).items() if k in HPARAM_TABLES[run.kind]}
         run = run.model_copy(update={"config": {**run.config, "hparams": known}})
     lines = verl_overrides(run, PLACEHOLDER_PATHS)
-    problems += _unvalidated_saves(lines)
+    user_keys = {k.lstrip("+"): k for k in flatten(overrides)}
+    for keys, message, fix in _unvalidated_saves(lines):
+        named = next((user_keys[k] for k in ("trainer.save_freq", "trainer.test_freq") if k in user_keys), None)
+        problems.append(((("overrides", named) if named else keys), message, fix))  # where the user set it
     errors = check_overrides(lines, CONFIG_NAMES[run.kind])
     if not errors and not problems:
         problems += [(("hparams",), f"verl's own config check fails: {message}",

@@ -34,6 +34,19 @@ def test_the_smoke_studys_dry_run_prices_it_as_json(capsys):
     assert kinds == {"parent", "ablation"}
 
 
+def test_the_dry_run_prices_the_executor_the_command_line_names(capsys):
+    """`--executor ray` overrides the spec's local executor for the run: the price must follow it
+    (one job, one model load, per evaluation), not the spec's executor.kind."""
+    jobs = {}
+    for executor in ("local", "ray"):
+        assert main([str(REPO / "specs" / "smoke.yaml"), "--dry-run", "--json", "--cpus", "2",
+                     "--executor", executor]) == 0
+        runs = json.loads(capsys.readouterr().out)["forecast"]["runs"]
+        jobs[executor] = (len({r["job"] for r in runs}), len(runs))
+    assert jobs["local"][0] < jobs["local"][1]  # evaluations of one checkpoint share a job
+    assert jobs["ray"][0] == jobs["ray"][1]
+
+
 def test_the_dry_run_refuses_a_cluster_smaller_than_a_run(capsys):
     code = main([str(REPO / "specs" / "smoke.yaml"), "--dry-run", "--gpu-type", "h100", "--gpus", "3", "--nodes", "2"])
     assert code == 2

@@ -192,7 +192,7 @@ def test_saves_verl_never_validates_are_refused_at_validate_time(tmp_path: Path)
     with pytest.raises(SpecError) as caught:
         preflight(path, content=False)
     text = str(caught.value)
-    assert "phases.grpo.hparams: save_freq 5 is not a multiple of test_freq 10" in text
+    assert "phases.grpo.overrides.trainer.save_freq: save_freq 5 is not a multiple of test_freq 10" in text
     assert "set save_freq to a multiple of test_freq (e.g. 10)" in text
 
 

@@ -179,3 +179,34 @@ def test_cli_pairs_judge_with_the_options_given_and_refuse_sparse_verdicts(tmp_p
     assert main(["judge", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(verdicts)]) == 0
     assert main(["data", "pairs", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(out),
                  "--verdicts", str(verdicts)]) == 0
+
+
+def test_cli_pairs_refuses_verdicts_of_other_samples(tmp_path, capsys):
+    """Verdicts are matched to samples by position alone: a samples file drawn again (same count,
+    other completions or other problems) took the old verdicts' pass ratios as its Δ, silently."""
+    from engine.cli import main
+
+    rows = [{"task_id": t, "text": f"Write a function f{t}(a).", "code": f"def f{t}(a):\n    return a",
+             "test_list": [f"assert f{t}(1) == 1", f"assert f{t}(2) == 2"], "test_setup_code": "",
+             "challenge_test_list": []} for t in (1, 2)]
+    problems_file = tmp_path / "problems.jsonl"
+    problems_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def samples(path: Path, pairs: list[tuple[int, str]]) -> Path:
+        path.write_text("".join(json.dumps({"problem_id": f"mbpp/{t}", "completion": f"```python\n{c}\n```"}) + "\n"
+                                for t, c in pairs))
+        return path
+
+    judged = samples(tmp_path / "judged.jsonl", [(1, "def f1(a):\n    return a"), (1, "def f1(a):\n    return 0")])
+    verdicts = tmp_path / "verdicts.jsonl"
+    assert main(["judge", "--problems", str(problems_file), "--samples", str(judged), "--out", str(verdicts)]) == 0
+    out = tmp_path / "pairs.jsonl"
+    base = ["data", "pairs", "--problems", str(problems_file), "--out", str(out), "--verdicts", str(verdicts)]
+    assert main([*base, "--samples", str(judged)]) == 0
+    capsys.readouterr()
+    redrawn = samples(tmp_path / "redrawn.jsonl", [(1, "def f1(a):\n    return 0"), (1, "def f1(a):\n    return a")])
+    assert main([*base, "--samples", str(redrawn)]) == 2
+    assert "not the verdicts of these samples" in capsys.readouterr().err
+    other = samples(tmp_path / "other.jsonl", [(2, "def f2(a):\n    return a"), (2, "def f2(a):\n    return 0")])
+    assert main([*base, "--samples", str(other)]) == 2
+    assert "not the verdicts of these samples" in capsys.readouterr().err

@@ -23,6 +23,10 @@ def test_the_gpus_shown_are_the_default(monkeypatch):
     assert visible_gpus() == ["0"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     assert visible_gpus() == []
+    monkeypatch.setattr(Path, "glob", lambda self, pattern: [Path("/dev/nvidia0"), Path("/dev/nvidia1")]
+                        if str(self) == "/dev" else [])  # a machine of two GPUs
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")  # CUDA stops at index 2: the machine lacks it
+    assert visible_gpus() == ["0", "1"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert LocalExecutor().gpus == len(list(Path("/dev").glob("nvidia[0-9]*")))  # 0 on a CPU machine
 
