@@ -157,6 +157,13 @@ CC_FLAKY = {"1278_f_cards": "about 5.5 s CPU", "1172_c1_nauuo_and_pictures_easy_
 MBPP_LOAD_SENSITIVE = {"123": "about 6 s CPU"}
 
 
+def _alone_if_timed_out(judge, pairs, results):
+    """Each result, but a TIMEOUT judged once more on its own: the machine running the tests may be
+    busy with other tests (a reference's verdict is what it gets with the judge to itself)."""
+    return [judge.judge_many([pair], code_is_program=True)[0] if r.verdict.value == "TIMEOUT" else r
+            for pair, r in zip(pairs, results)]
+
+
 def _load_sensitive_timeout(result) -> bool:
     return result.problem_id.split("/")[-1] in MBPP_LOAD_SENSITIVE and result.verdict.value == "TIMEOUT"
 
@@ -184,7 +191,8 @@ def test_humaneval_canonical_all_accepted(judge, datasets_dir):
                                                   ("mbpp_sanitized.jsonl", True, 427)])
 def test_mbpp_reference_accepted(judge, datasets_dir, name, sanitized, count):
     problems = [problem_from_mbpp(r, sanitized=sanitized) for r in _rows(datasets_dir / name)]
-    results = judge.judge_many([(p, p.solutions[0]) for p in problems], code_is_program=True)
+    pairs = [(p, p.solutions[0]) for p in problems]
+    results = _alone_if_timed_out(judge, pairs, judge.judge_many(pairs, code_is_program=True))
     bad = {r.problem_id: (r.verdict.value, r.failures[:1]) for r in results if not r.accepted
            and not _load_sensitive_timeout(r)}
     assert len(results) == count
@@ -205,9 +213,11 @@ def remote_judge(sf_server_module):
 
 
 def _remote_rejects(remote_judge, problems):
-    """The references the remote judge rejects, but for a load-sensitive one that timed out: the
-    server's limit is wall-clock, and six requests share the machine's cores."""
-    results = remote_judge.judge_many([(p, p.solutions[0]) for p in problems], code_is_program=True)
+    """The references the remote judge rejects. The server's limit is wall-clock and six requests
+    share the machine's cores (with whatever else runs beside the tests), so a reference that timed
+    out is judged once more on its own, and a load-sensitive one may time out even then."""
+    pairs = [(p, p.solutions[0]) for p in problems]
+    results = _alone_if_timed_out(remote_judge, pairs, remote_judge.judge_many(pairs, code_is_program=True))
     return {r.problem_id: (r.verdict.value, r.failures[:1]) for r in results if not r.accepted
             and not _load_sensitive_timeout(r)}
 
@@ -222,6 +232,7 @@ def test_humaneval_tests_run_apart_remotely_accept_the_references(remote_judge, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 2 min idle; far longer beside the smoke study on two cores
 @pytest.mark.parametrize("name", ["humaneval.jsonl", "mbpp_full.jsonl", "mbpp_sanitized.jsonl"])
 def test_references_accepted_remotely(remote_judge, datasets_dir, name):
     """Every HumanEval and MBPP reference through the sandbox_fusion backend (≈ 40 s, 2 min, 1 min)."""
@@ -261,8 +272,9 @@ def _short(problem_id: str) -> str:
 def _disagreements(problems, compare: str) -> dict[str, str]:
     """problem → first failing verdict, for reference solutions the judge does not accept.
     Sparse mode: the first failing test is enough to explain a disagreement."""
+    pairs = [(p, p.solutions[0]) for p in problems]
     with Judge(JudgeConfig(timeout_s=6.0, compare=compare, cache=False, stop_on_first_failure=True)) as judge:
-        results = judge.judge_many([(p, p.solutions[0]) for p in problems], code_is_program=True)
+        results = _alone_if_timed_out(judge, pairs, judge.judge_many(pairs, code_is_program=True))
     return {_short(r.problem_id): r.verdict.value for r in results if not r.accepted}
 
 
@@ -288,7 +300,8 @@ def test_codecontests_all_problems_agreement(datasets_dir):
     assert {k: v for k, v in tolerant.items() if k not in CC_FLAKY} == {
         k: v[0] for k, v in CC_DISAGREE_FLOAT.items() if k not in CC_FLAKY}
     assert set(exact) - set(CC_FLAKY) == (listed | CC_DISAGREE_TOKENS_ONLY) - set(CC_FLAKY)
-    assert len(problems) - len(tolerant) >= 314 and len(problems) - len(exact) >= 290
+    if len(problems) == 390:  # the whole sample (RLVR_RUN_TEST_DATA); the repository's holds most listed ones
+        assert len(problems) - len(tolerant) >= 314 and len(problems) - len(exact) >= 290
 
 
 def _reference_output(program: str, text: str) -> list[str] | None:

@@ -100,7 +100,7 @@ def test_config_yaml_is_the_fully_resolved_config(dirty_repo: Path, tmp_path: Pa
                                               "temperature": 1.0, "max_tokens": 512}
     assert config["datasets"]["cc_train"]["uses"] == ["train"]
     assert sorted(config["datasets"]["cc_valid"]["uses"]) == ["early_stop", "select"]
-    assert config["overrides"] == {"trainer": {"save_freq": 5}, "actor_rollout_ref": {"actor": {"clip_ratio_high": 0.28}}}
+    assert config["overrides"] == {"trainer": {"save_freq": 20}, "actor_rollout_ref": {"actor": {"clip_ratio_high": 0.28}}}
     assert config["judge"]["timeout_s"] > 0 and config["resources"]["gpus"] == 2
 
 

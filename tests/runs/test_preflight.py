@@ -24,7 +24,7 @@ def _broken(tmp_path: Path, *replacements: tuple[str, str]) -> Path:
 
 
 HPARAM_TYPO = ("hparams: {lr: 1.0e-6}", "hparams: {lrr: 1.0e-6}")
-OVERRIDE_TYPO = ("trainer: {save_freq: 5}", "trainer: {save_freqq: 5}")
+OVERRIDE_TYPO = ("trainer: {save_freq: 20}", "trainer: {save_freqq: 20}")
 ISOLATION = ("pairs_from: cc_train", "pairs_from: humaneval")  # rule 1: a test set builds pairs
 
 
