@@ -11,7 +11,7 @@ from typing import Optional
 
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from engine.cli.judge import add_judge_options, judge_config
+from engine.cli.judge import add_judge_options, judge_config, judge_options_given
 from engine.cli.views import console, err_console, leakage_table, verify_line
 from engine.data.files import write_problems
 from engine.data.idlist import select_ids, write_idlist
@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--min-delta", type=float, default=0.3, help="keep pairs with Δpass_ratio ≥ this (default 0.3)")
     q.add_argument("--prompt", help="prompt template written with each pair (default: per problem kind)")
     add_judge_options(q)
-    q.set_defaults(func=_cmd_data_pairs)
+    q.set_defaults(func=_cmd_data_pairs, judge_defaults={a.dest: a.default for a in q._actions})
 
 
 def _load_with_progress(reference: str, spec: Optional[Path]):
@@ -238,6 +238,11 @@ def _file_name(name: str) -> str:
 
 
 def _cmd_data_pairs(args: argparse.Namespace) -> int:
+    given = judge_options_given(args.judge_defaults, args) if args.verdicts else []
+    if given:
+        raise UserError(f"{' '.join(given)} cannot apply to --verdicts {args.verdicts}: those samples were judged "
+                        "already, with the limits their records name\n"
+                        "  fix: drop --verdicts to judge now with these options, or drop the options")
     prompt_for = registry_prompt(load_registry(find_registry(Path.cwd())), args.prompt)
     with Progress(console=err_console, transient=True) as bar:
         task = bar.add_task("judging", total=None)

@@ -45,6 +45,12 @@ def add_judge_options(p: argparse.ArgumentParser) -> None:
                    help="judge even where the network and the filesystem cannot be isolated (the records say so)")
 
 
+def judge_options_given(parser_defaults: dict, args: argparse.Namespace) -> list[str]:
+    """The judge options set to something other than their defaults (as `--flag`)."""
+    names = ("backend", "url", "timeout", "memory_mb", "workers", "compare", "no_cache", "allow_unsandboxed")
+    return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) != parser_defaults.get(name)]
+
+
 def judge_config(args: argparse.Namespace, *, sparse: bool = False) -> JudgeConfig:
     if args.backend == "sandbox_fusion" and not args.url:
         raise UserError("--backend sandbox_fusion needs --url (e.g. http://host:8080/run_code)")

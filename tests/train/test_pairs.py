@@ -179,6 +179,11 @@ def test_cli_pairs_judge_with_the_options_given_and_refuse_sparse_verdicts(tmp_p
     assert main(["judge", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(verdicts)]) == 0
     assert main(["data", "pairs", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(out),
                  "--verdicts", str(verdicts)]) == 0
+    capsys.readouterr()
+    # judge options cannot change verdicts already judged: refused, not silently ignored
+    assert main(["data", "pairs", "--problems", str(problems_file), "--samples", str(samples_file), "--out", str(out),
+                 "--verdicts", str(verdicts), "--timeout", "2"]) == 2
+    assert "--timeout cannot apply to --verdicts" in capsys.readouterr().err
 
 
 def test_cli_pairs_refuses_verdicts_of_other_samples(tmp_path, capsys):
