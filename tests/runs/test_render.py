@@ -178,20 +178,21 @@ def test_every_verl_run_of_the_matrix_composes_and_passes_verls_checks() -> None
         assert verl_overrides.check_overrides(lines, kind) == [] and config_check(run, lines) == [], run.label
 
 
-def test_verl_own_batch_checks_fail_at_validate_time_with_the_spec_line(tmp_path: Path) -> None:
-    path = _spec_with(tmp_path, "hparams: {lr: 1.0e-6}", "hparams: {lr: 1.0e-6, micro_batch_size_per_gpu: 3}")
+def _refusal(tmp_path: Path, old: str, new: str) -> str:
+    """What validate says of the golden spec with `old` replaced by `new` (it must refuse it)."""
     with pytest.raises(SpecError) as caught:
-        preflight(path, content=False)
-    text = str(caught.value)
+        preflight(_spec_with(tmp_path, old, new), content=False)
+    return str(caught.value)
+
+
+def test_verl_own_batch_checks_fail_at_validate_time_with_the_spec_line(tmp_path: Path) -> None:
+    text = _refusal(tmp_path, "hparams: {lr: 1.0e-6}", "hparams: {lr: 1.0e-6, micro_batch_size_per_gpu: 3}")
     assert "phases.grpo.hparams: verl's own config check fails: each GPU's share of a mini batch" in text
 
 
 def test_saves_verl_never_validates_are_refused_at_validate_time(tmp_path: Path) -> None:
     """save_freq 5 with test_freq 10: half the checkpoints could never be chosen by validation."""
-    path = _spec_with(tmp_path, "trainer: {save_freq: 20}", "trainer: {save_freq: 5}")
-    with pytest.raises(SpecError) as caught:
-        preflight(path, content=False)
-    text = str(caught.value)
+    text = _refusal(tmp_path, "trainer: {save_freq: 20}", "trainer: {save_freq: 5}")
     assert "phases.grpo.overrides.trainer.save_freq: save_freq 5 is not a multiple of test_freq 10" in text
     assert "set save_freq to a multiple of test_freq (e.g. 10)" in text
 
