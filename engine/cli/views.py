@@ -5,14 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Union
 
 from rich.console import Console, Group, RenderableType
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
@@ -88,6 +80,8 @@ class RunProgress:
     STYLES = {"running": "yellow", "succeeded": "green", "failed": "red", "blocked": "magenta", "cancelled": "dim"}
 
     def __init__(self, out: Console, plan: Plan, *, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.labels = {r.id: r.label for r in plan.runs}
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -215,6 +209,8 @@ class StageProgress:
     line per tenth of each stage (a CI log stays short)."""
 
     def __init__(self, out: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
         self.out = out
         self.live = out.is_terminal
         self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel
-
+from engine.records import Record
 from engine.spec.kinds import PhaseKind
 
 
-class RunKey(BaseModel):
+class RunKey(Record):
     """Who a run is: its id and the coordinates a person reads (lineage and exports reuse it)."""
 
     id: str

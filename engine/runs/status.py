@@ -16,14 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from engine.errors import UserError
+from engine.records import Record
 from engine.runs.lineage import (
     LINEAGE_FILE,
-    Lineage,
     Metric,
     RunRecord,
     RunState,
@@ -34,14 +31,14 @@ from engine.runs.lineage import (
 HEADLINE_METRICS = ("accepted@1", "pass@1", "pass_ratio_mean")
 
 
-class Headline(BaseModel):
+class Headline(Record):
     name: str
     dataset: str
     value: float
     step: int
 
 
-class StatusRow(BaseModel):
+class StatusRow(Record):
     id: str
     spec_name: str
     phase: str
@@ -57,7 +54,7 @@ class StatusRow(BaseModel):
     headline: Optional[Headline] = None
 
 
-class StatusReport(BaseModel):
+class StatusReport(Record):
     spec: Optional[str]
     runs: list[StatusRow]
     counts: dict[str, int]
@@ -69,6 +66,9 @@ def spec_name_of(spec: str) -> str:
     path = Path(spec)
     if not path.is_file():
         return spec
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
     try:
         data = YAML(typ="safe").load(path.read_text())
     except YAMLError as exc:
@@ -88,17 +88,22 @@ def collect_status(runs_dir: Path | str, spec: Optional[str] = None) -> StatusRe
         if not records:
             known = ", ".join(lineage.spec_names()) or "none"
             return StatusReport(spec=name, runs=[], counts={}, note=f"no runs of spec {name!r} in {path} (specs there: {known})")
-        rows = [_row(lineage, rec) for rec in records]
+        ids = [rec.id for rec in records]
+        metrics: dict[str, list[Metric]] = {run_id: [] for run_id in ids}
+        for m in lineage.all_metrics(ids, names=HEADLINE_METRICS):
+            metrics[m.run_id].append(m)
+        evaluated = lineage.evaluated_datasets(ids)
+        rows = [_row(rec, metrics[rec.id], evaluated[rec.id]) for rec in records]
     counts = Counter(r.state.value for r in rows)
     return StatusReport(spec=name, runs=rows, counts={s.value: counts[s.value] for s in RunState if counts[s.value]})
 
 
-def _row(lineage: Lineage, rec: RunRecord) -> StatusRow:
+def _row(rec: RunRecord, metrics: list[Metric], evaluated: list[str]) -> StatusRow:
     return StatusRow(
         id=rec.id, spec_name=rec.spec_name, phase=rec.phase, variant=rec.variant, seed=rec.seed, kind=rec.kind,
         state=rec.state, attempt=rec.attempt, started_at=rec.started_at, finished_at=rec.finished_at,
         duration_s=_duration(rec), reason=rec.reason,
-        headline=pick_headline(lineage.metrics(rec.id), lineage.evaluated_datasets(rec.id)),
+        headline=pick_headline(metrics, evaluated),
     )
 
 

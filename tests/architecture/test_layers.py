@@ -17,7 +17,7 @@ ENGINE = Path(__file__).resolve().parents[2] / "engine"
 
 # Lower index = earlier layer. A module may import its own layer and earlier ones.
 LAYERS = [
-    {"errors", "files", "problem", "resources", "retry", "tinymodel"},
+    {"errors", "files", "problem", "records", "resources", "retry", "tinymodel"},
     {"spec"},
     {"data", "prompts"},
     {"isolation"},

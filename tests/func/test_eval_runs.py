@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.cli import main
 from engine.data.toy import toy_problems
 from engine.evaluate.records import GenerationRecord, SampleRecord, read
@@ -73,6 +75,7 @@ def test_a_run_missing_samples_fails_with_the_missing_count(tiny_model, tmp_path
     assert check_completion("eval", run_dir) == "toy_valid: 2 of 42 samples missing"
 
 
+@pytest.mark.slow  # kills a real generation and resumes it: `make test-all` and CI run it
 def test_kill_9_mid_generation_then_resume_without_duplicates(tiny_model, tmp_path):
     spec = write_spec(tmp_path, tiny_model, tokens=48)
     checked = preflight(spec)
@@ -146,6 +149,7 @@ evaluate:
 """
 
 
+@pytest.mark.slow  # a best-of-n run and its evaluation: `make test-all` and CI run it
 def test_best_of_n_chooses_by_public_tests_and_its_evaluation_scores_the_choice(tiny_model, tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(BEST_OF_N.format(model=tiny_model))

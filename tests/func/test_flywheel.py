@@ -14,7 +14,8 @@ from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.pipeline import run_spec
 from engine.train.flywheel import sha256_file
 
-pytestmark = pytest.mark.timeout(1500)  # SFT, GRPO, two flywheel phases and four evaluations on a CPU
+# SFT, GRPO, two flywheel phases and four evaluations on a CPU: `make test-all` and CI run it
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 TRAIN = "toy/plus_k_12\ntoy/times_k_10\ntoy/mod_k_10\ntoy/sum_plus_k_10\n"
 VALID = "toy/plus_k_10\ntoy/times_k_5\ntoy/mod_k_4\ntoy/sum_plus_k_2\n"

@@ -103,7 +103,7 @@ def test_plan_runs_execute_and_land_in_lineage(executed):
         assert humaneval["problems"] == 164 and len(humaneval["content_fingerprint"]) == 64
         assert humaneval["content_fingerprint"] == validated.content_fingerprints["humaneval"]
         evals = [r for r in the_plan.runs if r.kind.value == "eval"]
-        assert all(lin.evaluated_datasets(r.id) == ["humaneval"] for r in evals)
+        assert all(ds == ["humaneval"] for ds in lin.evaluated_datasets([r.id for r in evals]).values())
         used = {(row["run_id"], row["use"], row["sha256"]) for row in lin.db["run_protocols"].rows}
         greedy = validated.protocol_hash("greedy")
         assert {(r.id, "evaluate", greedy) for r in evals} <= used

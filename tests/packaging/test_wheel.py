@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds a wheel into a fresh venv; `make test-all` and CI run it
+
 REPO = Path(__file__).resolve().parents[2]
 
 

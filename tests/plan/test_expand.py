@@ -215,6 +215,7 @@ def test_dry_run_writes_nothing(tmp_path: Path, spec_text: str, monkeypatch: pyt
     assert "succeeded 1" in text and "failed 1" in text and f"new {len(p.runs) - 2}" in text
 
 
+@pytest.mark.slow  # a fresh interpreter imports verl's config checks: `make test-all` and CI run it
 def test_cli_dry_run_writes_nothing(tmp_path: Path, spec_text: str) -> None:
     import subprocess
     import sys

@@ -7,12 +7,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from engine.plan.model import Plan
 from engine.runs.materialize import materialize
 from engine.runs.preflight import preflight
 from engine.spec.model import PhaseKind
 from engine.train import selection
 from engine.train.session import TrainRun
+
+pytestmark = pytest.mark.slow  # trains, then scores each checkpoint in its own process
 
 SPEC = """\
 name: scoring

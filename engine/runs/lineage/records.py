@@ -6,9 +6,8 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Optional
 
-from pydantic import BaseModel
-
 from engine.plan.key import RunKey
+from engine.records import Record
 
 
 class RunState(str, Enum):
@@ -47,7 +46,7 @@ def parse_iso(text: Optional[str]) -> Optional[datetime]:
     return datetime.fromisoformat(text) if text else None
 
 
-class SpecRecord(BaseModel):
+class SpecRecord(Record):
     name: str
     path: str
     sha256: str
@@ -71,13 +70,13 @@ class RunRecord(RunKey):
     attempt: int = 0
 
 
-class EdgeRecord(BaseModel):
+class EdgeRecord(Record):
     parent: str
     child: str
     flows: str = ""
 
 
-class DatasetRecord(BaseModel):
+class DatasetRecord(Record):
     spec_name: str
     name: str
     source: str
@@ -91,27 +90,27 @@ class DatasetRecord(BaseModel):
     verified: Optional[str] = None  # what its `verified:` keeps: "keeps 331 of 390 problems (drops …)"
 
 
-class RunDatasetRecord(BaseModel):
+class RunDatasetRecord(Record):
     run_id: str
     dataset: str
     use: str  # train | pairs_from | select_on | early_stop_on | evaluate
     position: int = 0  # order within the run's uses; the headline metric takes the first evaluated
 
 
-class ProtocolRecord(BaseModel):
+class ProtocolRecord(Record):
     sha256: str
     name: str
     json_text: str
 
 
-class RunProtocolRecord(BaseModel):
+class RunProtocolRecord(Record):
     run_id: str
     protocol: str
     sha256: str
     use: str  # evaluate | rollout | generate
 
 
-class ArtifactRecord(BaseModel):
+class ArtifactRecord(Record):
     run_id: str
     kind: str
     path: str
@@ -120,7 +119,7 @@ class ArtifactRecord(BaseModel):
     source_run: Optional[str] = None  # the run whose outputs it was built from (the flywheel's harvest)
 
 
-class Metric(BaseModel):
+class Metric(Record):
     run_id: str
     dataset: str
     protocol: str = ""
@@ -133,7 +132,7 @@ class Metric(BaseModel):
     judge_version: Optional[str] = None
 
 
-class Event(BaseModel):
+class Event(Record):
     run_id: str
     time: str
     from_state: Optional[RunState]
@@ -141,7 +140,7 @@ class Event(BaseModel):
     reason: str = ""
 
 
-class WaiverRecord(BaseModel):
+class WaiverRecord(Record):
     spec_name: str
     rule: int
     what: str
@@ -149,7 +148,7 @@ class WaiverRecord(BaseModel):
     spec_line: Optional[int] = None
 
 
-class LeakRecord(BaseModel):
+class LeakRecord(Record):
     """One rule-3 finding that did not refuse the spec: a waived leak or a warning."""
 
     spec_name: str
@@ -165,7 +164,7 @@ class LeakRecord(BaseModel):
     outcome: str = ""  # waived: <reason> | warning
 
 
-class PlanRecords(BaseModel):
+class PlanRecords(Record):
     """Everything a plan contributes to lineage, in lineage's own terms."""
 
     runs: list[RunRecord]

@@ -286,18 +286,30 @@ class Lineage:
     def datasets(self, spec_name: str) -> list[DatasetRecord]:
         return [DatasetRecord.model_validate(r) for r in self.db["datasets"].rows_where("spec_name = ?", [spec_name])]
 
-    def all_metrics(self, run_ids: list[str]) -> list[Metric]:
-        """The metrics of many runs in one query (the report reads a whole study)."""
+    def all_metrics(self, run_ids: list[str], names: Optional[Iterable[str]] = None) -> list[Metric]:
+        """The metrics of many runs in one query (the report reads a whole study); with `names`,
+        only those (status reads each run's headline, not its training curves)."""
         if not run_ids:
             return []
-        marks = ",".join("?" * len(run_ids))
-        return [Metric.model_validate(r) for r in self.db["metrics"].rows_where(f"run_id IN ({marks})", run_ids)]
+        where, args = f"run_id IN ({','.join('?' * len(run_ids))})", list(run_ids)
+        if names is not None:
+            names = list(names)
+            where += f" AND name IN ({','.join('?' * len(names))})"
+            args += names
+        return [Metric.model_validate(r) for r in self.db["metrics"].rows_where(where, args)]
 
     def spec_names(self) -> list[str]:
         return sorted({r["spec_name"] for r in self.db.query("SELECT DISTINCT spec_name FROM runs")})
 
-    def evaluated_datasets(self, run_id: str) -> list[str]:
+    def evaluated_datasets(self, run_ids: list[str]) -> dict[str, list[str]]:
+        """The datasets each run evaluates, in the run's order, in one query."""
+        found: dict[str, list[str]] = {run_id: [] for run_id in run_ids}
+        if not run_ids:
+            return found
         rows = self.db["run_datasets"].rows_where(
-            "run_id = ? AND use = 'evaluate'", [run_id], order_by="position"
+            f"run_id IN ({','.join('?' * len(run_ids))}) AND use = 'evaluate'", list(run_ids),
+            order_by="run_id, position",
         )
-        return [r["dataset"] for r in rows]
+        for r in rows:
+            found[r["run_id"]].append(r["dataset"])
+        return found

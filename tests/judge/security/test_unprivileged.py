@@ -30,7 +30,9 @@ UNSHARE = shutil.which("unshare")
 AS_NOBODY = [UNSHARE or "unshare", "--user", f"--map-user={NOBODY}", f"--map-group={NOBODY}"]
 FULL = "userns+netns+ipcns+mountns+pidns"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="not root: test_hostile.py ran unprivileged already")
+# The whole hostile suite again, as uid 65534 (a minute and a half): `make test-all` and CI run it.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="not root: test_hostile.py ran unprivileged already")]
 
 
 def _can_be_nobody() -> bool:

@@ -35,6 +35,8 @@ from engine.runs.schedule import execute
 from engine.spec.model import ExecutorSpec
 from tests.runs.executors.ray_head import _free_port
 
+pytestmark = pytest.mark.slow  # starts a Ray head and real eval runs on it; `make test-all` and CI run it
+
 S = RunState
 DRIVER = Path(__file__).with_name("ray_driver.py")
 # A handful of toy problems and few tokens: the runs are real, the minutes are not.
