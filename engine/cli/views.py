@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Union
 
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -123,23 +124,27 @@ def render_status(report: StatusReport, eta: Optional[RenderableType] = None) ->
     if not report.runs:
         return Text(report.note)
     specs = sorted({r.spec_name for r in report.runs})
-    table = Table(title=f"runs of {', '.join(specs)}", title_justify="left")
     columns = (["spec"] if len(specs) > 1 else []) + [
         "run id", "phase", "variant", "seed", "kind", "state", "started", "duration", "metric",
     ]
-    for column in columns:
-        table.add_column(column, no_wrap=column != "metric")
-    notes = []
+    rows, notes = [], []
     for r in report.runs:
         metric = f"{r.headline.name} {r.headline.value:.3f} {r.headline.dataset}" if r.headline else ""
-        cells = ([r.spec_name] if len(specs) > 1 else []) + [
-            r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind,
-            Text(r.state.value, style=STATE_STYLES[r.state.value]), _started(r.started_at),
-            format_duration(r.duration_s), metric,
-        ]
-        table.add_row(*cells)
+        rows.append(([r.spec_name] if len(specs) > 1 else []) + [
+            r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind, r.state.value,
+            _started(r.started_at), format_duration(r.duration_s), metric,
+        ])
         if r.state in (RunState.failed, RunState.blocked, RunState.cancelled) and r.reason:
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
+    table = Table(title=f"runs of {', '.join(specs)}", title_justify="left")
+    for i, column in enumerate(columns):
+        # Plain cells of known width: giving it spares rich measuring each of a long study's
+        # cells, most of the time `status` takes. Only the metric wraps.
+        width = None if column == "metric" else max(cell_len(row[i]) for row in [columns, *rows])
+        table.add_column(column, no_wrap=column != "metric", width=width)
+    state = columns.index("state")
+    for row in rows:
+        table.add_row(*row[:state], Text(row[state], style=STATE_STYLES[row[state]]), *row[state + 1:])
     footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
     return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"), *([eta] if eta is not None else []))
 
