@@ -6,7 +6,9 @@ compositions and config checks saves.
 Each validate runs in a fresh interpreter. Cold: an empty cache folder ($RLVR_RUN_CACHE_DIR).
 Warm: the folder the cold run filled. With `--baseline DIR` (another source tree, e.g.
 `git worktree add /tmp/base <commit>`) its validate runs too, interleaved, for a ratio that
-holds on a busy machine.
+holds on a busy machine. It also times, in a fresh interpreter, the import that verl's own config
+check needs (`verl.utils.config`, `verl.workers.config`: torch, transformers, tensordict, Ray):
+a cold validate of a spec with verl runs pays it once, and no cache can spare it.
 """
 
 from __future__ import annotations
@@ -28,8 +30,19 @@ SPEC = ROOT / "specs" / "matrix.yaml"
 def validate(tree: Path, cache: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree), "RLVR_RUN_CACHE_DIR": str(cache)}
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "engine.cli", "validate", str(SPEC)], cwd=tree, env=env, check=True,
+    # Each tree validates its own specs/matrix.yaml: an older tree may not read today's keys.
+    subprocess.run([sys.executable, "-m", "engine.cli", "validate", str(SPEC.relative_to(ROOT))], cwd=tree, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - began
+
+
+VERL_CHECK_IMPORT = "import verl.utils.config, verl.workers.config, verl.trainer.ppo.utils"
+
+
+def verl_import() -> float:
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-c", VERL_CHECK_IMPORT], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     return time.perf_counter() - began
 
 
@@ -38,12 +51,13 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another rlvr-run source tree to compare with")
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
-    times: dict[str, list[float]] = {"cold": [], "warm": [], "baseline": []}
+    times: dict[str, list[float]] = {"cold": [], "warm": [], "baseline": [], "verl": []}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             cache = Path(tmp) / f"cache-{rep}"
             times["cold"].append(validate(ROOT, cache))
             times["warm"].append(validate(ROOT, cache))
+            times["verl"].append(verl_import())
             if args.baseline:
                 base_cache = Path(tmp) / f"base-{rep}"
                 shutil.copytree(cache, base_cache)  # its data caches, not verl's (it has none)
@@ -51,6 +65,8 @@ def main() -> None:
                 times["baseline"].append(validate(args.baseline.resolve(), base_cache))
     cold, warm = statistics.median(times["cold"]), statistics.median(times["warm"])
     print(f"validate {SPEC.relative_to(ROOT)}: cold {cold:.1f} s, warm {warm:.1f} s ({cold / warm:.1f}x)")
+    verl = statistics.median(times["verl"])
+    print(f"importing verl's config check alone: {verl:.1f} s; cold without it: {cold - verl:.1f} s")
     if args.baseline:
         base = statistics.median(times["baseline"])
         print(f"baseline {base:.1f} s: cold {base / cold:.1f}x faster, warm {base / warm:.1f}x faster")
