@@ -138,13 +138,14 @@ def render_status(report: StatusReport, eta: Optional[RenderableType] = None) ->
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
     table = Table(title=f"runs of {', '.join(specs)}", title_justify="left")
     for i, column in enumerate(columns):
-        # Plain cells of known width: giving it spares rich measuring each of a long study's
-        # cells, most of the time `status` takes. Only the metric wraps.
+        # Cells of known width: giving it spares rich measuring each of a long study's cells,
+        # most of the time `status` takes. Only the metric wraps. Cells are Text, never markup:
+        # a name with `[...]` in it shows as written.
         width = None if column == "metric" else max(cell_len(row[i]) for row in [columns, *rows])
         table.add_column(column, no_wrap=column != "metric", width=width)
     state = columns.index("state")
     for row in rows:
-        table.add_row(*row[:state], Text(row[state], style=STATE_STYLES[row[state]]), *row[state + 1:])
+        table.add_row(*(Text(cell, style=STATE_STYLES[cell] if i == state else "") for i, cell in enumerate(row)))
     footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
     return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"), *([eta] if eta is not None else []))
 

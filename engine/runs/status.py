@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-
 from engine.errors import UserError
 from engine.records import Record
 from engine.runs.lineage import (

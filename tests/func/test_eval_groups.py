@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from engine.evaluate.records import SampleRecord, read
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.pipeline import evaluation_group, run_spec
-
-pytestmark = pytest.mark.slow  # two real evaluations of the tiny model through the executor
 
 SPEC = """\
 name: grouped

@@ -18,6 +18,7 @@ from engine.runs.lineage import (
     RunState,
     open_lineage,
 )
+from engine.runs.lineage import store
 from engine.runs.status import collect_status, pick_headline
 
 S = RunState
@@ -63,6 +64,35 @@ def test_headline_is_the_first_preferred_metric_on_the_first_evaluated_dataset(r
     assert report.counts == {"succeeded": 2, "failed": 1, "blocked": 1}
     assert [r.id for r in report.runs] == ["sft1", "ev1", "grpo1", "ev2"]
     assert by_id["sft1"].duration_s is not None and by_id["ev2"].duration_s is None
+
+
+@pytest.mark.parametrize("chunk", [1, 500])
+def test_headline_follows_each_runs_own_dataset_order_not_the_alphabet(tmp_path, monkeypatch, chunk):
+    """Two runs evaluate the same datasets in opposite orders: each headline is on its own first,
+    also when the runs are read in several queries (an old SQLite binds at most 999 values)."""
+    monkeypatch.setattr(store, "CHUNK", chunk)
+    records = PlanRecords(
+        runs=[RunRecord(id=f"ev{i}", spec_name="study", phase="sft", seed=1, kind="eval") for i in (1, 2)],
+        run_datasets=[RunDatasetRecord(run_id=run_id, dataset=name, use="evaluate", position=position)
+                      for run_id, order in (("ev1", ["aa_valid", "zz_test"]), ("ev2", ["zz_test", "aa_valid"]))
+                      for position, name in enumerate(order)],
+    )
+    with open_lineage(tmp_path / "lineage.sqlite") as lin:
+        lin.record_plan_records(records)
+        lin.record_outputs([Metric(run_id=run_id, dataset=name, protocol="greedy", name="accepted@1", value=value)
+                            for run_id in ("ev1", "ev2") for name, value in (("aa_valid", 0.1), ("zz_test", 0.2))]
+                           + [Metric(run_id="ev2", dataset="aa_valid", protocol="greedy", name="loss", value=3.0)])
+    heads = {r.id: (r.headline.dataset, r.headline.value) for r in collect_status(tmp_path).runs}
+    assert heads == {"ev1": ("aa_valid", 0.1), "ev2": ("zz_test", 0.2)}
+
+
+def test_lineage_refuses_a_lone_run_id_where_it_takes_a_list(runs):
+    with open_lineage(runs / "lineage.sqlite", readonly=True) as lin:
+        with pytest.raises(TypeError, match="not the string 'ev1'"):
+            lin.evaluated_datasets("ev1")
+        with pytest.raises(TypeError, match="names must be"):
+            lin.all_metrics(["ev1"], names="accepted@1")
+        assert lin.evaluated_datasets(["ev1", "sft1"]) == {"ev1": ["cc_valid", "mbpp_reg"], "sft1": []}
 
 
 def test_headline_prefers_the_final_step_then_the_latest():

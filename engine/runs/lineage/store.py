@@ -287,29 +287,44 @@ class Lineage:
         return [DatasetRecord.model_validate(r) for r in self.db["datasets"].rows_where("spec_name = ?", [spec_name])]
 
     def all_metrics(self, run_ids: list[str], names: Optional[Iterable[str]] = None) -> list[Metric]:
-        """The metrics of many runs in one query (the report reads a whole study); with `names`,
-        only those (status reads each run's headline, not its training curves)."""
-        if not run_ids:
-            return []
-        where, args = f"run_id IN ({','.join('?' * len(run_ids))})", list(run_ids)
-        if names is not None:
-            names = list(names)
-            where += f" AND name IN ({','.join('?' * len(names))})"
-            args += names
-        return [Metric.model_validate(r) for r in self.db["metrics"].rows_where(where, args)]
+        """The metrics of many runs (the report reads a whole study); with `names`, only those
+        (status reads each run's headline, not its training curves)."""
+        names = _strings(names, "names") if names is not None else None
+        found = []
+        for ids in _chunks(_strings(run_ids, "run_ids")):
+            where, args = f"run_id IN ({','.join('?' * len(ids))})", list(ids)
+            if names is not None:
+                where += f" AND name IN ({','.join('?' * len(names))})"
+                args += names
+            found += [Metric.model_validate(r) for r in self.db["metrics"].rows_where(where, args)]
+        return found
 
     def spec_names(self) -> list[str]:
         return sorted({r["spec_name"] for r in self.db.query("SELECT DISTINCT spec_name FROM runs")})
 
     def evaluated_datasets(self, run_ids: list[str]) -> dict[str, list[str]]:
-        """The datasets each run evaluates, in the run's order, in one query."""
+        """The datasets each of `run_ids` evaluates, in the run's order."""
+        run_ids = _strings(run_ids, "run_ids")
         found: dict[str, list[str]] = {run_id: [] for run_id in run_ids}
-        if not run_ids:
-            return found
-        rows = self.db["run_datasets"].rows_where(
-            f"run_id IN ({','.join('?' * len(run_ids))}) AND use = 'evaluate'", list(run_ids),
-            order_by="run_id, position",
-        )
-        for r in rows:
-            found[r["run_id"]].append(r["dataset"])
+        for ids in _chunks(run_ids):
+            rows = self.db["run_datasets"].rows_where(
+                f"run_id IN ({','.join('?' * len(ids))}) AND use = 'evaluate'", ids, order_by="run_id, position")
+            for r in rows:
+                found[r["run_id"]].append(r["dataset"])
         return found
+
+
+# SQLite builds before 3.32 bind at most 999 parameters a statement: a study may have more runs.
+CHUNK = 500
+
+
+def _chunks(ids: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start:start + CHUNK]
+
+
+def _strings(values: Iterable[str], what: str) -> list[str]:
+    """A list of strings; a lone string is refused (it would be read as its characters)."""
+    if isinstance(values, str):
+        raise TypeError(f"{what} must be a list of strings, not the string {values!r}")
+    return list(values)

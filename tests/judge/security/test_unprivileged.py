@@ -30,9 +30,7 @@ UNSHARE = shutil.which("unshare")
 AS_NOBODY = [UNSHARE or "unshare", "--user", f"--map-user={NOBODY}", f"--map-group={NOBODY}"]
 FULL = "userns+netns+ipcns+mountns+pidns"
 
-# The whole hostile suite again, as uid 65534 (a minute and a half): `make test-all` and CI run it.
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0, reason="not root: test_hostile.py ran unprivileged already")]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="not root: test_hostile.py ran unprivileged already")
 
 
 def _can_be_nobody() -> bool:
@@ -57,12 +55,14 @@ def unprivileged(tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # the whole hostile suite as uid 65534: `make test-all` and CI run it
 def test_the_hostile_suite_passes_as_nobody_with_full_isolation(unprivileged):
     assert unprivileged["uid"] == NOBODY
     assert unprivileged["level"] == FULL, unprivileged["isolation"]
     assert "userns(no-capabilities)" in unprivileged["isolation"]
 
 
+@pytest.mark.slow  # the whole hostile suite as uid 65534: `make test-all` and CI run it
 def test_same_verdicts_as_root(unprivileged):
     ours = dict(VERDICTS)
     if len(ours) < len(CASES):  # this file ran alone: judge the cases here

@@ -35,8 +35,6 @@ from engine.runs.schedule import execute
 from engine.spec.model import ExecutorSpec
 from tests.runs.executors.ray_head import _free_port
 
-pytestmark = pytest.mark.slow  # starts a Ray head and real eval runs on it; `make test-all` and CI run it
-
 S = RunState
 DRIVER = Path(__file__).with_name("ray_driver.py")
 # A handful of toy problems and few tokens: the runs are real, the minutes are not.
@@ -109,6 +107,7 @@ def lineage_row(runs: Path, run_id: str):
         return None
 
 
+@pytest.mark.slow  # a real Ray head and jobs on it: `make test-all` and CI run it
 def test_an_eval_run_on_ray_records_metrics_job_id_and_log(ray_env, tiny_model, tmp_path, capsys):
     spec, runs = write_spec(tmp_path, tiny_model), tmp_path / "runs"
     # The spec has no executor: block; the command line alone sends it to the cluster.
@@ -141,6 +140,7 @@ def kill_processes_of(run_id: str) -> int:
     return len(procs)
 
 
+@pytest.mark.slow  # a real Ray head and jobs on it: `make test-all` and CI run it
 def test_jobs_dying_on_the_cluster_fail_with_their_reason_and_independent_branches_go_on(ray_env, tmp_path):
     runs = tmp_path / "runs"
     stopped = make_job(runs, "stopped", "sleep 120")
@@ -181,6 +181,7 @@ def test_jobs_dying_on_the_cluster_fail_with_their_reason_and_independent_branch
     assert "fine attempt 1 OMP=2" in (fine.run_dir / "logs" / "attempt-1.log").read_text()
 
 
+@pytest.mark.slow  # a real Ray head and jobs on it: `make test-all` and CI run it
 def test_a_running_jobs_log_is_followed_not_downloaded_again_and_again(ray_env, tmp_path):
     """While the job prints, its lines reach the attempt log through the tail stream; the whole
     log is fetched once, when the job has ended, and nothing is doubled."""
@@ -206,6 +207,7 @@ def test_a_running_jobs_log_is_followed_not_downloaded_again_and_again(ray_env, 
     assert [line for line in text.splitlines() if line.startswith("tick ")] == [f"tick {k}" for k in range(1, 13)]
 
 
+@pytest.mark.slow  # a real Ray head and jobs on it: `make test-all` and CI run it
 def test_ctrl_c_stops_the_jobs_it_submitted(ray_env, tmp_path):
     runs = tmp_path / "runs"
     job = make_job(runs, "long", "sleep 120")
@@ -223,6 +225,7 @@ def test_ctrl_c_stops_the_jobs_it_submitted(ray_env, tmp_path):
     assert ray_status(ray_env, job_id) == "STOPPED"
 
 
+@pytest.mark.slow  # a real Ray head and jobs on it: `make test-all` and CI run it
 def test_a_runner_killed_mid_study_reattaches_by_job_id_and_gets_the_outputs_back(ray_env, tiny_model, tmp_path):
     # No shared storage: each run directory travels as its job's working_dir, the outputs in its log.
     executor = f"executor: {{kind: ray, address: {ray_env.address}, transfer: working_dir}}\n"
