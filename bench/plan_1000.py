@@ -23,7 +23,7 @@ from pathlib import Path
 
 from engine.isolation.validate import validate_spec
 from engine.plan.expand import plan
-from engine.train import verl_overrides
+from engine.train import verl_compose
 
 HEAD = """name: bench-1000
 base_model: qwen2.5-coder-7b-instruct
@@ -63,8 +63,8 @@ def spec_text(seeds: int, variants: int) -> str:
 
 def timed(path: Path, clear: bool = False) -> tuple[float, float, int]:
     if clear:
-        verl_overrides._parse_line.cache_clear()
-        verl_overrides._compose.cache_clear()
+        verl_compose._parse_line.cache_clear()
+        verl_compose._compose.cache_clear()
     t0 = time.perf_counter()
     validated = validate_spec(path, content=False)
     t1 = time.perf_counter()

@@ -18,13 +18,11 @@ from engine.files import atomic_write
 from engine.plan.model import Run
 from engine.spec.model import PhaseKind
 from engine.spec.validated import ValidatedSpec
+from engine.train.verl_compose import cache_file, check_overrides, composed
 from engine.train.verl_overrides import (
     CONFIG_NAMES,
     HPARAM_TABLES,
     PLACEHOLDER_PATHS,
-    cache_file,
-    check_overrides,
-    composed,
     flatten,
     unknown_hparams,
     user_override_errors,

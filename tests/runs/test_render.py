@@ -20,7 +20,7 @@ from engine.runs.preflight import preflight
 from engine.runs.render import RenderContext, launch_context, render_launch
 from engine.spec.model import ModelRef, PhaseKind
 from engine.spec.validated import ValidatedSpec
-from engine.train import verl_overrides
+from engine.train import verl_compose, verl_overrides
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SPEC = GOLDEN / "spec.yaml"
@@ -124,9 +124,9 @@ def test_rendered_verl_overrides_compose_against_installed_verl(kind: PhaseKind,
     run = _first(golden_plan, kind)
     paths = verl_overrides.VerlPaths(run_dir=FAKE_SPEC_DIR / run.id, reward_path=FAKE_ENGINE / "reward.py", model_path="m")
     overrides = verl_overrides.verl_overrides(run, paths)
-    assert verl_overrides.check_overrides(overrides, verl_overrides.CONFIG_NAMES[kind]) == []
+    assert verl_compose.check_overrides(overrides, verl_overrides.CONFIG_NAMES[kind]) == []
     typo = [*overrides, "trainer.save_freqq=3"]
-    errors = verl_overrides.check_overrides(typo, verl_overrides.CONFIG_NAMES[kind])
+    errors = verl_compose.check_overrides(typo, verl_overrides.CONFIG_NAMES[kind])
     assert len(errors) == 1 and "trainer.save_freqq" in errors[0]
 
 
@@ -175,7 +175,7 @@ def test_every_verl_run_of_the_matrix_composes_and_passes_verls_checks() -> None
     for run in verl_runs:
         lines = verl_overrides.verl_overrides(run, verl_overrides.PLACEHOLDER_PATHS)
         kind = verl_overrides.CONFIG_NAMES[run.kind]
-        assert verl_overrides.check_overrides(lines, kind) == [] and config_check(run, lines) == [], run.label
+        assert verl_compose.check_overrides(lines, kind) == [] and config_check(run, lines) == [], run.label
 
 
 def _refusal(tmp_path: Path, old: str, new: str) -> str:

@@ -16,7 +16,7 @@ from engine.errors import SpecError
 from engine.isolation.validate import validate_spec
 from engine.plan.expand import plan
 from engine.runs.preflight import preflight
-from engine.train import verl_overrides
+from engine.train import verl_compose, verl_overrides
 
 GOLDEN_SPEC = Path(__file__).resolve().parents[1] / "runs" / "golden" / "spec.yaml"
 LINES = ("data.train_batch_size=32", "actor_rollout_ref.rollout.n=4", "hydra.run.dir=logs/hydra")
@@ -24,8 +24,8 @@ LINES = ("data.train_batch_size=32", "actor_rollout_ref.rollout.n=4", "hydra.run
 
 def clear_memory() -> None:
     """What a new process starts with: only the disk cache."""
-    verl_overrides._compose.cache_clear()
-    verl_overrides._composed_groups.cache_clear()
+    verl_compose._compose.cache_clear()
+    verl_compose._composed_groups.cache_clear()
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def compositions(monkeypatch) -> list[tuple[str, ...]]:
 
 
 def hydra_composed(config_name: str, overrides: list[str]):
-    with hydra.initialize_config_dir(config_dir=str(verl_overrides.config_dir()), version_base=None):
+    with hydra.initialize_config_dir(config_dir=str(verl_compose.config_dir()), version_base=None):
         return hydra.compose(config_name=config_name, overrides=overrides)
 
 
@@ -62,9 +62,9 @@ def test_every_golden_verl_run_composes_exactly_as_hydra_does(cache):
     for run in runs:
         lines = verl_overrides.verl_overrides(run, verl_overrides.PLACEHOLDER_PATHS)
         name = verl_overrides.CONFIG_NAMES[run.kind]
-        ours = verl_overrides.composed(name, tuple(lines))
+        ours = verl_compose.composed(name, tuple(lines))
         clear_memory()
-        from_disk = verl_overrides.composed(name, tuple(lines))
+        from_disk = verl_compose.composed(name, tuple(lines))
         theirs = hydra_composed(name, lines)
         for config in (ours, from_disk):
             assert OmegaConf.to_container(config, resolve=False) == OmegaConf.to_container(theirs, resolve=False)
@@ -72,20 +72,20 @@ def test_every_golden_verl_run_composes_exactly_as_hydra_does(cache):
 
 
 def test_runs_differing_in_values_share_one_hydra_composition(cache, compositions):
-    first = verl_overrides.composed("ppo_trainer", LINES)
-    other = verl_overrides.composed("ppo_trainer", ("data.train_batch_size=64", *LINES[1:]))
+    first = verl_compose.composed("ppo_trainer", LINES)
+    other = verl_compose.composed("ppo_trainer", ("data.train_batch_size=64", *LINES[1:]))
     clear_memory()
-    again = verl_overrides.composed("ppo_trainer", LINES)
+    again = verl_compose.composed("ppo_trainer", LINES)
     assert compositions == [("hydra.run.dir=logs/hydra",)]
     assert (first.data.train_batch_size, other.data.train_batch_size, again.data.train_batch_size) == (32, 64, 32)
 
 
 def test_a_changed_override_reports_its_error_from_a_warm_cache(cache, compositions):
-    assert verl_overrides.check_overrides(list(LINES)) == []
+    assert verl_compose.check_overrides(list(LINES)) == []
     clear_memory()
-    [error] = verl_overrides.check_overrides([*LINES, "trainer.save_freqq=3"])
+    [error] = verl_compose.check_overrides([*LINES, "trainer.save_freqq=3"])
     assert error.startswith("Could not override 'trainer.save_freqq'")
-    [error] = verl_overrides.check_overrides([*LINES, "actor_rollout_ref/rollout=no_such_rollout"])
+    [error] = verl_compose.check_overrides([*LINES, "actor_rollout_ref/rollout=no_such_rollout"])
     assert "no_such_rollout" in error
     assert len(compositions) == 2  # the warm-up and the unknown group choice
 
@@ -94,18 +94,18 @@ def test_a_failed_composition_is_never_kept(cache, compositions):
     bad = (*LINES, "actor_rollout_ref/rollout=no_such_rollout")
     for _ in range(2):
         with pytest.raises(Exception, match="no_such_rollout"):
-            verl_overrides.composed("ppo_trainer", bad)
+            verl_compose.composed("ppo_trainer", bad)
         clear_memory()
     assert len(compositions) == 2
     assert not cache.exists() or not list(cache.iterdir())
 
 
 def test_a_torn_cache_file_composes_again(cache, compositions):
-    verl_overrides.composed("ppo_trainer", LINES)
+    verl_compose.composed("ppo_trainer", LINES)
     [kept] = cache.glob("composed-*.json")
     kept.write_text(kept.read_text()[:100])
     clear_memory()
-    assert verl_overrides.composed("ppo_trainer", LINES).data.train_batch_size == 32
+    assert verl_compose.composed("ppo_trainer", LINES).data.train_batch_size == 32
     assert len(compositions) == 2
 
 
@@ -130,14 +130,14 @@ def test_a_change_in_verls_own_checks_checks_again(cache, tmp_path, monkeypatch)
     (package / "utils").mkdir()
     check = package / "utils" / "config.py"
     check.write_text("def validate_config(config): pass\n")
-    monkeypatch.setattr(verl_overrides, "config_dir", lambda: package / "trainer" / "config")
+    monkeypatch.setattr(verl_compose, "config_dir", lambda: package / "trainer" / "config")
 
     def kept() -> Path:
-        verl_overrides._installed_fingerprint.cache_clear()
-        return verl_overrides.cache_file("checked", "ppo_trainer", LINES)
+        verl_compose._installed_fingerprint.cache_clear()
+        return verl_compose.cache_file("checked", "ppo_trainer", LINES)
 
     before = kept()
     assert kept() == before
     check.write_text("def validate_config(config): assert config.data.train_batch_size % 7 == 0\n")
     assert kept() != before
-    verl_overrides._installed_fingerprint.cache_clear()
+    verl_compose._installed_fingerprint.cache_clear()
