@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.judge.remote.sandbox_fusion import (
+from engine.judge.remote.client import (
     RunCodeRequest,
     SandboxFusionClient,
     SandboxFusionSettings,
