@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--min-delta", type=float, default=0.3, help="keep pairs with Δpass_ratio ≥ this (default 0.3)")
     q.add_argument("--prompt", help="prompt template written with each pair (default: per problem kind)")
     add_judge_options(q)
-    q.set_defaults(func=_cmd_data_pairs, judge_defaults={a.dest: a.default for a in q._actions})
+    q.set_defaults(func=_cmd_data_pairs)
 
 
 def _load_with_progress(reference: str, spec: Optional[Path]):
@@ -238,7 +238,7 @@ def _file_name(name: str) -> str:
 
 
 def _cmd_data_pairs(args: argparse.Namespace) -> int:
-    given = judge_options_given(args.judge_defaults, args) if args.verdicts else []
+    given = judge_options_given(args) if args.verdicts else []
     if given:
         raise UserError(f"{' '.join(given)} cannot apply to --verdicts {args.verdicts}: those samples were judged "
                         "already, with the limits their records name\n"

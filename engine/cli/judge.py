@@ -30,25 +30,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=command)
 
 
+# The judge's settings and their defaults, for every command that judges (`judge`, `data pairs`).
+JUDGE_DEFAULTS = {"backend": "local", "url": None, "timeout": 6.0, "memory_mb": 1024, "workers": None,
+                  "compare": "tokens", "no_cache": False, "allow_unsandboxed": False}
+
+
 def add_judge_options(p: argparse.ArgumentParser) -> None:
-    """The judge's settings, for every command that judges (`judge`, `data pairs`)."""
-    p.add_argument("--backend", choices=("local", "sandbox_fusion"), default="local",
+    p.add_argument("--backend", choices=("local", "sandbox_fusion"),
                    help="local sandbox (default) or a SandboxFusion server (needs --url)")
     p.add_argument("--url", help="SandboxFusion endpoint, e.g. http://host:8080/run_code (sandbox_fusion backend)")
-    p.add_argument("--timeout", type=float, default=6.0, help="seconds of CPU per test (default 6)")
-    p.add_argument("--memory-mb", type=int, default=1024, help="memory per sample in MiB (default 1024)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--timeout", type=float, help="seconds of CPU per test (default 6)")
+    p.add_argument("--memory-mb", type=int, help="memory per sample in MiB (default 1024)")
+    p.add_argument("--workers", type=int,
                    help="parallel samples (local: default all cores) or requests in flight (sandbox_fusion)")
-    p.add_argument("--compare", choices=("tokens", "float", "exact"), default="tokens", help="stdio output comparison")
+    p.add_argument("--compare", choices=("tokens", "float", "exact"), help="stdio output comparison")
     p.add_argument("--no-cache", action="store_true", help="judge identical programs again")
     p.add_argument("--allow-unsandboxed", action="store_true",
                    help="judge even where the network and the filesystem cannot be isolated (the records say so)")
+    p.set_defaults(**JUDGE_DEFAULTS)
 
 
-def judge_options_given(parser_defaults: dict, args: argparse.Namespace) -> list[str]:
+def judge_options_given(args: argparse.Namespace) -> list[str]:
     """The judge options set to something other than their defaults (as `--flag`)."""
-    names = ("backend", "url", "timeout", "memory_mb", "workers", "compare", "no_cache", "allow_unsandboxed")
-    return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) != parser_defaults.get(name)]
+    return [f"--{name.replace('_', '-')}" for name, default in JUDGE_DEFAULTS.items() if getattr(args, name) != default]
 
 
 def judge_config(args: argparse.Namespace, *, sparse: bool = False) -> JudgeConfig:

@@ -7,13 +7,13 @@ samples' order.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Optional
 
 from engine.data.files import read_problems
+from engine.data.fingerprint import file_sha256
 from engine.data.sources.files import RowsError, numbered_jsonl
 from engine.errors import UserError
 from engine.files import atomic_write
@@ -35,7 +35,7 @@ class VerdictRecord(SampleResult):
 
 
 def completion_digest(completion: str) -> str:
-    return hashlib.sha256(completion.encode()).hexdigest()
+    return file_sha256(completion.encode())
 
 
 @dataclass(kw_only=True, frozen=True)

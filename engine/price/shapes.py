@@ -135,7 +135,8 @@ def shape_of_plan(plan: Plan, validated: ValidatedSpec, *, executor: Optional[st
     return StudyShape(name=plan.spec_name, runs=runs, sizes=sizes, sources=sources,
                       params_b=_params_b(validated.spec.base_model if isinstance(validated.spec.base_model, str)
                                          else None, validated.registry), notes=notes,
-                      groups_evals=(executor or validated.spec.executor.kind.value) == ExecutorKind.local.value)
+                      groups_evals=(ExecutorKind(executor) if executor else validated.spec.executor.kind)
+                      is ExecutorKind.local)
 
 
 def shape_of_record(rec: RunRecord) -> RunShape:

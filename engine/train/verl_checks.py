@@ -57,9 +57,7 @@ def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
         run = run.model_copy(update={"config": {**run.config, "hparams": known}})
     lines = verl_overrides(run, PLACEHOLDER_PATHS)
     user_keys = {k.lstrip("+"): k for k in flatten(overrides)}
-    for keys, message, fix in _unvalidated_saves(lines):
-        named = next((user_keys[k] for k in ("trainer.save_freq", "trainer.test_freq") if k in user_keys), None)
-        problems.append(((("overrides", named) if named else keys), message, fix))  # where the user set it
+    problems += _unvalidated_saves(lines, user_keys)
     errors = check_overrides(lines, CONFIG_NAMES[run.kind])
     if not errors and not problems:
         problems += [(("hparams",), f"verl's own config check fails: {message}",
@@ -69,14 +67,14 @@ def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
         first = error.splitlines()[0]
         match = re.search(r"override '([^']+)'", first)
         key = match.group(1) if match else ""
-        user_key = next((k for k in flatten(overrides) if k.lstrip("+") == key), None)
+        user_key = user_keys.get(key)
         path = ("overrides", user_key) if user_key else ("overrides",)
         problems.append((path, f"verl {CONFIG_NAMES[run.kind]} rejects this override: {first}",
                          "check the key against verl's config (verl/trainer/config/) or drop it"))
     return problems
 
 
-def _unvalidated_saves(lines: list[str]) -> list[tuple[tuple[str, ...], str, str]]:
+def _unvalidated_saves(lines: list[str], user_keys: dict[str, str]) -> list[tuple[tuple[str, ...], str, str]]:
     """verl validates every test_freq steps and saves every save_freq (and both at the last step);
     the checkpoint handed on is the saved step that validated best (`engine.train.verl_finish`), so
     a saved step verl never validated cannot be chosen: a save_freq that is not a multiple of
@@ -91,7 +89,10 @@ def _unvalidated_saves(lines: list[str]) -> list[tuple[tuple[str, ...], str, str
         return []
     if save <= 0 or test <= 0 or save % test == 0:
         return []
-    return [(("hparams",), f"save_freq {save} is not a multiple of test_freq {test}: the checkpoints saved at "
+    # Located where the user set it: an override of either key, else the hparams that made them.
+    named = next((user_keys[k] for k in ("trainer.save_freq", "trainer.test_freq") if k in user_keys), None)
+    return [(("overrides", named) if named else ("hparams",),
+             f"save_freq {save} is not a multiple of test_freq {test}: the checkpoints saved at "
              f"steps verl does not validate can never be chosen by validation",
              f"set save_freq to a multiple of test_freq (e.g. {test * max(1, round(save / test))})")]
 
