@@ -20,9 +20,9 @@ from engine.train.flywheel import (
     HARVEST_FILE,
     HARVEST_REPORT,
     REPAIR_ROWS,
-    flywheel_counts,
     sha256_file,
 )
+from engine.train.flywheel_rows import flywheel_counts
 from engine.train.outcome import MODEL_DIR, PAIRS_FILE, read_outcome
 from engine.train.rollout_reward import TRACES_FILE
 

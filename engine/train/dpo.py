@@ -19,7 +19,7 @@ from engine.evaluate.records import SampleRecord
 from engine.evaluate.score import score_model
 from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult, Verdict
-from engine.train import flywheel
+from engine.train import flywheel, flywheel_rows
 from engine.train.outcome import PAIRS_FILE
 from engine.train.pairs import PairsResult, PreferencePair, build_pairs, report_path, write_pairs
 from engine.train.selection import CheckpointScorer, choose
@@ -61,7 +61,7 @@ def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
                                        run.run_dir if wheel.on is not None else source)
     choice = run.choice("rollout")
     with Judge(run.frozen.judge_config()) as judge:
-        pairs, report = flywheel.hard_negatives(problems, kept, harvested, wheel.chosen,
+        pairs, report = flywheel_rows.hard_negatives(problems, kept, harvested, wheel.chosen,
                                                 lambda p: _plain(choice.prompt(p)), choice.response, judge)
     path = run.run_dir / PAIRS_FILE
     flywheel.write_jsonl(path, pairs)

@@ -10,14 +10,7 @@ token limit. `data/harvest.jsonl` holds the failures of the declared classes and
 samples; `data/harvest.json` says where they came from (the source run and the sha256 of every
 file read) and how many of each class there were.
 
-Then it builds:
-- hard-negative pairs (`hard_negatives`): per problem and declared class, rejected = a failing
-  sample of that class, chosen = an accepted sample of the same problem from the harvest, or the
-  problem's reference solution (judged first) where the spec allows it. The report says how many
-  pairs each class gave and which problems had no chosen answer.
-- format-repair rows (`repair_rows`): the failing answer, the feedback from the problem's PUBLIC
-  tests, and a corrected answer the repair loop obtained from the harvested run's policy. A
-  problem without public tests gets no feedback to learn from and gives no rows.
+What the harvest becomes (hard-negative pairs, format-repair rows) is `engine.train.flywheel_rows`.
 """
 
 from __future__ import annotations
@@ -25,26 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from engine.files import atomic_write, read_jsonl
 from engine.errors import UserError
-from engine.evaluate.backends.base import Backend, generate
 from engine.evaluate.records import GEN_ERROR, SampleRecord, read
 from engine.evaluate.eval_run import decoding_of
-from engine.judge.api import Judge
 from engine.judge.ground_truth import RewardTests
-from engine.judge.verdict import SampleResult, Verdict
+from engine.judge.verdict import Verdict
 from engine.plan.frozen import FrozenFlywheel, FrozenRun, read_frozen_run
 from engine.problem import Problem
-from engine.isolation.public import public_view
-from engine.repair.feedback import feedback
-from engine.repair.loop import Answer, repair
-from engine.train.pairs import PreferencePair
 
 HARVEST_FILE = "data/harvest.jsonl"
 HARVEST_REPORT = "data/harvest.json"
@@ -207,185 +193,6 @@ def harvest(run_dir: Path, wheel: FrozenFlywheel, problems: dict[str, Problem],
     return kept, report
 
 
-# ------------------------------------------------------------------ hard-negative pairs
-class HardNegativesReport(BaseModel):
-    """data/pairs.report.json of a flywheel dpo run."""
-
-    flywheel: bool = True
-    problems_with_failures: int
-    pairs: int
-    pairs_by_class: dict[str, int]  # declared class → pairs it gave
-    chosen_from: dict[str, int]  # harvest | reference → pairs
-    no_chosen: list[str]  # problems with failures but no accepted answer
-    reference_failed: list[str] = Field(default_factory=list)  # reference solutions the judge did not accept
-    harvest: HarvestReport
-
-
-Respond = Callable[[Problem, str], str]  # a reference solution in the answer format the prompt asks for
-
-
-def hard_negatives(problems: Sequence[Problem], kept: Sequence[Harvested], report: HarvestReport,
-                   chosen_from: Sequence[str], prompt_for: Callable[[Problem], Any], respond: Respond,
-                   judge: Judge) -> tuple[list[PreferencePair], HardNegativesReport]:
-    by_problem: dict[str, list[Harvested]] = {}
-    for h in kept:
-        by_problem.setdefault(h.problem_id, []).append(h)
-    pairs: list[PreferencePair] = []
-    no_chosen, reference_failed = [], []
-    used_from: Counter[str] = Counter()
-    for problem in problems:
-        samples = by_problem.get(problem.id, [])
-        failures = [h for h in samples if h.error_class != ACCEPTED]
-        if not failures:
-            continue
-        chosen, source = _chosen(problem, samples, chosen_from, respond, judge, reference_failed)
-        if chosen is None:
-            no_chosen.append(problem.id)
-            continue
-        for cls in report.classes:
-            rejected = next((h for h in failures if h.error_class == cls and h.completion != chosen[0]), None)
-            if rejected is None:
-                continue
-            used_from[source] += 1
-            pairs.append(PreferencePair(
-                problem_id=problem.id, prompt=prompt_for(problem), chosen=chosen[0], rejected=rejected.completion,
-                chosen_pass_ratio=chosen[1], rejected_pass_ratio=rejected.pass_ratio,
-                chosen_verdict=Verdict.ACCEPTED, rejected_verdict=_verdict(rejected.verdict),
-                delta=chosen[1] - rejected.pass_ratio, rejected_class=cls, chosen_from=source))
-    out = HardNegativesReport(
-        problems_with_failures=report.problems_with_failures, pairs=len(pairs),
-        pairs_by_class={c: sum(p.rejected_class == c for p in pairs) for c in report.classes},
-        chosen_from=dict(used_from), no_chosen=no_chosen, reference_failed=reference_failed, harvest=report)
-    return pairs, out
-
-
-def _chosen(problem: Problem, samples: Sequence[Harvested], chosen_from: Sequence[str], respond: Respond,
-            judge: Judge, reference_failed: list[str]) -> tuple[Optional[tuple[str, float]], str]:
-    for source in chosen_from:
-        if source == "harvest":
-            accepted = sorted((h.completion for h in samples if h.error_class == ACCEPTED), key=len)
-            if accepted:
-                return (accepted[0], 1.0), source
-        elif source == "reference" and problem.solutions:
-            answer = respond(problem, problem.solutions[0])
-            result = judge.judge(problem, answer)
-            if result.accepted:
-                return (answer, result.pass_ratio), source
-            reference_failed.append(problem.id)
-    return None, ""
-
-
-def _verdict(name: str) -> Verdict:
-    return Verdict(name) if name in Verdict.__members__ else Verdict.INTERNAL_ERROR
-
-
-# ------------------------------------------------------------------ format-repair rows
-class RepairRowsReport(BaseModel):
-    """data/repair_rows.report.json of a flywheel sft run."""
-
-    failures: int  # harvested failures of the declared classes
-    no_public_tests: int  # failures of problems whose prompt shows no public test: no feedback, no row
-    problems_without_public_tests: list[str]
-    tried: int  # failures with public tests, each asked again `tries` times (with `repair` in corrected)
-    repaired: int  # failures with a corrected answer (one row each)
-    corrected_from: dict[str, int] = Field(default_factory=dict)  # repair | reference → rows
-    not_corrected: int = 0  # failures with public tests and no corrected answer
-    rows_by_class: dict[str, int]
-    tries: int  # repair attempts per failure
-    share: float  # declared
-    base_rows: int = 0
-    mixed_rows: int = 0  # repair rows in the training set (distinct rows repeated to reach the share)
-    achieved_share: float = 0.0
-    harvest: HarvestReport
-
-
-def repair_rows(problems: dict[str, Problem], kept: Sequence[Harvested], report: HarvestReport,
-                prompt_for: Callable[[Problem], Any], backend: Backend, decoding: Any, judge: Judge,
-                share: float, tries: int, corrected: Sequence[str] = ("repair",),
-                respond: Optional[Respond] = None) -> tuple[list[dict[str, Any]], RepairRowsReport]:
-    """One prompt/completion row per corrected failure: [prompt, failing answer, public-test feedback]
-    → the corrected answer (the repair loop's first accepted try, or the judged reference solution)."""
-    failures = [h for h in kept if h.error_class != ACCEPTED]
-    asked: list[tuple[Harvested, list[dict[str, str]], Problem]] = []  # (failure, prompt, public view)
-    for h in failures:
-        problem = problems[h.problem_id]
-        prompt = prompt_for(problem)
-        if isinstance(prompt, str):
-            raise UserError(f"{problem.id}: repair rows need a chat prompt (the feedback is a user turn)\n"
-                            "  fix: use a chat prompt template")
-        view = public_view(problem, prompt)
-        if view is not None:
-            asked.append((h, list(prompt), view))
-    lacking = sorted({h.problem_id for h in failures} - {h.problem_id for h, _, _ in asked})
-    # the feedback each failure gets: its verdict on the public tests its prompt showed
-    results = judge.judge_many([(view, h.completion) for h, _, view in asked])
-    conversations = [prompt + [{"role": "assistant", "content": h.completion},
-                               {"role": "user", "content": feedback(result)}]
-                     for (h, prompt, _), result in zip(asked, results)]
-    repaired = _repair_tries(asked, problems, backend, decoding, judge, tries) if "repair" in corrected else {}
-    rows: list[dict[str, Any]] = []
-    by_class: Counter[str] = Counter()
-    used: Counter[str] = Counter()
-    for i, ((h, _, _), conversation) in enumerate(zip(asked, conversations)):
-        answer, source = None, ""
-        for source in corrected:
-            if source == "repair":
-                answer = repaired.get(i)
-            elif respond is not None and problems[h.problem_id].solutions:
-                candidate = respond(problems[h.problem_id], problems[h.problem_id].solutions[0])
-                answer = candidate if judge.judge(problems[h.problem_id], candidate).accepted else None
-            if answer is not None:
-                break
-        if answer is None:
-            continue
-        by_class[h.error_class] += 1
-        used[source] += 1
-        rows.append({"problem_id": h.problem_id, "error_class": h.error_class, "corrected_from": source,
-                     "prompt": conversation, "completion": [{"role": "assistant", "content": answer}]})
-    out = RepairRowsReport(failures=len(failures), no_public_tests=len(failures) - len(asked),
-                           problems_without_public_tests=lacking, tried=len(asked) if "repair" in corrected else 0,
-                           repaired=len(rows), corrected_from=dict(used), not_corrected=len(asked) - len(rows),
-                           rows_by_class={c: by_class[c] for c in report.classes}, tries=tries, share=share,
-                           harvest=report)
-    return rows, out
-
-
-def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem]], problems: dict[str, Problem],
-                  backend: Backend, decoding: Any, judge: Judge, tries: int) -> dict[int, str]:
-    """Failure index → the first accepted answer the repair loop got from the policy in `tries` tries."""
-    first = []
-    for i, (h, prompt, _) in enumerate(asked):
-        failed = SampleResult(problem_id=h.problem_id, verdict=_verdict(h.verdict), accepted=False, passed=0,
-                              total=0, pass_ratio=h.pass_ratio)
-        first += [Answer(key=f"{i}/{t}", problem=problems[h.problem_id], conversation=prompt, completion=h.completion,
-                         result=failed) for t in range(tries)]
-    one = replace(decoding, n=1)
-    chains = repair(first, generate=lambda convs: [g[0] for g in generate(backend, convs, one)],
-                    text=lambda g: g.text, judge=judge, rounds=2)
-    out: dict[int, str] = {}
-    for answer in chains.rounds[1] if len(chains.rounds) > 1 else []:
-        index = int((answer.parent or "").split("/")[0])
-        if answer.result.accepted and index not in out:
-            out[index] = answer.completion
-    return out
-
-
-def mix(base: list[dict[str, Any]], repaired: list[dict[str, Any]], report: RepairRowsReport) -> list[dict[str, Any]]:
-    """`base` plus the repair rows, repeated in order until they are `share` of the whole."""
-    if not repaired:
-        raise UserError(f"no format-repair rows: {report.failures} failures of {', '.join(report.harvest.classes)} "
-                        f"harvested, {report.no_public_tests} on problems without public tests, "
-                        f"{report.not_corrected} with no corrected answer ({report.tries} repair tries each)\n"
-                        "  fix: harvest more failures (a longer parent run), declare more classes, add `reference` "
-                        "to mix.corrected, or drop the mix")
-    wanted = max(1, round(report.share * len(base) / (1 - report.share)))
-    rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in repaired]
-    mixed = [rows[i % len(rows)] for i in range(wanted)]
-    report.base_rows, report.mixed_rows = len(base), wanted
-    report.achieved_share = wanted / (len(base) + wanted)
-    return base + mixed
-
-
 def source_dir(run_dir: Path, wheel: FrozenFlywheel) -> Path:
     """The harvested run's directory: a sibling of this run's (runs/<spec>/<run-id>/)."""
     path = Path(run_dir).parent / wheel.of_run
@@ -407,28 +214,3 @@ def decoding_of_source(source: Path) -> Any:
     frozen = read_frozen_run(source)
     protocol = frozen.protocols.get("rollout") or frozen.protocols.get("select") or {}
     return decoding_of(protocol)
-
-
-def flywheel_counts(run_dir: Path) -> dict[str, float]:
-    """What a flywheel run harvested and built, as flat numbers (lineage metrics, the pages)."""
-    out: dict[str, float] = {}
-    for rel, model in (("data/pairs.report.json", HardNegativesReport), (MIX_REPORT, RepairRowsReport)):
-        try:
-            report = model.model_validate_json((Path(run_dir) / rel).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        h = report.harvest
-        out.update({"samples": h.samples, "outside_training": h.outside_training, "accepted": h.accepted,
-                    "problems_with_failures": h.problems_with_failures})
-        out.update({f"harvested/{c}": n for c, n in h.harvested.items()})
-        if isinstance(report, HardNegativesReport):
-            out.update({"pairs": report.pairs, "no_chosen": len(report.no_chosen),
-                        **{f"pairs/{c}": n for c, n in report.pairs_by_class.items()},
-                        **{f"chosen_from/{k}": n for k, n in report.chosen_from.items()}})
-        else:
-            out.update({"rows": report.repaired, "no_public_tests": report.no_public_tests,
-                        "not_corrected": report.not_corrected,
-                        **{f"corrected_from/{k}": n for k, n in report.corrected_from.items()},
-                        "mixed_rows": report.mixed_rows, "achieved_share": report.achieved_share,
-                        **{f"rows/{c}": n for c, n in report.rows_by_class.items()}})
-    return out

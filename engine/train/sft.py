@@ -14,7 +14,7 @@ from engine.files import atomic_write
 from engine.errors import UserError
 from engine.evaluate.eval_run import Settings, generator_for
 from engine.judge.api import Judge
-from engine.train import flywheel
+from engine.train import flywheel, flywheel_rows
 from engine.train.curriculum import ordered
 from engine.train.rows import sft_rows
 from engine.train.selection import CheckpointScorer, choose
@@ -54,14 +54,14 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
         backend = generator_for(run.frozen, Settings(), str(source / "model"))
         try:
             with Judge(run.frozen.judge_config()) as judge:
-                rows, report = flywheel.repair_rows(problems, kept, harvested, lambda p: _dumps(choice.prompt(p)),
+                rows, report = flywheel_rows.repair_rows(problems, kept, harvested, lambda p: _dumps(choice.prompt(p)),
                                                     backend, decoding, judge, share=wheel.share,
                                                     tries=max(1, decoding.n), corrected=wheel.corrected,
                                                     respond=choice.response)
         finally:
             backend.close()
         flywheel.write_jsonl(rows_path, rows)
-    mixed = flywheel.mix(base, rows, report)
+    mixed = flywheel_rows.mix(base, rows, report)
     atomic_write(report_path, report.model_dump_json(indent=2) + "\n")
     print(f"repair mix: {report.repaired} of {report.failures} harvested failures corrected "
           f"({json.dumps(report.corrected_from)}; {report.no_public_tests} on problems without public tests); "
@@ -70,11 +70,11 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
     return mixed
 
 
-def _reusable(path: Path, source: Path, kind: str, classes: Sequence[str]) -> Optional[flywheel.RepairRowsReport]:
+def _reusable(path: Path, source: Path, kind: str, classes: Sequence[str]) -> Optional[flywheel_rows.RepairRowsReport]:
     """The earlier report while the harvest would read the very same files: the same contents, and
     no file added since (a verl step dump, a RAFT cycle) that the rows were not built from."""
     try:
-        report = flywheel.RepairRowsReport.model_validate_json(path.read_text(encoding="utf-8"))
+        report = flywheel_rows.RepairRowsReport.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     now = Counter(rel for rel, _ in flywheel.source_samples(source, kind, classes))

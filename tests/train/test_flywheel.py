@@ -10,16 +10,8 @@ from engine.data.toy import toy_problems
 from engine.errors import UserError
 from engine.judge.api import Judge, JudgeConfig
 from engine.plan.frozen import FrozenFlywheel
-from engine.train.flywheel import (
-    HARVEST_FILE,
-    HARVEST_REPORT,
-    RepairRowsReport,
-    classify,
-    harvest,
-    hard_negatives,
-    mix,
-    sha256_file,
-)
+from engine.train.flywheel import HARVEST_FILE, HARVEST_REPORT, classify, harvest, sha256_file
+from engine.train.flywheel_rows import RepairRowsReport, hard_negatives, mix
 
 WHEEL = FrozenFlywheel(use="pairs_from", of="grpo", of_run="abc123", of_kind="grpo",
                        classes=["SYNTAX_ERROR", "TIMEOUT", "truncated"], datasets=["toy_train"])
