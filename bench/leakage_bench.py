@@ -36,7 +36,7 @@ from engine.data.convert import (
     problem_from_mbpp,
 )
 from engine.data.fingerprint import problems_fingerprint
-from engine.isolation.content import leaks_between, semantic_leaks, sketch_settings
+from engine.isolation.content import leaks_between, sketch_settings
 from engine.isolation.neardup import (
     SketchCache,
     SketchSettings,
@@ -46,7 +46,13 @@ from engine.isolation.neardup import (
     minhash_signatures,
 )
 from engine.isolation.normalize import fingerprint_text, statement_chunks
-from engine.isolation.semantic import SemanticUnavailable, VectorCache, load_encoder, problem_vectors
+from engine.isolation.semantic import (
+    SemanticUnavailable,
+    VectorCache,
+    load_encoder,
+    problem_vectors,
+    semantic_leaks,
+)
 from engine.judge.config import JudgeConfig
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec

@@ -36,9 +36,9 @@ from pathlib import Path
 
 from engine.data.cache import cache_root
 from engine.data.convert import problem_from_codecontests_derived, problem_from_humaneval, problem_from_mbpp
-from engine.isolation.content import leaks_between, semantic_leaks, sketch_settings
+from engine.isolation.content import leaks_between, sketch_settings
 from engine.isolation.neardup import sketch_problems
-from engine.isolation.semantic import VectorCache, load_encoder, problem_vectors
+from engine.isolation.semantic import VectorCache, load_encoder, problem_vectors, semantic_leaks
 from engine.judge.config import JudgeConfig
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec

@@ -51,9 +51,9 @@ from engine.isolation.semantic import (
     SemanticNotInstalled,
     SemanticUnavailable,
     VectorCache,
-    candidates,
     load_encoder,
     problem_vectors,
+    semantic_leaks,
 )
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec, Role, Spec, Waiver
@@ -64,11 +64,9 @@ EVALUATION_ROLES = frozenset({Role.valid, Role.test, Role.regression})
 SHOWN_IN_ERROR = 5  # offending pairs quoted in a Diagnostic; `rlvr-run data leakage` lists all
 
 Loader = Callable[[str], LoadedDataset]
-# Runs candidate (training, evaluation) problem pairs' solutions against each other's tests:
-# one Confirmation per pair, in order. The judge lives after this layer; callers pass it in
-# (`engine.verify.leakage`): `PairConfirmer` for two problem sets, `Confirmer` with the spec
-# whose judge settings it uses.
-PairConfirmer = Callable[[Sequence[tuple[Problem, Problem]]], list[Confirmation]]
+# Runs candidate (training, evaluation) problem pairs' solutions against each other's tests, with
+# the spec whose judge settings it uses: one Confirmation per pair, in order. The judge lives
+# after this layer; callers pass it in (`engine.verify.leakage`).
 Confirmer = Callable[[ValidatedSpec, Sequence[tuple[Problem, Problem]]], list[Confirmation]]
 
 
@@ -164,39 +162,6 @@ def leaks_between(train: Sketch, evaluation: Sketch, leakage: LeakageSpec) -> li
              scores={name: round(value, 4) for name, value in scores[key].items()})
         for key, m in sorted(found.items())
     ]
-
-
-def semantic_leaks(train: Sequence[Problem], evaluation: Sequence[Problem], train_vectors: np.ndarray,
-                   eval_vectors: np.ndarray, leakage: LeakageSpec, lexical: list[Leak],
-                   confirm: Optional[PairConfirmer]) -> list[Leak]:
-    """`lexical` with the semantic score added where measured, and the pairs found by meaning:
-    confirmed by execution (errors), or not confirmed and at least `semantic_warn` (warnings).
-    Pairs already found lexically are not run again: they are leaks whatever the judge says."""
-    found = candidates(train_vectors, eval_vectors, top_k=leakage.semantic_top_k, review=leakage.semantic_review)
-    by_pair = {(c.train, c.evaluation): c.cosine for c in found}
-    index_train = {p.id: i for i, p in enumerate(train)}
-    index_eval = {p.id: j for j, p in enumerate(evaluation)}
-    out = []
-    for leak in lexical:
-        i, j = index_train.get(leak.train_id), index_eval.get(leak.eval_id)
-        cosine = by_pair.get((i, j)) if i is not None and j is not None else None
-        if cosine is None and i is not None and j is not None:
-            cosine = float(train_vectors[i] @ eval_vectors[j])
-        out.append(leak if cosine is None else dataclasses.replace(leak, scores={**leak.scores, "semantic": round(cosine, 4)}))
-    known = {(leak.train_id, leak.eval_id) for leak in lexical}
-    fresh = [c for c in found if (train[c.train].id, evaluation[c.evaluation].id) not in known]
-    confirmations = confirm([(train[c.train], evaluation[c.evaluation]) for c in fresh]) if confirm and fresh else []
-    for n, c in enumerate(fresh):
-        confirmation = confirmations[n] if confirmations else None
-        scores = {"semantic": round(c.cosine, 4)}
-        ids = {"train_id": train[c.train].id, "eval_id": evaluation[c.evaluation].id}
-        if confirmation is not None and confirmation.confirmed:
-            out.append(Leak(**ids, kind="confirmed", similarity=c.cosine, scores=scores, confirmation=confirmation))
-        elif c.cosine >= leakage.semantic_warn or (confirmation is not None and confirmation.unchecked):
-            # a pair the judge could not settle is shown whatever its score: not checked is not clean
-            out.append(Leak(**ids, kind="semantic", level="warning", similarity=c.cosine, scores=scores,
-                            confirmation=confirmation))
-    return sorted(out, key=lambda leak: (leak.level != "error", leak.eval_id, leak.train_id))
 
 
 def check_leakage(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from engine.data.cache import cache_root
-from engine.isolation.content import PairConfirmer
+from engine.isolation.semantic import PairConfirmer
 from engine.judge.api import Judge
 from engine.judge.cache import job_key
 from engine.judge.config import JudgeConfig, JudgeJob

@@ -282,7 +282,7 @@ def test_a_run_with_no_test_or_a_judge_fault_never_confirms_and_is_not_checked()
 
 
 def test_an_unsettled_candidate_below_the_warning_score_is_shown_not_dropped():
-    from engine.isolation.content import semantic_leaks
+    from engine.isolation.semantic import semantic_leaks
     from engine.spec.model import LeakageSpec
     from engine.spec.validated import Confirmation, Execution
 
