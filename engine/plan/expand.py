@@ -29,8 +29,7 @@ its parents' ids. The spec file's own hash is not an input: editing a comment ke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel
 
@@ -46,11 +45,11 @@ from engine.plan.model import (
     RunDataset,
     run_id,
 )
+from engine.plan.inputs import as_json, dataset_files, frozen_registry
 from engine.spec.flywheel import Flywheel, flywheel, harvested
 from engine.spec.model import (
     EvalSchedule,
     FailuresSpec,
-    ModelRef,
     PairsSpec,
     PhaseFields,
     PhaseKind,
@@ -171,34 +170,6 @@ def plan(validated: ValidatedSpec) -> Plan:
                 runs=planner.runs, waivers=list(validated.waivers), warnings=list(validated.warnings))
 
 
-def dataset_files(validated: ValidatedSpec) -> dict[str, dict[str, str]]:
-    """Dataset name → `data_file` / `ids_file`: the files it reads, as found at plan time.
-
-    The exporter reads them from config.yaml (never the spec, which may have changed).
-    Paths inside the project are relative to its root, so the ids of the same spec do
-    not depend on where the project is checked out.
-    """
-    from engine.spec.resolve import find_file
-
-    root = validated.registry.project_root.resolve()
-    out: dict[str, dict[str, str]] = {}
-    for name, ds in validated.spec.datasets.items():
-        files: dict[str, str] = {}
-        found = find_file(validated.loaded, validated.registry, ds.path) if ds.path else None
-        if found is not None:
-            files["data_file"] = _project_path(found, root)
-        if name in validated.idlist_paths:
-            files["ids_file"] = _project_path(validated.idlist_paths[name], root)
-        if files:
-            out[name] = files
-    return out
-
-
-def _project_path(path: Path, root: Path) -> str:
-    path = path.resolve()
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-
-
 def _plan_unit(planner: _Planner, unit: Unit) -> None:
     seeds = planner.spec.seeds
     source = unit.fields.get("from_") or BASE
@@ -269,9 +240,9 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
     extra["hparams"] = dict(f.get("hparams") or {})
     extra["overrides"] = dict(f.get("overrides") or {})
     # Later fields enter the config only when set, so the ids of specs that do not use them stay.
-    extra.update({k: _dump(f[k]) for k in TRAINING_EXTRAS if f.get(k) is not None})
+    extra.update({k: as_json(f[k]) for k in TRAINING_EXTRAS if f.get(k) is not None})
     if unit.kind in MODEL_KINDS and planner.spec.tracking is not None:
-        extra["tracking"] = _dump(planner.spec.tracking)
+        extra["tracking"] = as_json(planner.spec.tracking)
     if harvest is not None:
         extra["flywheel"] = _flywheel_config(planner, unit, *harvest)
     if unit.name in planner.harvested:  # it keeps every judged rollout for the flywheel
@@ -344,9 +315,9 @@ def _attach_evaluations(planner: _Planner, unit: Unit, target: Optional[str], se
         uses = {name: ["evaluate"] for name in schedule.datasets}
         # Entered only when set, so the ids of specs that do not use them stay; an endpoint and its
         # served model are part of the run's identity (another server or model is another run).
-        extra = {"generation": _dump(schedule.generation)} if schedule.generation else {}
+        extra = {"generation": as_json(schedule.generation)} if schedule.generation else {}
         if unit.fields.get("endpoint"):
-            extra["endpoint"] = _dump(unit.fields["endpoint"])
+            extra["endpoint"] = as_json(unit.fields["endpoint"])
         run = _make_run(planner, unit, kind=PhaseKind.eval, seed=eval_seed, trainer=None,
                         schedule=schedule_name, parent=target, flows=flows, evaluates=target,
                         uses=uses, protocols={"evaluate": schedule.protocol}, extra=extra,
@@ -387,12 +358,12 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
     config = {
         "spec": spec.name, "phase": unit.phase, "variant": unit.variant, "kind": kind.value,
         "schedule": schedule, "seed": seed, "trainer": trainer,
-        "base_model": _dump(spec.base_model),
+        "base_model": as_json(spec.base_model),
         "init": "parent" if parent else "base_model",
-        "datasets": {n: {**_dump(spec.datasets[n]), **d.model_dump(exclude={"role"}), **planner.files.get(n, {})}
+        "datasets": {n: {**as_json(spec.datasets[n]), **d.model_dump(exclude={"role"}), **planner.files.get(n, {})}
                      for n, d in datasets.items()},
-        "protocols": {use: {"name": name, **_dump(resolved_protocols[name])} for use, name in names.items()},
-        "judge": _dump(spec.judge),
+        "protocols": {use: {"name": name, **as_json(resolved_protocols[name])} for use, name in names.items()},
+        "judge": as_json(spec.judge),
         "resources": resources.model_dump(exclude_none=True),
         **extra,
     }
@@ -412,24 +383,6 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
                resources=resources, config=config)
 
 
-def frozen_registry(registry: Registry, spec: Spec, datasets: dict[str, RunDataset],
-                    protocols: Iterable[ProtocolSpec]) -> dict[str, Any]:
-    """The registry entries a run consumes, as they are now: its datasets' sources and the prompt
-    templates it can render (those its protocols name, the defaults for the base model's style and
-    the fragments they include). They enter the run's config, so its id, and the run reads them
-    from there (`engine.plan.frozen.run_registry`): an edited registry makes new runs, never old
-    records resumed with new inputs."""
-    sources = sorted({spec.datasets[n].source for n in datasets})
-    named = {p.prompt for p in protocols if p.prompt}
-    model = spec.base_model
-    style = "chat" if not isinstance(model, ModelRef) or model.chat else "completion"
-    prompts = {name: entry for name, entry in registry.prompts.items()
-               if name in named or name.startswith("_")
-               or any(sel.split("/")[1:2] == [style] for sel in entry.default_for)}
-    return {"datasets": {n: _dump(registry.datasets[n]) for n in sources if n in registry.datasets},
-            "prompts": {n: _dump(e) for n, e in prompts.items()}}
-
-
 def _protocol_name(protocol: str | ProtocolSpec, use: str) -> str:
     return protocol if isinstance(protocol, str) else f"{use}-derived"
 
@@ -443,9 +396,3 @@ def _run_datasets(planner: _Planner, uses: dict[str, list[str]], where: str) -> 
         out[name] = RunDataset(role=ds.role.value, uses=use, ids_sha256=planner.idlist_hashes.get(name),
                                fingerprint=planner.fingerprints.get(name))
     return out
-
-
-def _dump(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True, by_alias=True)
-    return value

@@ -107,7 +107,7 @@ class FrozenRun(BaseModel):
     pairs: Optional[PairsSpec] = None
     flywheel: Optional[FrozenFlywheel] = None
     harvested: bool = False  # a flywheel harvests its failures: every judged rollout is kept
-    # The registry entries the run consumes, frozen at planning (`engine.plan.expand.frozen_registry`).
+    # The registry entries the run consumes, frozen at planning (`engine.plan.inputs.frozen_registry`).
     registry: dict[str, dict[str, Any]] = {}
     without_public: Optional[Literal["first"]] = None  # best_of_n: see PhaseFields.without_public
     # Evaluation runs: how they generate (the spec's `generation:`), or the endpoint that serves the model.
