@@ -21,17 +21,13 @@ whenever a token file exists, so the token is always sent when one is configured
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import os
 import shlex
 import signal
 import socket
 import sys
-import tarfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -41,24 +37,19 @@ import httpx
 from engine.errors import UserError
 from engine.runs.executors.base import RUN_ID_ENV, Job, Started
 from engine.runs.executors.ray_logs import LogTail
+from engine.runs.executors.ray_package import (
+    OUTPUTS_BEGIN,
+    WORKING_DIR_ENTRYPOINT,
+    shown_part,
+    unpack_outputs,
+    zip_run_dir,
+)
 from engine.runs.lineage import RunRecord, now_iso
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 # Passed from the runner's environment to every job (Ray gives jobs the raylet's environment).
 FORWARDED_ENV = ("PYTHONPATH", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 FORWARDED_PREFIX = "RLVR_"
-OUTPUTS_BEGIN, OUTPUTS_END = "# rlvr-run: outputs-begin", "# rlvr-run: outputs-end"
-# The markers are printed from two words each, so Ray's echo of the entrypoint never contains them.
-# The tarball is made first (its messages kept apart) and printed as one line with its sha256,
-# so nothing can land inside it and a damaged copy is told apart from a good one.
-WORKING_DIR_ENTRYPOINT = (
-    "printf '%s %s:%s\\n' '# rlvr-run: working_dir' \"$(hostname)\" \"$PWD\"; "
-    'RLVR_RUN_DIR="$PWD" bash launch.sh; rc=$?; t=$(mktemp); '
-    "tar -czf \"$t\" --exclude='./logs/attempt-*.log' --exclude=./.rlvr-attempt . 2>\"$t.err\"; "
-    "printf '\\n%s %s %s\\n' '# rlvr-run:' outputs-begin \"$(sha256sum < \"$t\" | cut -c1-64)\"; "
-    "base64 -w 0 \"$t\"; printf '\\n%s %s\\n' '# rlvr-run:' outputs-end; "
-    "cat \"$t.err\"; rm -f \"$t\" \"$t.err\"; exit $rc"
-)
 
 
 class RayUnreachable(ConnectionError):
@@ -185,7 +176,7 @@ class RayExecutor:
 
     def _upload(self, run_dir: Path, submission_id: str) -> str:
         """The run directory as a package in the cluster's GCS; its URI, for the job's working_dir."""
-        data = _zip_run_dir(run_dir, submission_id)
+        data = zip_run_dir(run_dir, submission_id)
         name = f"_ray_pkg_{hashlib.sha256(data).hexdigest()[:32]}.zip"
         self._send("put", f"/api/packages/gcs/{name}", f"Ray refused the upload of {run_dir} ({len(data)} bytes)",
                    content=data)
@@ -219,7 +210,7 @@ class RayExecutor:
             return None
         code = _exit_code(started, info)
         if self.shared_dir is None:
-            problem = _unpack_outputs(text, started.job.run_dir)
+            problem = unpack_outputs(text, started.job.run_dir)
             # A job that failed or was stopped often never got to print its outputs: no news there.
             if problem and code == 0:
                 started.detail = f"no outputs came back from Ray job {tracked.submission_id}: {problem}"
@@ -327,7 +318,7 @@ class RayExecutor:
     def _copy_logs(self, started: Started, tracked: _Tracked) -> str:
         """Append what the job printed and the attempt log lacks; the whole job log."""
         text = self._get(f"/api/jobs/{tracked.submission_id}/logs").json().get("logs", "")
-        shown = _shown_part(text)
+        shown = shown_part(text)
         if len(shown) > tracked.log_chars:
             with open(started.log_path, "a") as log:
                 log.write(shown[tracked.log_chars:])
@@ -343,44 +334,6 @@ class RayExecutor:
         started.detail = (f"the Ray cluster at {self.address} was unreachable for {self.unreachable_after_s:.0f} s "
                           f"({exc}); Ray job {tracked.submission_id}'s fate is unknown")
         return 1
-
-
-def _shown_part(text: str) -> str:
-    """What of an ended job's log goes into the attempt log: all of it but the outputs tarball."""
-    cut = text.rfind(OUTPUTS_BEGIN)
-    return text[:cut].rstrip("\n") + "\n" if cut >= 0 else text
-
-
-def _unpack_outputs(log_text: str, run_dir: Path) -> Optional[str]:
-    """Unpack the run directory a job printed at the end of its log over the local one; what went
-    wrong, or None."""
-    begin, end = log_text.rfind(OUTPUTS_BEGIN), log_text.rfind(OUTPUTS_END)
-    if begin < 0 or end < begin:
-        return "its log ends without the outputs tarball"
-    digest, _, encoded = log_text[begin + len(OUTPUTS_BEGIN):end].strip().partition("\n")
-    try:
-        data = base64.b64decode(encoded)
-        if hashlib.sha256(data).hexdigest() != digest.strip():
-            return f"the outputs tarball in its log is damaged ({len(data)} bytes, sha256 differs)"
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(run_dir, filter="data")
-    except (ValueError, EOFError, tarfile.TarError, OSError) as exc:
-        return f"the outputs tarball in its log is unreadable ({exc})"
-    return None
-
-
-def _zip_run_dir(run_dir: Path, submission_id: str) -> bytes:
-    """The run directory without its attempt logs (the runner writes those), plus a file naming the
-    attempt: Ray unpacks each package URI once per node and jobs write into it, so no two attempts
-    may share one."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(run_dir.rglob("*")):
-            relative = path.relative_to(run_dir)
-            if path.is_file() and not (relative.parts[0] == "logs" and path.name.startswith("attempt-")):
-                archive.write(path, relative)
-        archive.writestr(".rlvr-attempt", submission_id + "\n")
-    return buffer.getvalue()
 
 
 def submission_id_of(run_id: str, attempt: int) -> str:
