@@ -13,7 +13,7 @@ import select
 import socket
 import struct
 
-from engine.judge.local import sandbox
+from engine.judge.local import limits, sandbox
 from engine.judge.local.process import exited, kill_group
 from engine.judge.local.runner import JobBuffer, Runner
 from engine.judge.local.wire import write_all
@@ -47,8 +47,8 @@ class Nursery:
                 os.close(self.job_w)
                 for fd in close_in_child:
                     os.close(fd)
-                sandbox.die_with_parent()
-                sandbox.set_name(b"judge-nursery")
+                limits.die_with_parent()
+                limits.set_name(b"judge-nursery")
                 sandbox.adopt_pid_namespace(iso)
                 sandbox.lock_filesystem(iso, workdir)
                 theirs.send(json.dumps({"proc": iso.proc, "read_only": iso.read_only, "notes": iso.notes}).encode())
@@ -182,16 +182,16 @@ def _become_runner(jobs: JobBuffer, workdir: str, fds: list[int], start: int, is
         os.closerange(3, wfd)
         os.closerange(wfd + 1, 65536)
         os.chdir(workdir)
-        sandbox.drop_privileges(iso.uid, reset_dumpable=reset_dumpable, drop_capabilities=iso.userns)
+        limits.drop_privileges(iso.uid, reset_dumpable=reset_dumpable, drop_capabilities=iso.userns)
         if not iso.pidns:  # else the nursery's namespace ends every runner with it
-            sandbox.die_with_parent()  # after the uid change, which clears it
-        limits = job["limits"]
-        sandbox.apply_rlimits(memory_mb=limits["memory_mb"], max_processes=limits["max_processes"],
-                              max_open_files=limits["max_open_files"], max_file_bytes=limits["output_bytes"])
+            limits.die_with_parent()  # after the uid change, which clears it
+        bounds = job["limits"]
+        limits.apply_rlimits(memory_mb=bounds["memory_mb"], max_processes=bounds["max_processes"],
+                             max_open_files=bounds["max_open_files"], max_file_bytes=bounds["output_bytes"])
         # Loading the program gets one test's budget; each test then raises the soft limit by its
         # own budget (function mode) or runs in a child with its own limit (stdio mode).
-        budget = int(limits["cpu_s"] * (len(job["order"]) + 2)) + 2
-        resource.setrlimit(resource.RLIMIT_CPU, (int(limits["cpu_s"]) + 2, budget))
+        budget = int(bounds["cpu_s"] * (len(job["order"]) + 2)) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (int(bounds["cpu_s"]) + 2, budget))
         Runner(jobs, wfd, iso.pidns, start=start, progress=progress).main()
     finally:
         os._exit(0)

@@ -19,7 +19,7 @@ import types
 from typing import Any, Protocol
 
 from engine.judge import plain
-from engine.judge.local import sandbox
+from engine.judge.local import limits
 from engine.judge.local.process import XCPU_EXIT, cpu_limited, exited_within
 from engine.judge.local.wire import HEADER, MAX_FRAME, receive, send
 
@@ -206,7 +206,7 @@ class ProgramProcess:
         """The child is reaped: whatever the program started ends with it."""
         self.pid = None
         if self.runner.pidns:
-            sandbox.kill_all_in_namespace()
+            limits.kill_all_in_namespace()
 
     def _answer(self) -> dict | None:
         """The child's next answer; None when it ended or overran the test's wall limit, {} when

@@ -16,7 +16,7 @@ import sys
 import time
 
 from engine.judge import plain
-from engine.judge.local import sandbox
+from engine.judge.local import limits
 from engine.judge.local.process import XCPU_EXIT, wait_or_kill
 from engine.judge.local.program import (
     BUILTIN_NAMES,
@@ -266,14 +266,14 @@ class Runner:
                 # The result pipe above all: only the runner reports a test, never the program.
                 os.closerange(3, 65536)
                 if self.job["mode"] == "stdio":
-                    sandbox.set_cpu_limit(self.limits["cpu_s"])
+                    limits.set_cpu_limit(self.limits["cpu_s"])
                 body()
             finally:
                 os._exit(70)
         timed_out = wait_or_kill(pid, self.limits["wall_s"])
         _, status, usage = os.wait4(pid, 0)
         if self.pidns:
-            sandbox.kill_all_in_namespace()
+            limits.kill_all_in_namespace()
         done = {"t": "done", "i": i, "cpu": usage.ru_utime + usage.ru_stime, "wall": time.monotonic() - start,
                 "rss_kb": usage.ru_maxrss, "wall_killed": timed_out,
                 "stderr_tail": _tail(f"err{i}", self.limits["tail_bytes"])}

@@ -1,4 +1,5 @@
-"""Kernel-level isolation for the sandbox worker: namespaces, mounts, rlimits, privileges.
+"""Kernel-level isolation for the sandbox worker: namespaces and mounts (the per-sample steps that
+drop privileges and set rlimits are `engine.judge.local.limits`).
 
 Set up once per worker (`isolate_worker`). Not root (a cluster's ordinary user): first an
 unprivileged user namespace, in which the worker is root over its own namespaces only (as
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import resource
 import struct
 import sys
 
@@ -45,14 +45,14 @@ MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MNT_DETACH = 2
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 
-_libc = ctypes.CDLL(None, use_errno=True)
+libc = ctypes.CDLL(None, use_errno=True)
 
 
 class IsolationError(OSError):
     pass
 
 
-def _check(rc: int, what: str) -> None:
+def check_rc(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise IsolationError(err, f"{what}: {os.strerror(err)}")
@@ -60,7 +60,7 @@ def _check(rc: int, what: str) -> None:
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     enc = lambda s: s.encode() if s is not None else None  # noqa: E731
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+    check_rc(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
 class Isolation:
@@ -128,13 +128,13 @@ def isolate_worker(uid: int, hide: list[str], keep: list[str], workdir: str) -> 
                              "judge's own uid")
             return iso
     try:
-        _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare(net)")
+        check_rc(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare(net)")
         iso.netns = True
         iso.ipc_off = _forbid_ipc_objects(iso.notes)
     except IsolationError as exc:
         iso.notes.append(f"network not isolated ({exc})")
     try:
-        _check(_libc.unshare(CLONE_NEWNS), "unshare(mount)")
+        check_rc(libc.unshare(CLONE_NEWNS), "unshare(mount)")
         _private_filesystem(hide, keep, workdir, iso.uid)
         iso.mountns = True
     except (IsolationError, OSError) as exc:
@@ -148,7 +148,7 @@ def _enter_user_namespace(notes: list[str]) -> None:
     """Become root of a user namespace of our own: capabilities over the namespaces made from it,
     none over the machine. Only our own uid and gid are mapped (to 0), as an unprivileged user may."""
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(CLONE_NEWUSER), "unshare(user)")
+    check_rc(libc.unshare(CLONE_NEWUSER), "unshare(user)")
     for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
         with open(f"/proc/self/{name}", "w") as fh:
             fh.write(text)
@@ -211,8 +211,8 @@ def _forbid_keyrings(notes: list[str]) -> bool:
 
     program = _Program(len(prog), ctypes.addressof(filters))
     try:
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
-        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "seccomp")
+        check_rc(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+        check_rc(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "seccomp")
     except IsolationError as exc:
         notes.append(f"keyrings not closed ({exc})")
         return False
@@ -342,7 +342,7 @@ def new_pid_namespace(iso: Isolation) -> None:
         return
     if iso._children == "used":
         enter_own_pid_namespace(iso)
-    _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
+    check_rc(libc.unshare(CLONE_NEWPID), "unshare(pid)")
     iso._children = "fresh"
 
 
@@ -370,8 +370,8 @@ def lock_down_descendants() -> None:
     copies pages the sample may never touch). no_new_privs survives the uid change; "dumpable" is
     reset by it to fs.suid_dumpable, which `runner_needs_dumpable_reset` checks.
     """
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def runner_needs_dumpable_reset() -> bool:
@@ -387,7 +387,7 @@ def runner_needs_dumpable_reset() -> bool:
 def enter_own_pid_namespace(iso: Isolation) -> None:
     """This process's next child is made in its own PID namespace again."""
     if iso._own_pidns_fd is not None:
-        _check(_libc.setns(iso._own_pidns_fd, CLONE_NEWPID), "setns(pid)")
+        check_rc(libc.setns(iso._own_pidns_fd, CLONE_NEWPID), "setns(pid)")
         iso._children = "own"
 
 
@@ -398,79 +398,6 @@ def adopt_pid_namespace(iso: Isolation) -> None:
     if iso._own_pidns_fd is not None:
         os.close(iso._own_pidns_fd)
         iso._own_pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
-
-
-def drop_privileges(uid: int | None, *, reset_dumpable: bool, drop_capabilities: bool) -> None:
-    if uid is not None and os.geteuid() == 0:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    if drop_capabilities:
-        _drop_capabilities()
-    if reset_dumpable:
-        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
-_CAP_VERSION_3 = 0x20080522
-
-
-def _drop_capabilities() -> None:
-    """In a user namespace the runner is its root: clear every capability (effective, permitted,
-    inheritable), so it cannot undo a mount or reach past its namespaces. no_new_privs (set in the
-    nursery) keeps an exec from giving them back. Raises when the kernel refuses: a runner that
-    kept its capabilities must not run the program."""
-    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()
-    _check(_libc.capset(header, data), "capset")
-
-
-def apply_rlimits(*, memory_mb: int, max_processes: int, max_open_files: int, max_file_bytes: int) -> None:
-    limits = {
-        resource.RLIMIT_AS: memory_mb * 1024 * 1024,
-        resource.RLIMIT_NPROC: max_processes,
-        resource.RLIMIT_NOFILE: max_open_files,
-        resource.RLIMIT_FSIZE: max_file_bytes,
-        resource.RLIMIT_CORE: 0,
-    }
-    for kind, value in limits.items():
-        resource.setrlimit(kind, (value, value))
-
-
-def set_cpu_limit(seconds: float) -> None:
-    """RLIMIT_CPU counts whole seconds: SIGXCPU at the soft limit, SIGKILL one second later."""
-    soft = max(1, int(seconds + 0.999))
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
-
-
-def kill_all_in_namespace() -> None:
-    """From a PID namespace's init: SIGKILL every other process in it, then reap them."""
-    try:
-        os.kill(-1, 9)
-    except ProcessLookupError:
-        pass
-    reap_zombies()
-
-
-def reap_zombies() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def sweep_uid(uid: int) -> None:
-    """Fallback without a PID namespace: a throwaway child with the sandbox uid kills all its processes."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setresuid(uid, uid, uid)
-            os.kill(-1, 9)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
 
 
 # Where users and machines keep data (a clone, its datasets, model caches): hidden whole, whatever
@@ -495,14 +422,3 @@ def private_dirs(repo: str, extra: list[str]) -> list[str]:
 def interpreter_dirs() -> list[str]:
     """Directories the sandboxed interpreter must still read (stdlib, extension modules)."""
     return sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)})
-
-
-def die_with_parent() -> None:
-    """SIGKILL this process when its parent dies (a judge killed mid-job leaves no sandbox behind)."""
-    PR_SET_PDEATHSIG = 1
-    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
-
-
-def set_name(name: bytes) -> None:
-    """The name `ps`/`top` show for this process (the judge's roles are told apart by it)."""
-    _libc.prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME

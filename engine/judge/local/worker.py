@@ -38,7 +38,7 @@ import signal
 import sys
 import time
 
-from engine.judge.local import sandbox, warmup
+from engine.judge.local import limits, sandbox, warmup
 from engine.judge.local.jobs import Plans, runner_job, runner_plan
 from engine.judge.local.nursery import Nursery, NurseryDied
 from engine.judge.local.process import cpu_limited
@@ -277,7 +277,7 @@ class Worker:
                 self.nursery.kill()
             ended = frames.ended or self.nursery.reaped()
             if not self.iso.pidns and self.iso.uid is not None:
-                sandbox.sweep_uid(self.uid)
+                limits.sweep_uid(self.uid)
             os.close(rfd)
             reached, cpu_before = PROGRESS.unpack_from(self.nursery.progress)
         if why == "eof" and cpu_limited(ended["status"]):
@@ -376,7 +376,7 @@ def main() -> None:
     uid, cpu, hide = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     if cpu >= 0:  # first, so everything it warms and forks lives on that CPU
         os.sched_setaffinity(0, {cpu})
-    sandbox.set_name(b"judge-worker")
+    limits.set_name(b"judge-worker")
     control_in, control_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
