@@ -1,10 +1,12 @@
-"""Ending and reaping processes, and reading how they ended."""
+"""Ending and reaping processes, reading how they ended, and ending a program as the interpreter would."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
 import signal
+import sys
 import time
 
 XCPU_EXIT = 128 + signal.SIGXCPU  # how a function-mode runner reports its CPU limit
@@ -59,3 +61,42 @@ def kill_group(pid: int) -> None:
             target()
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def flush_streams() -> None:
+    for stream in {id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}.values():
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 — a closed or replaced stream; its output is the program's
+            pass
+
+
+def exit_status(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def finish_like_python(status: int, originals: tuple = ()) -> int:
+    """What interpreter shutdown does: join non-daemon threads, run atexit, flush."""
+    threading = sys.modules.get("threading")  # only a program that imported it can have threads to join
+    try:
+        for thread in threading.enumerate() if threading else ():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        status = status or 1
+    # CPython flushes the current sys.stdout/stderr and, when finalizing, the original streams too
+    # (a program may swap sys.stdout for a buffer and write the buffer to sys.__stdout__ at exit).
+    streams = {id(s): s for s in (sys.stdout, sys.stderr, *originals)}
+    for stream in streams.values():
+        try:
+            if not stream.closed:  # CPython's shutdown skips a stream the program closed (`with sys.stdout`)
+                stream.flush()
+        except BaseException:  # noqa: BLE001 — e.g. EFBIG past the output cap
+            status = status or 1
+    return status

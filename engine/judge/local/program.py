@@ -1,10 +1,9 @@
 """The program's own process and what runs in it: its namespace, the builtins every test starts from,
-the calls the tests make into it, and the helpers that end and reap processes.
+and the calls the tests make into it (ending it as Python would: `engine.judge.local.process`).
 """
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import ctypes
 import json
@@ -20,7 +19,7 @@ from typing import Any, Protocol
 
 from engine.judge import plain
 from engine.judge.local import limits
-from engine.judge.local.process import XCPU_EXIT, cpu_limited, exited_within
+from engine.judge.local.process import XCPU_EXIT, cpu_limited, exited_within, flush_streams
 from engine.judge.local.wire import HEADER, MAX_FRAME, receive, send
 
 BUILTIN_NAMES = frozenset(dir(builtins))  # taken before any untrusted code runs
@@ -338,45 +337,6 @@ def _exported(ns: dict) -> dict:
             except plain.NotPlain:
                 pass
     return names
-
-
-def flush_streams() -> None:
-    for stream in {id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}.values():
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001 — a closed or replaced stream; its output is the program's
-            pass
-
-
-def exit_status(exc: SystemExit) -> int:
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    print(exc.code, file=sys.stderr)
-    return 1
-
-
-def finish_like_python(status: int, originals: tuple = ()) -> int:
-    """What interpreter shutdown does: join non-daemon threads, run atexit, flush."""
-    threading = sys.modules.get("threading")  # only a program that imported it can have threads to join
-    try:
-        for thread in threading.enumerate() if threading else ():
-            if thread is not threading.main_thread() and not thread.daemon:
-                thread.join()
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001
-        status = status or 1
-    # CPython flushes the current sys.stdout/stderr and, when finalizing, the original streams too
-    # (a program may swap sys.stdout for a buffer and write the buffer to sys.__stdout__ at exit).
-    streams = {id(s): s for s in (sys.stdout, sys.stderr, *originals)}
-    for stream in streams.values():
-        try:
-            if not stream.closed:  # CPython's shutdown skips a stream the program closed (`with sys.stdout`)
-                stream.flush()
-        except BaseException:  # noqa: BLE001 — e.g. EFBIG past the output cap
-            status = status or 1
-    return status
 
 
 def compiled(source, filename: str, mode: str):

@@ -17,7 +17,7 @@ import time
 
 from engine.judge import plain
 from engine.judge.local import limits
-from engine.judge.local.process import XCPU_EXIT, wait_or_kill
+from engine.judge.local.process import XCPU_EXIT, exit_status, finish_like_python, flush_streams, wait_or_kill
 from engine.judge.local.program import (
     BUILTIN_NAMES,
     BUILTINS,
@@ -26,9 +26,6 @@ from engine.judge.local.program import (
     compiled,
     evaluate,
     exc_report,
-    exit_status,
-    finish_like_python,
-    flush_streams,
 )
 from engine.judge.local.wire import send
 
