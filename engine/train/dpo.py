@@ -46,7 +46,8 @@ def sample_pairs(run: TrainRun) -> PairsResult:
 
 def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
     """The flywheel's pairs: the harvested run's failures on training problems as rejected answers
-    (engine.train.flywheel), written to data/pairs.jsonl with their report."""
+    (harvested by engine.train.flywheel, paired by engine.train.flywheel_rows), written to
+    data/pairs.jsonl with their report."""
     wheel = run.frozen.flywheel
     assert wheel is not None
     source = flywheel.source_dir(run.run_dir, wheel)

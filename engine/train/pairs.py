@@ -50,7 +50,7 @@ class PreferencePair(BaseModel):
     chosen_verdict: Verdict
     rejected_verdict: Verdict
     delta: float
-    rejected_class: Optional[str] = None  # hard negatives (engine.train.flywheel): the failure's class
+    rejected_class: Optional[str] = None  # hard negatives (engine.train.flywheel_rows): the failure's class
     chosen_from: Optional[str] = None  # hard negatives: harvest | reference
 
 

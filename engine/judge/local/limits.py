@@ -39,14 +39,14 @@ def _drop_capabilities() -> None:
 
 
 def apply_rlimits(*, memory_mb: int, max_processes: int, max_open_files: int, max_file_bytes: int) -> None:
-    limits = {
+    rlimits = {
         resource.RLIMIT_AS: memory_mb * 1024 * 1024,
         resource.RLIMIT_NPROC: max_processes,
         resource.RLIMIT_NOFILE: max_open_files,
         resource.RLIMIT_FSIZE: max_file_bytes,
         resource.RLIMIT_CORE: 0,
     }
-    for kind, value in limits.items():
+    for kind, value in rlimits.items():
         resource.setrlimit(kind, (value, value))
 
 

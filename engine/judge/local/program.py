@@ -285,7 +285,7 @@ def _parse_answer(body: bytes) -> dict:
     return answer if isinstance(answer, dict) else {}
 
 
-def _serve_program(code, ask: int, answers: int, limits: dict) -> None:
+def _serve_program(code, ask: int, answers: int, bounds: dict) -> None:
     """The child's side: load the program, then answer calls until the runner closes the pipe."""
     signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
     ns = {"__name__": "solution", "__builtins__": builtins}
@@ -300,7 +300,7 @@ def _serve_program(code, ask: int, answers: int, limits: dict) -> None:
     while (request := receive(ask)) is not None:
         if request["c"] is None:
             used = time.process_time()
-            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + limits["cpu_s"] + 1), hard), hard))
+            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + bounds["cpu_s"] + 1), hard), hard))
             ns["__builtins__"] = builtins
             send(answers, {"cpu": used})
             continue

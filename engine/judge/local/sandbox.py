@@ -17,7 +17,7 @@ so every runner dies with it; a fresh /proc that shows only its runners, and eve
 the work directory read-only (in a user namespace the sandbox runs as the judge's own uid, so
 read-only is what keeps it from writing where a later sample could read); no_new_privs and
 non-dumpable, which its runners inherit. Per sample
-(`new_pid_namespace` + `drop_privileges` + `apply_rlimits`): a fresh PID namespace whose init
+(`new_pid_namespace` + `limits.drop_privileges` + `limits.apply_rlimits`): a fresh PID namespace whose init
 is the sample's runner, so every process the sample starts dies with it; the sandbox uid (as
 root) or no capabilities at all (in a user namespace), so the program can neither signal nor
 trace the judge nor undo a mount; rlimits on CPU, address space, processes, file size, open
