@@ -144,13 +144,21 @@ def spec_registry(spec_path: Optional[str]) -> Registry:
 
 
 def observed_slots(records: Sequence[RunRecord], slot: str) -> Optional[int]:
-    """The most GPUs (or CPU slots) the study's runs held at once: the executor it ran on."""
-    points = []
-    for rec in records:
-        if rec.started_at and rec.finished_at:
-            config = json.loads(rec.config_json or "{}").get("resources") or {}
-            held = int(config.get("gpus", 0)) if slot == "GPU" else max(int(config.get("cpus", 1)), 1)
-            points += [(datetime.fromisoformat(rec.started_at), held), (datetime.fromisoformat(rec.finished_at), -held)]
+    """The most GPUs (or CPU slots) the study's runs held at once: the executor it ran on. Runs
+    recorded with one process (the local executor runs a checkpoint's evaluations together) held
+    one slot between them, not one each."""
+    held: list[list] = []  # [process or run, start, end, slots], a process's overlapping runs merged
+    for rec in sorted((r for r in records if r.started_at and r.finished_at), key=lambda r: r.started_at or ""):
+        config = json.loads(rec.config_json or "{}").get("resources") or {}
+        size = int(config.get("gpus", 0)) if slot == "GPU" else max(int(config.get("cpus", 1)), 1)
+        start, end = datetime.fromisoformat(rec.started_at or ""), datetime.fromisoformat(rec.finished_at or "")
+        owner = (rec.host, rec.pid) if rec.pid else rec.id
+        same = next((h for h in held if h[0] == owner and start <= h[2]), None)
+        if same is not None:  # a pid is reused only after its process ended: overlap means the same process
+            same[2], same[3] = max(same[2], end), max(same[3], size)
+        else:
+            held.append([owner, start, end, size])
+    points = [(h[1], h[3]) for h in held] + [(h[2], -h[3]) for h in held]
     peak = now = 0
     for _, change in sorted(points, key=lambda p: (p[0], p[1])):
         now += change

@@ -15,7 +15,7 @@ from engine.price.forecast import forecast
 from engine.price.profiles import load_profile
 from engine.price.progress import study_eta
 from engine.price.shapes import RunShape, StudyShape
-from engine.price.study import forecast_records, versus_lineage
+from engine.price.study import forecast_records, observed_slots, versus_lineage
 from engine.resources import shipped
 from engine.runs.lineage import PlanRecords, RunRecord, RunState, SpecRecord, open_lineage
 from tests.report import synthetic
@@ -66,6 +66,23 @@ def _finished(run_id: str, seconds: float) -> RunRecord:
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     return RunRecord(id=run_id, spec_name="fit", phase="p", kind="eval", state=RunState.succeeded,
                      started_at=start.isoformat(), finished_at=(start + timedelta(seconds=seconds)).isoformat())
+
+
+def test_evaluations_run_in_one_process_held_one_slot_between_them():
+    """The local executor runs a checkpoint's evaluations together, each recorded with the
+    process's pid: they held one CPU slot, so the study ran on two, not three. A pid seen again
+    after its process ended is another process."""
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def run(run_id: str, pid: int, begin: float, end: float) -> RunRecord:
+        return RunRecord(id=run_id, spec_name="s", phase="p", kind="eval", state=RunState.succeeded, pid=pid,
+                         host="h", started_at=(start + timedelta(seconds=begin)).isoformat(),
+                         finished_at=(start + timedelta(seconds=end)).isoformat())
+
+    grouped = [run("a", 10, 0, 20), run("b", 10, 0, 21), run("train", 11, 5, 30)]
+    assert observed_slots(grouped, "CPU") == 2
+    assert observed_slots([*grouped, run("c", 10, 25, 40), run("d", 12, 26, 40)], "CPU") == 3
+    assert observed_slots([run(x, i, 0, 10) for i, x in enumerate("abc")], "CPU") == 3
 
 
 def test_a_refit_profile_moves_the_forecast_onto_what_the_runs_took(tmp_path):
