@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from engine.judge.cache import ResultCache, job_key
 from engine.errors import UserError
-from engine.judge.config import JudgeBackend, JudgeConfig, JudgeJob, missing_isolation, test_count
+from engine.judge.config import PROCESSES, JudgeBackend, JudgeConfig, JudgeJob, missing_isolation, test_count
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.prompts.extract import extract_code
@@ -62,19 +62,23 @@ class Judge:
         return f"{self.config.version}/{self.backend.isolation_level()}"
 
     def require_isolation(self) -> None:
-        """Raise `UnsandboxedJudge` unless the network and the filesystem are isolated (or allowed not to be)."""
+        """Raise `UnsandboxedJudge` unless the network, the filesystem and the user's processes are
+        isolated (or allowed not to be)."""
         if self._checked or self.config.allow_unsandboxed:
             return
         missing = missing_isolation(self.backend.isolation_level())
         if missing:
+            reach = [what for name, what in (("the network", "the network"), ("the filesystem", "the run's files, "
+                     "tests included"), (PROCESSES, "every process of this user (no PID namespace: kill, trace)"))
+                     if name in missing]
             raise UnsandboxedJudge(
                 f"the {self.config.backend} judge cannot isolate {' and '.join(missing)} on this machine "
-                f"(obtained: {self.backend.isolation()}); the policy's programs would reach "
-                f"{'the network and ' if 'the network' in missing else ''}the run's files, tests included\n"
+                f"(obtained: {self.backend.isolation()}); the policy's programs would reach {' and '.join(reach)}\n"
                 "  fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; on Ubuntu "
-                "24.04 also kernel.apparmor_restrict_unprivileged_userns=0), or use `judge: {backend: "
-                "sandbox_fusion, url: ...}`, or accept unsandboxed numbers with `judge: {allow_unsandboxed: "
-                "true}` in the spec (`--allow-unsandboxed` for `rlvr-run judge`)")
+                "24.04 also kernel.apparmor_restrict_unprivileged_userns=0) and PID namespaces "
+                "(user.max_pid_namespaces > 0), or use `judge: {backend: sandbox_fusion, url: ...}`, or accept "
+                "unsandboxed numbers with `judge: {allow_unsandboxed: true}` in the spec (`--allow-unsandboxed` "
+                "for `rlvr-run judge`)")
         self._checked = True
 
     def judge(
@@ -176,7 +180,8 @@ class Judge:
 
     def stats(self) -> dict[str, object]:
         return {**self._cache.stats(), "isolation": self.backend.isolation(),
-                "isolation_level": self.backend.isolation_level(), "backend": self.config.backend}
+                "isolation_level": self.backend.isolation_level(), "backend": self.config.backend,
+                "judge_faults": getattr(self.backend, "faults", 0)}
 
 
 def _fit(result: SampleResult, format_ok: bool) -> SampleResult:

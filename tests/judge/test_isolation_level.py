@@ -30,7 +30,7 @@ def test_levels_name_what_is_missing():
     assert missing_isolation("userns+netns+ipcns+mountns+pidns") == []
     assert missing_isolation("sandbox-uid+netns+ipcns+mountns+pidns") == []
     assert missing_isolation("remote") == []
-    assert missing_isolation("none") == ["the network", "the filesystem"]
+    assert missing_isolation("none") == ["the network", "the filesystem", "the user's processes"]
     assert missing_isolation("userns+netns+ipcns+pidns") == ["the filesystem"]
     assert judged_unsandboxed("rlvr-judge-1/local/cpu6s/mem1024MB/tokens/none")
     assert judged_unsandboxed("rlvr-judge-1/local/cpu6s/mem1024MB/tokens/userns+netns")

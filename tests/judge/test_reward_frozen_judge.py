@@ -75,3 +75,18 @@ def test_judge_kwargs_beside_a_run_config_are_refused(tmp_path):
     out = reward_score.compute_score("rlvr", CLOSE, ground_truth_from_problem(THIRD),
                                      run_config=str(run_dir / "config.yaml"), timeout_s=6)
     assert out["internal_error"] == 1
+
+
+def test_the_reward_logs_where_its_time_went(tmp_path):
+    """A step's metric log shows the judge's share of the step: batch time, the longest queue wait,
+    the slowest sample, timeouts (the cost page puts them beside generation and update)."""
+    run_dir = _run_dir(tmp_path, {"timeout_s": 0.5})
+    truth = ground_truth_from_problem(THIRD)
+    logged: dict[str, float] = {}
+    reward = JudgeReward(run_dir, mode="dense", keep=0, attempt="a")
+    fresh = [p.replace("```python\n", "```python\n# never judged before in this process\n") for p in (SLOW, CLOSE)]
+    reward(prompts=["p", "p"], completions=fresh, ground_truth=[truth, truth], problem_id=[THIRD.id] * 2,
+           log_metric=logged.__setitem__)
+    assert logged["judge/timeouts"] == 1.0 and logged["judge/timeout_rate"] == 0.5
+    assert 0.5 <= logged["judge/slowest_sample_s"] <= logged["judge/judge_s"]
+    assert 0.0 <= logged["judge/judge_queue_wait_s"] <= logged["judge/judge_s"]

@@ -391,3 +391,13 @@ def test_the_programs_process_never_holds_the_tests(remote, table_from_memory):
     module it was forked in). Before, this program was ACCEPTED."""
     assert remote.judge(table_from_memory.problem, _fenced(table_from_memory.program)).verdict is Verdict.WRONG_ANSWER
     assert remote.judge(table_from_memory.problem, _fenced(table_from_memory.honest)).accepted
+
+
+def test_a_program_cannot_claim_a_judge_fault_remotely(remote):
+    """The program's process answers a call with the judge's own failure kind: before, a wrong
+    answer became INTERNAL_ERROR (never scored); its failure is its own."""
+    claim = ("import json\ndef add(a, b):\n    raise ValueError\n_real = json.dumps\n"
+             "json.dumps = lambda o, *a, **k: _real({'x': {'error': 'judge', 'msg': 'x'}} "
+             "if isinstance(o, dict) and 'x' in o else o, *a, **k)\n")
+    result = remote.judge(CHECKED, _fenced(claim))
+    assert not result.accepted and result.verdict is not Verdict.INTERNAL_ERROR, result

@@ -8,10 +8,12 @@ repository.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import resource
 
-from engine.judge.local.sandbox import PR_SET_DUMPABLE, check_rc, libc
+from engine.judge.local import faults
+from engine.judge.local.sandbox import PR_SET_DUMPABLE, check_rc, forbid_new_processes, libc
 
 
 def drop_privileges(uid: int | None, *, reset_dumpable: bool, drop_capabilities: bool) -> None:
@@ -38,16 +40,64 @@ def _drop_capabilities() -> None:
     check_rc(libc.capset(header, data), "capset")
 
 
-def apply_rlimits(*, memory_mb: int, max_processes: int, max_open_files: int, max_file_bytes: int) -> None:
+def runner_limits(bounds: dict) -> None:
+    """The runner's own limits: its machinery must not fail on a limit meant for the program. Its
+    memory is bounded (the tests' own code runs here when they run apart) but with room above
+    the program's; no per-uid process limit (before Linux 5.14 one counts every task of the host
+    uid in a user namespace, so the runner's own fork failed on a busy machine) and no file-size
+    limit (it writes each test's input, which may be larger than the output cap)."""
+    for kind, value in ((resource.RLIMIT_AS, (bounds["memory_mb"] * 2 + RUNNER_HEADROOM_MB) * 1024 * 1024),
+                        (resource.RLIMIT_NOFILE, bounds["max_open_files"]), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(kind, (value, value))
+
+
+RUNNER_HEADROOM_MB = 512
+
+
+def program_limits(bounds: dict) -> None:
+    """In the program's own process (a function's, or one stdio test's), right after its fork:
+    memory, file size, open files, no core dumps, and its processes bounded (`PROCESS_BOUND`)."""
     rlimits = {
-        resource.RLIMIT_AS: memory_mb * 1024 * 1024,
-        resource.RLIMIT_NPROC: max_processes,
-        resource.RLIMIT_NOFILE: max_open_files,
-        resource.RLIMIT_FSIZE: max_file_bytes,
+        resource.RLIMIT_AS: bounds["memory_mb"] * 1024 * 1024,
+        resource.RLIMIT_NOFILE: bounds["max_open_files"],
+        resource.RLIMIT_FSIZE: bounds["output_bytes"],
         resource.RLIMIT_CORE: 0,
     }
+    if PROCESS_BOUND[0] == "rlimit":
+        rlimits[resource.RLIMIT_NPROC] = bounds["max_processes"]
     for kind, value in rlimits.items():
         resource.setrlimit(kind, (value, value))
+    if PROCESS_BOUND[0] != "rlimit":
+        forbid_new_processes(signals=PROCESS_BOUND[0] == "no-fork-no-signals")
+
+
+# How the program's processes are bounded, set once in the nursery (`choose_process_bound`):
+# "rlimit" where RLIMIT_NPROC counts only the sandbox's own tasks; "no-fork" where it would count
+# every task of the judge's own uid (then the program may start threads, bounded by its memory,
+# but no process); "no-fork-no-signals" where, besides, no PID namespace hides the user's other
+# processes (no process may then outlive the sample, and none of the user's can be signalled).
+PROCESS_BOUND = ["rlimit"]
+
+
+def choose_process_bound(*, sandbox_uid: bool, userns: bool, pidns: bool, release: str | None = None) -> str:
+    """RLIMIT_NPROC counts tasks per uid: sound with a sandbox uid of the worker's own (root), and in
+    a user namespace since Linux 5.14 (counted per namespace); before 5.14, in a user namespace,
+    and without either, it counts every task of the user, the judge's and the trainer's included."""
+    if sandbox_uid:
+        return "rlimit"
+    if not pidns:
+        return "no-fork-no-signals"
+    if userns and _release_at_least(release or os.uname().release, (5, 14)) and not faults.fires("old-kernel"):
+        return "rlimit"
+    return "no-fork"
+
+
+def _release_at_least(release: str, wanted: tuple[int, int]) -> bool:
+    parts = []
+    for piece in release.split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= wanted
 
 
 def set_cpu_limit(seconds: float) -> None:

@@ -10,6 +10,7 @@ import mmap
 import os
 import resource
 import select
+import signal
 import socket
 import struct
 
@@ -51,7 +52,10 @@ class Nursery:
                 limits.set_name(b"judge-nursery")
                 sandbox.adopt_pid_namespace(iso)
                 sandbox.lock_filesystem(iso, workdir)
-                theirs.send(json.dumps({"proc": iso.proc, "read_only": iso.read_only, "notes": iso.notes}).encode())
+                limits.PROCESS_BOUND[0] = limits.choose_process_bound(
+                    sandbox_uid=iso.uid is not None, userns=iso.userns, pidns=iso.pidns)
+                theirs.send(json.dumps({"proc": iso.proc, "read_only": iso.read_only, "notes": iso.notes,
+                                        "procs": limits.PROCESS_BOUND[0]}).encode())
                 sandbox.lock_down_descendants()
                 _scrub_environment(workdir)
                 _nursery_loop(theirs, job_r, workdir, iso, self.progress)
@@ -65,6 +69,7 @@ class Nursery:
             raise NurseryDied(f"the sandbox nursery {self.pid} died while starting")
         state = json.loads(ready)
         iso.proc, iso.read_only, iso.notes = state["proc"], state["read_only"], state["notes"]
+        iso.procs = state["procs"]
 
     def spawn(self, start: int, fds: list[int], raw_job: bytes | None) -> None:
         """Start a runner at test position `start`; `raw_job` is sent with a sample's first runner
@@ -186,8 +191,11 @@ def _become_runner(jobs: JobBuffer, workdir: str, fds: list[int], start: int, is
         if not iso.pidns:  # else the nursery's namespace ends every runner with it
             limits.die_with_parent()  # after the uid change, which clears it
         bounds = job["limits"]
-        limits.apply_rlimits(memory_mb=bounds["memory_mb"], max_processes=bounds["max_processes"],
-                             max_open_files=bounds["max_open_files"], max_file_bytes=bounds["output_bytes"])
+        # The program's own limits are set in the program's processes (`limits.program_limits`).
+        limits.runner_limits(bounds)
+        # Python's SIGINT handler would let a program's process raise KeyboardInterrupt here
+        # (signals reach a namespace's init only where it has a handler).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         # Loading the program gets one test's budget; each test then raises the soft limit by its
         # own budget (function mode) or runs in a child with its own limit (stdio mode).
         budget = int(bounds["cpu_s"] * (len(job["order"]) + 2)) + 2

@@ -6,8 +6,8 @@ its namespaces already set up and a sandbox uid of its own. Jobs go to idle
 workers over pipes (length-prefixed JSON); independent samples run on all
 workers at once. A worker keeps the plans (a problem's tests) it was sent, so
 each crosses the pipe once per worker. A worker that dies or stops answering is
-replaced and the job is reported as INTERNAL_ERROR (a judge fault, never a model
-verdict).
+replaced (a watchdog finds one that hangs) and the job is judged again once; a second fault
+is reported as INTERNAL_ERROR (a judge fault, never a model verdict).
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from engine.judge.cases import CasePlan, function_plan, stdio_plan
 from engine.judge.config import IsolationChanged, JudgeConfig, JudgeJob, given_cpus, test_count
-from engine.judge.local import wire
+from engine.judge.local import faults, wire
 from engine.judge.local.worker import REPO
+from engine.judge.outcome import SLACK_S
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 
 # Imported, not run as a script: a script is compiled from source at every start, and the memory
@@ -76,7 +78,7 @@ class _WorkerProcess:
         self.proc = subprocess.Popen(
             [python, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid()), str(-1 if cpu is None else cpu),
              json.dumps(hidden_dirs())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "PATH": os.defpath},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env(),
             close_fds=True, start_new_session=True,
         )
         self.plans: collections.OrderedDict[int, int] = collections.OrderedDict()  # held: id → bytes sent
@@ -126,6 +128,23 @@ class _WorkerProcess:
         self.proc.stdout.close()
 
 
+def _worker_env() -> dict[str, str]:
+    env = {"PYTHONHASHSEED": "0", "PATH": os.defpath}
+    if os.environ.get(faults.ENV):  # the judge's own tests inject faults of its machinery
+        env[faults.ENV] = os.environ[faults.ENV]
+    return env
+
+
+# A worker that has not answered a job this long past the time its own guards allow (every test's
+# wall limit and slack, and the sample's hard deadline) is hung: it is killed and replaced.
+WATCHDOG_MARGIN_S = 2.0
+
+
+def watchdog_s(head: dict) -> float:
+    """How long a job may keep its worker: the worker's own hard deadline (`Collector.follow`) and a margin."""
+    return (len(head["order"]) + 1) * (head["limits"]["wall_s"] + SLACK_S) + 5 + WATCHDOG_MARGIN_S
+
+
 class LocalBackend:
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config
@@ -135,6 +154,9 @@ class LocalBackend:
         self._isolation = self._level = ""
         self._changed: str | None = None  # why this pool judges no more (a worker's level changed)
         self._cpus = worker_cpus(config)
+        # Judge faults seen (a worker that died or hung, a fault in its machinery); each such job
+        # is judged once more before its INTERNAL_ERROR stands.
+        self.faults = 0
 
     def _start(self) -> None:
         with self._lock:
@@ -176,23 +198,43 @@ class LocalBackend:
         if self._changed:
             raise IsolationChanged(self._changed)
         feed = _Feed(jobs, read_ahead=read_ahead)
-        busy: dict[int, tuple[_WorkerProcess, int, JudgeJob]] = {}  # answer fd → (worker, index, job)
+        busy: dict[int, _Busy] = {}  # answer fd → the job its worker runs
+        retried: set[int] = set()  # jobs judged again after a judge fault
         try:
             while feed.left or busy:
                 if not busy:
                     self._start()
-                yield from self._dispatch(feed, busy)
+                for i, job, result in self._dispatch(feed, busy):
+                    if self._again(feed, retried, i, job, result):
+                        continue
+                    yield i, result
                 for fd in self._ready(feed, busy):
-                    worker, i, job = busy.pop(fd)
-                    yield i, self._collect(worker, job)
+                    run = busy.pop(fd)
+                    result = self._collect(run) if fd >= 0 else self._hung(run)
+                    if self._again(feed, retried, run.i, run.job, result, run.head):
+                        continue
+                    yield run.i, result
         finally:
-            for worker, _, _ in busy.values():  # abandoned or interrupted: their answers are never read
+            for run in busy.values():  # abandoned or interrupted: their answers are never read
                 try:
-                    self._idle.put(self._replace(worker))
+                    self._idle.put(self._replace(run.worker))
                 except IsolationChanged:
                     pass  # raised at the next use; the exception already leaving here is the one to see
 
-    def _dispatch(self, feed: "_Feed", busy: dict) -> Iterator[tuple[int, SampleResult]]:
+    def _again(self, feed: "_Feed", retried: set[int], i: int, job: JudgeJob, result: SampleResult,
+               head: tuple[dict, CasePlan] | None = None) -> bool:
+        """A judge fault: counted, and the job judged once more (first in line) before it stands."""
+        if result.verdict is not Verdict.INTERNAL_ERROR:
+            return False
+        with self._lock:
+            self.faults += 1
+        if i in retried:
+            return False
+        retried.add(i)
+        feed.prepared.appendleft((i, job, head))
+        return True
+
+    def _dispatch(self, feed: "_Feed", busy: dict) -> Iterator[tuple[int, JudgeJob, SampleResult]]:
         """Hand pending jobs to idle workers; wait for one only when nothing is in flight."""
         while feed.left:
             try:
@@ -204,22 +246,46 @@ class LocalBackend:
                 worker.send(head, plan)
             except OSError as exc:
                 self._idle.put(self._replace(worker))
-                yield i, _internal(job, f"sandbox worker {worker.pid} died ({exc})", self._isolation)
+                yield i, job, _internal(job, f"sandbox worker {worker.pid} died ({exc})", self._isolation)
                 continue
-            busy[worker.proc.stdout.fileno()] = (worker, i, job)
+            busy[worker.proc.stdout.fileno()] = _Busy(worker, i, job, (head, plan),
+                                                      time.monotonic() + watchdog_s(head))
 
     def _ready(self, feed: "_Feed", busy: dict) -> list[int]:
-        """The answer pipes that are readable; while none is, the next job is prepared."""
+        """The answer pipes that are readable; while none is, the next job is prepared. A job past
+        its watchdog deadline comes back under -1 - its fd (its worker hung)."""
+        if not busy:
+            return []
         poller = select.poll()  # not select(): a trainer's process may hold fds past FD_SETSIZE
         for fd in busy:
             poller.register(fd, select.POLLIN)
         while True:
-            ready = [fd for fd, _ in poller.poll(0 if feed.can_prepare else None)]
-            if ready or not feed.can_prepare:
+            first = min(run.deadline for run in busy.values())
+            wait = 0 if feed.can_prepare else max(0.0, first - time.monotonic())
+            ready = [fd for fd, _ in poller.poll(wait * 1000)]
+            if ready:
                 return ready
-            feed.prepare_ahead(self._prepare)
+            now = time.monotonic()
+            hung = [fd for fd, run in busy.items() if run.deadline <= now]
+            if hung:
+                for fd in hung:
+                    busy[-1 - fd] = busy.pop(fd)
+                return [-1 - fd for fd in hung]
+            if feed.can_prepare:
+                feed.prepare_ahead(self._prepare)
 
-    def _collect(self, worker: _WorkerProcess, job: JudgeJob) -> SampleResult:
+    def _hung(self, run: "_Busy") -> SampleResult:
+        """A worker that outlived every guard of its job: killed and replaced; the job is a judge fault."""
+        try:
+            run.worker.proc.kill()
+        except OSError:
+            pass
+        self._idle.put(self._replace(run.worker))
+        return _internal(run.job, f"sandbox worker {run.worker.pid} hung (no answer in {watchdog_s(run.head[0]):.0f} s); "
+                                  "replaced", self._isolation)
+
+    def _collect(self, run: "_Busy") -> SampleResult:
+        worker, job = run.worker, run.job
         try:
             answer = worker.answer()
         except (RuntimeError, OSError, ValueError) as exc:
@@ -279,6 +345,14 @@ _LEVEL_FIX = ("rerun once the machine has user namespaces to spare (sysctl user.
 
 def _encode(message: dict) -> bytes:
     return wire.frame(json.dumps(message).encode())
+
+
+class _Busy(NamedTuple):
+    worker: _WorkerProcess
+    i: int  # the job's index in the stream
+    job: JudgeJob
+    head: tuple[dict, CasePlan]  # as prepared and sent
+    deadline: float  # monotonic: past it the worker is hung (`watchdog_s`)
 
 
 class _Feed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import json
+import marshal
 import os
 import resource
 import select
@@ -18,9 +19,10 @@ import types
 from typing import Any, Protocol
 
 from engine.judge import plain
-from engine.judge.local import limits
-from engine.judge.local.process import XCPU_EXIT, cpu_limited, exited_within, flush_streams
-from engine.judge.local.wire import HEADER, MAX_FRAME, receive, send
+from engine.judge.local import faults, limits
+from engine.judge.local.limits import program_limits
+from engine.judge.local.process import XCPU_EXIT, cpu_limited, exited_within, flush_streams, wait_or_kill
+from engine.judge.local.wire import HEADER, MAX_FRAME, receive_raw, send, send_raw
 
 BUILTIN_NAMES = frozenset(dir(builtins))  # taken before any untrusted code runs
 
@@ -74,6 +76,7 @@ class RunnerSide(Protocol):
     """What the program's process reads of the runner that forks it."""
 
     jobs: Any  # the runner's job buffer: the child forgets its copy
+    progress: Any  # the page the runner shares with its worker: unmapped in the child
     wfd: int  # the result pipe, closed in the child
     limits: dict
     pidns: bool
@@ -86,50 +89,83 @@ class ModuleFailed(Exception):
 
 
 class ProgramProcess:
-    """The program in a process of its own, called by the tests that run in the runner.
+    """The program in a process of its own; the runner, which alone holds the result pipe, asks it.
 
-    The program's module runs only in this child; the runner (which alone holds the result
-    pipe) runs the tests' code with, in place of the program's functions, stand-ins that send
-    the arguments here and return what came back. Values cross as strict plain data both ways,
-    as assert operands do, so the runner's comparisons see only objects it decoded itself. What
-    the child can do to the runner is end or stall it a test's answer: it cannot write a report.
-    A test's CPU and wall limits are the child's; past them, or when it dies, the test fails and
-    the next test gets a fresh runner, and with it a fresh child (the program loaded again).
+    The program's module runs only in this child, never in the runner: a program sharing the
+    reporting process could write the reports (the pipe is one of its descriptors, the frames
+    are plain JSON, and any secret that process held the program could read in its own memory).
+    Two ways to ask it, by plan:
+
+    - tests in the program's process (`evaluate`): where every operand is one call of the
+      program, the child evaluates a test's operands in the program's namespace and answers
+      their values; claiming a value is then no more than returning it.
+    - tests apart (`call`): tests that run code of their own run in the runner with, in place of
+      the program's functions, stand-ins that send the arguments here and return what came back.
+
+    Values cross as strict plain data both ways, so the runner's comparisons see only objects it
+    decoded itself. What the child reports is never trusted for anything else: its CPU time is
+    read from outside (the kernel's clock of the child's process), its exception reports are
+    limited to what a program can cause, and a test's CPU and wall limits are enforced here.
+    What the child can do to the runner is end or stall it a test's answer. Past the limits,
+    or when it dies, the test fails and the next test gets a fresh runner, and with it a fresh
+    child (the program loaded again).
 
     The child is forked before the runner reads the tests and it empties its copy of the job
-    buffer first thing: a program that walked its process's memory for the tests' code could
-    otherwise run them against a probe and answer every call with the expected value.
+    buffer and unmaps the page it would share with the worker first thing: a program that
+    walked its process's memory for the tests' code could otherwise run them against a probe
+    and answer every call with the expected value.
     """
 
-    def __init__(self, runner: RunnerSide, code) -> None:
-        self.runner, self.code, self.pid = runner, code, None
-        self.cpu = 0.0  # the child's CPU seconds at its last answer
-        self.deadline = float("inf")
+    def __init__(self, runner: RunnerSide, source: str) -> None:
+        self.runner, self.source, self.pid = runner, source, None
+        self.cpu = 0.0  # the child's CPU seconds, as last read from outside
+        self.deadline = float("inf")  # wall clock
+        self.cpu_deadline = float("inf")  # the child's CPU clock
+        self.over_cpu = False  # the last answer was not waited for: the child spent the test's CPU
         self.gone: dict | None = None  # how the child ended mid-test, as a "done" frame's fields
 
-    def start(self) -> dict:
-        """Fork the child and load the program there: the stand-ins for its names."""
+    def start(self, *, exports: bool) -> dict:
+        """Fork the child and load the program there: the stand-ins for its names (`exports`), or {}."""
         ask_r, self.ask = os.pipe()
         self.answers, answer_w = os.pipe()
-        pid = os.fork()
+        pid = faults.fork("program")
         if pid == 0:
             try:
                 self.runner.jobs.forget()
+                if self.runner.progress is not None:
+                    self.runner.progress.close()
                 for fd in (self.ask, self.answers, self.runner.wfd):
                     os.close(fd)
-                _serve_program(self.code, ask_r, answer_w, self.runner.limits)
+                program_limits(self.runner.limits)
+                _serve_program(self.source, ask_r, answer_w, exports)
             finally:
                 os._exit(70)
         self.pid, self.gone = pid, None
-        self.deadline = time.monotonic() + self.runner.limits["wall_s"]
+        self.clock = ((~pid) << 3) | 2  # the kernel's CPU clock of that process (CPUCLOCK_SCHED)
+        self._budget(self.runner.limits["cpu_s"] + 1.0)
         os.close(ask_r)
         os.close(answer_w)
         loaded = self._answer()
+        if isinstance(loaded, dict) and "syntax" in loaded:
+            self.close()
+            raise ProgramSyntax(str(loaded["syntax"])[:500])
         try:
+            if not isinstance(loaded.get("names"), dict):
+                raise TypeError
             return {name: _stand_in(self, name, kind) for name, kind in loaded["names"].items()
                     if not name.startswith("__") and (kind[0] != "m" or kind[1] in sys.modules)}
         except Exception:  # noqa: BLE001 — it failed to load, ended, or answered out of turn
             raise ModuleFailed(self._load_failure(loaded)) from None
+
+    def prepare(self, plan: dict) -> None:
+        """Tests in the program's process: their setup there, and their view of its names."""
+        answer = self._ask({"setup": plan["setup"], "meant": plan["meant"], "candidate": plan["candidate"],
+                            "entry": plan["entry"]}, ("ok", "module"))
+        if answer is None:
+            raise ModuleFailed(self._load_failure(None))
+        if "module" in answer:
+            self.close()
+            raise ModuleFailed(_program_report(answer["module"]))
 
     def _load_failure(self, loaded: dict | None) -> dict:
         report = loaded.get("module") if isinstance(loaded, dict) else None
@@ -141,60 +177,90 @@ class ProgramProcess:
                       else f"the program's process ended while loading (exit {ended.get('code', ended.get('sig'))})"}
         self.close()
         if isinstance(report, dict) and isinstance(report.get("error"), str):
-            return {"error": report["error"], "msg": str(report.get("msg", ""))[:500]}
+            return _program_report(report)
         return {"error": "runtime", "msg": "the program's process answered out of turn while loading"}
 
     def unit(self, i: int, body) -> dict:
         """Run one test's body against the child; a "result" frame, or a "done" frame when the
-        child ended or overran (then `pid` is None)."""
+        child ended or overran (then `pid` is None). Its CPU time is the child's, read from outside."""
         start = time.monotonic()
         self.deadline = start + self.runner.limits["wall_s"]
-        try:
-            began = self.call(None, (), {})  # the child arms its CPU limit for this test
-        except _ProgramGone:
-            began = self.cpu
+        began = self._cpu()
+        self.cpu_deadline = began + self.runner.limits["cpu_s"]
+        if self.gone is None:
+            self._arm(began)
         report = body() if self.gone is None else {}
         if self.gone is not None:
             report = {"t": "done", "i": i, **self.gone, "cpu": max(0.0, self.gone["cpu"] - began)}
         else:
-            report["cpu"] = max(0.0, self.cpu - began)
+            report["cpu"] = max(0.0, self._cpu() - began)
         report["wall"] = time.monotonic() - start
         return report
 
-    def call(self, name: str | None, args: tuple, kwargs: dict):
-        """One call of the program's `name` (None: a new test begins; returns the child's CPU)."""
+    def evaluate(self, i: int, leaves: dict) -> dict:
+        """Tests in the program's process: the values of test i's operands, each evaluated there."""
+        answer = self._ask({"leaves": leaves}, ("values",))
+        if answer is None:
+            return {}
+        values = answer["values"]
+        if not isinstance(values, dict) or set(values) - set(leaves):
+            self._kill_gone()
+            return {}
+        return {"t": "result", "i": i, "values": {n: _value_report(v) for n, v in values.items()}}
+
+    def call(self, name: str, args: tuple, kwargs: dict):
+        """One call of the program's `name` (tests apart)."""
         if self.gone is not None:
             raise _ProgramGone("the program's process ended")
         try:
-            request = {"c": name, "a": [plain.encode(a) for a in args],
+            request = {"call": name, "a": [plain.encode(a) for a in args],
                        "k": {k: plain.encode(v) for k, v in kwargs.items()}}
         except plain.NotPlain as exc:  # the test passes something only a shared process could
             raise _ProgramRaised({"error": "judge", "msg": f"cannot pass this argument to the program: {exc}"}) from None
+        answer = self._ask(request, ("v", "x"))
+        if answer is None:
+            raise _ProgramGone("the program's process ended")
+        if "x" in answer:
+            raise _ProgramRaised(_program_report(answer["x"]))
+        return plain.decode(answer["v"])
+
+    def _ask(self, request: dict, keys: tuple[str, ...]) -> dict | None:
+        """Send a request; its answer (a dict with one of `keys`), or None when the child ended,
+        overran, or answered out of turn (then it is gone: `gone` says how)."""
+        if self.gone is not None:
+            return None
         try:
-            send(self.ask, request)
+            send_raw(self.ask, marshal.dumps(request))
         except OSError:
             pass  # it died: its end is read below
         answer = self._answer()
-        cpu = answer.get("cpu") if answer is not None else None
-        if type(cpu) not in (int, float):  # ended, overran, or answered out of turn
+        if answer is None or not any(k in answer for k in keys):
             if answer is not None:
-                os.kill(self.pid, signal.SIGKILL)
-            self.gone = self._ended_report()
-            raise _ProgramGone("the program's process ended")
-        self.cpu = float(cpu)
-        if name is None:
-            return self.cpu
-        if "x" in answer:
-            raise _ProgramRaised(answer["x"])
-        return plain.decode(answer["v"])
+                self._kill_gone()
+            else:
+                self.gone = self._ended_report()
+            return None
+        return answer
+
+    def _arm(self, used: float) -> None:
+        """The child's CPU limit for this test, set from here (prlimit: same uid, no request): the
+        kernel stops a child that ignores SIGXCPU at the hard limit, the runner at the test's."""
+        try:
+            hard = resource.prlimit(self.pid, resource.RLIMIT_CPU)[1]
+            resource.prlimit(self.pid, resource.RLIMIT_CPU, (min(int(used + self.runner.limits["cpu_s"] + 1), hard), hard))
+        except (OSError, ValueError):
+            pass  # it ended: its end is read at the next request
+
+    def _kill_gone(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.gone = self._ended_report()
 
     def close(self) -> None:
         if self.pid is None:
             return
         os.close(self.ask)  # the child reads end-of-file and exits
         os.close(self.answers)
-        if not exited_within(self.pid, 1.0):
-            os.kill(self.pid, signal.SIGKILL)
+        wait_or_kill(self.pid, 1.0)
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
@@ -207,33 +273,61 @@ class ProgramProcess:
         if self.runner.pidns:
             limits.kill_all_in_namespace()
 
+    def _budget(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + self.runner.limits["wall_s"]
+        self.cpu_deadline = self._cpu() + seconds
+
+    def _cpu(self) -> float:
+        """The child's CPU seconds (all its threads), from the kernel, not from the child."""
+        try:
+            self.cpu = time.clock_gettime(self.clock)
+        except OSError:
+            pass  # reaped: its last reading stands; its end is read from its exit status
+        return self.cpu
+
     def _answer(self) -> dict | None:
-        """The child's next answer; None when it ended or overran the test's wall limit, {} when
-        what it wrote is not an answer."""
+        """The child's next answer; None when it ended or overran the test's wall or CPU limit
+        (`over_cpu` says which), {} when what it wrote is not an answer."""
         buf = bytearray()
+        self.over_cpu = False
         while True:
             need = HEADER.size if len(buf) < HEADER.size else HEADER.size + HEADER.unpack_from(buf)[0]
             if len(buf) >= need > HEADER.size:
                 return _parse_answer(bytes(buf[HEADER.size:need]))
             if need - HEADER.size > MAX_FRAME:
                 return {}
-            ready, _, _ = select.select([self.answers], [], [], max(0.0, self.deadline - time.monotonic()))
-            chunk = os.read(self.answers, min(need - len(buf), 1 << 20)) if ready else b""
+            # Wake at the wall deadline or when the CPU budget could be spent (one thread at full
+            # speed; more threads are caught at the next wake-up and by the CPU read at the answer).
+            wall_left = self.deadline - time.monotonic()
+            cpu_left = self.cpu_deadline - self._cpu()
+            if cpu_left <= 0:
+                self.over_cpu = True
+                return None
+            if wall_left <= 0:
+                return None
+            ready, _, _ = select.select([self.answers], [], [], min(wall_left, cpu_left + 0.01))
+            if not ready:
+                continue
+            chunk = os.read(self.answers, min(need - len(buf), 1 << 20))
             if not chunk:
                 return None
             buf += chunk
 
     def _ended_report(self) -> dict:
-        """Why the child is gone (ended, or killed here past the wall limit), from its exit status."""
-        killed = not exited_within(self.pid, max(0.0, self.deadline - time.monotonic()) + 0.05)
+        """Why the child is gone (ended, or killed here past the wall or CPU limit), from its exit status."""
+        over_cpu = self.over_cpu
+        killed = over_cpu or not exited_within(self.pid, max(0.0, self.deadline - time.monotonic()) + 0.05)
         if killed:
             os.kill(self.pid, signal.SIGKILL)
         _, status, usage = os.wait4(self.pid, 0)
         os.close(self.ask)
         os.close(self.answers)
         self._swept()
-        done = {"cpu": usage.ru_utime + usage.ru_stime, "rss_kb": usage.ru_maxrss, "wall_killed": killed}
-        if killed:
+        done = {"cpu": usage.ru_utime + usage.ru_stime, "rss_kb": usage.ru_maxrss, "wall_killed": killed and not over_cpu}
+        self.cpu = max(self.cpu, done["cpu"])
+        if over_cpu:
+            done["sig"] = signal.SIGXCPU
+        elif killed:
             done["sig"] = signal.SIGKILL
         elif cpu_limited(status):
             done["sig"] = signal.SIGXCPU
@@ -265,6 +359,10 @@ class _Stand:
         return self.program.call(self.name, args, kwargs)
 
 
+class ProgramSyntax(Exception):
+    """The program did not compile (its process says so: a program can only fail itself with it)."""
+
+
 class _ProgramGone(Exception):
     pass
 
@@ -285,9 +383,16 @@ def _parse_answer(body: bytes) -> dict:
     return answer if isinstance(answer, dict) else {}
 
 
-def _serve_program(code, ask: int, answers: int, bounds: dict) -> None:
-    """The child's side: load the program, then answer calls until the runner closes the pipe."""
+def _serve_program(source: str, ask: int, answers: int, exports: bool) -> None:
+    """The child's side: compile and load the program, then answer the runner's requests until it
+    closes the pipe."""
     signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the runner ignores it; the program gets Python's
+    try:
+        code = compile(source, "<solution>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        send(answers, {"syntax": f"{type(exc).__name__}: {exc}"})
+        return
     ns = {"__name__": "solution", "__builtins__": builtins}
     try:
         exec(code, ns)
@@ -295,24 +400,86 @@ def _serve_program(code, ask: int, answers: int, bounds: dict) -> None:
         send(answers, {"module": exc_report(exc)})
         return
     BUILTINS.restore()  # the program may have patched what this side's own code uses
-    send(answers, {"names": _exported(ns), "cpu": time.process_time()})
-    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-    while (request := receive(ask)) is not None:
-        if request["c"] is None:
-            used = time.process_time()
-            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + bounds["cpu_s"] + 1), hard), hard))
-            ns["__builtins__"] = builtins
-            send(answers, {"cpu": used})
-            continue
-        answer = _called(ns, request)
+    send(answers, {"names": _exported(ns) if exports else {}})
+    view = ns
+    while (raw := receive_raw(ask)) is not None:
+        request = marshal.loads(raw)
+        view["__builtins__"] = ns["__builtins__"] = builtins
+        if "call" in request:
+            answer: dict = _called(ns, request)
+        elif "leaves" in request:
+            answer = {"values": {n: evaluate(src, view) for n, src in request["leaves"].items()}}
+        else:
+            view, answer = _prepared(ns, request)
         BUILTINS.restore()
-        send(answers, {**answer, "cpu": time.process_time()})
+        send(answers, answer)
     flush_streams()
+
+
+def _prepared(ns: dict, request: dict) -> tuple[dict, dict]:
+    """Tests in the program's process: their setup run in its namespace, and their view of it."""
+    try:
+        if request["setup"]:
+            exec(compiled(request["setup"], "<test setup>", "exec"), ns)
+    except BaseException as exc:  # noqa: BLE001 — the test's own setup, reported as the module's failure
+        return ns, {"module": exc_report(exc)}
+    return tests_view(ns, request), {"ok": 1}
+
+
+def warm_program_side(source: str, plan: dict) -> None:
+    """The program's side of a function job, run in this process: the worker's warm-up (see
+    `engine.judge.local.warmup`) quickens this code here, where every program's process inherits
+    it, since what runs in a forked child is lost with it. Trusted problems only."""
+    ns = {"__name__": "solution", "__builtins__": builtins}
+    exec(compile(source, "<solution>", "exec", dont_inherit=True), ns)
+    _exported(ns)
+    view, _ = _prepared(ns, {"setup": plan["setup"], "meant": plan["meant"], "candidate": plan["candidate"],
+                             "entry": plan["entry"]})
+    for unit in plan["units"]:
+        leaves = {str(n): leaf["src"] for n, leaf in enumerate(unit.get("leaves", ())) if leaf.get("phase") == "after"}
+        request = marshal.loads(marshal.dumps({"leaves": leaves}))
+        json.dumps({"values": {n: evaluate(src, view) for n, src in request["leaves"].items()}})
+    BUILTINS.restore(force=True)
+
+
+def tests_view(ns: dict, plan: dict) -> dict:
+    """The program's names as its tests see them. A builtin's name means the builtin (a program that
+    binds `set` or `sorted` must not decide both sides of an assert), unless the plan says the tests
+    mean the program's (MBPP 126 asks for a function named `sum`). The candidate alias is the
+    entry point."""
+    meant = plan["meant"]
+    view = {k: v for k, v in ns.items() if k not in BUILTIN_NAMES or k in meant or k.startswith("__")}
+    if plan["candidate"] and plan["entry"] in view:
+        view[plan["candidate"]] = view[plan["entry"]]
+    return view
+
+
+# What a program may report as its own failure. "judge" (a call the judge's side could not make)
+# is the runner's to say: a program claiming it would turn its failure into a judge fault.
+_PROGRAM_ERRORS = frozenset({"memory", "assert", "notplain", "runtime", "output", "timeout"})
+
+
+def _program_report(report) -> dict:
+    """A failure the program's process reported, limited to what a program can cause."""
+    if not isinstance(report, dict):
+        return {"error": "runtime", "msg": "the program's process answered out of turn"}
+    kind = report.get("error")
+    return {"error": kind if kind in _PROGRAM_ERRORS else "runtime", "msg": str(report.get("msg", ""))[:500]}
+
+
+def _value_report(report) -> dict:
+    """One operand's report from the program's process: a plain value (decoded, strictly, by the
+    worker), a value that is not plain data, or the program's failure."""
+    if isinstance(report, dict) and "v" in report:
+        return {"v": report["v"]}
+    if isinstance(report, dict) and "notplain" in report:
+        return {"notplain": str(report["notplain"])[:500]}
+    return _program_report(report)
 
 
 def _called(ns: dict, request: dict) -> dict:
     try:
-        function = ns[request["c"]]
+        function = ns[request["call"]]
         value = function(*[plain.decode(a) for a in request["a"]],
                          **{k: plain.decode(v) for k, v in request["k"].items()})
         return {"v": plain.encode(value)}

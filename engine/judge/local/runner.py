@@ -1,5 +1,5 @@
-"""A runner: the init of a fresh PID namespace that loads the program once and runs a job's tests,
-reporting each over the result pipe.
+"""A runner: the init of a fresh PID namespace that runs a job's tests against the program, which
+runs in processes of its own, and alone reports each test over the result pipe.
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ import sys
 import time
 
 from engine.judge import plain
-from engine.judge.local import limits
-from engine.judge.local.process import XCPU_EXIT, exit_status, finish_like_python, flush_streams, wait_or_kill
+from engine.judge.local import faults, limits
+from engine.judge.local.limits import program_limits
+from engine.judge.local.process import exit_status, finish_like_python, wait_or_kill
 from engine.judge.local.program import (
-    BUILTIN_NAMES,
-    BUILTINS,
     ModuleFailed,
     ProgramProcess,
+    ProgramSyntax,
     compiled,
     evaluate,
     exc_report,
+    tests_view,
 )
 from engine.judge.local.wire import send
 
@@ -55,11 +56,16 @@ def _read_capped(path: str, cap: int) -> tuple[str, bool]:
 
 
 class Runner:
-    """Runs inside the sandbox (pid 1 of its namespace, unprivileged). Never returns."""
+    """Runs inside the sandbox (pid 1 of its namespace, unprivileged). Never returns.
+
+    It never runs the program itself: the program runs in processes it forks (one per stdio test;
+    one for a function problem's tests, `ProgramProcess`), which cannot reach its result pipe,
+    its memory or the page it shares with its worker. What fails here is the judge's machinery,
+    not the program: it reports a "fault" frame (INTERNAL_ERROR, judged again, never scored)."""
 
     def __init__(self, jobs: "JobBuffer", wfd: int, pidns: bool, *, start: int = 0, progress=None) -> None:
-        # The tests (`plan`) are read from `jobs` only when needed: tests that run apart, after
-        # the program's process is forked, so it never holds them (see `ProgramProcess`).
+        # The tests (`plan`) are read from `jobs` only when needed: after the program's process is
+        # forked, so it never holds them (see `ProgramProcess`).
         self.jobs, self.job, self.plan = jobs, jobs.head(), None
         self.wfd, self.pidns = wfd, pidns
         self.start, self.progress = start, progress
@@ -67,31 +73,40 @@ class Runner:
         self.restarting = False  # ends without an "end" frame: a fresh runner goes on
 
     def main(self) -> None:
-        if self.run():
-            # Now, not after unwinding: the worker reads the frames once this process is gone, and
-            # freeing the program's objects first would only delay that.
-            os._exit(0)
-
-    def run(self) -> bool:
-        """Every frame of the job; False when the program did not compile."""
         try:
-            code = compile(self.job["program"], "<solution>", "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-            send(self.wfd, {"t": "syntax", "msg": f"{type(exc).__name__}: {exc}"})
-            return False
+            self.run()
+        except BaseException as exc:  # noqa: BLE001 — the runner's own machinery failed: a judge fault
+            try:
+                send(self.wfd, {"t": "fault", "msg": f"{type(exc).__name__}: {exc}"[:500]})
+            except BaseException:  # noqa: BLE001 — the worker then sees the pipe end without every report
+                pass
+        # Now, not after unwinding: the worker reads the frames once this process is gone, and
+        # freeing the program's objects first would only delay that.
+        os._exit(0)
+
+    def run(self) -> None:
+        """Every frame of the job. A function's program is compiled in its own process (every page
+        this process writes is a copy-on-write fault, and it forks that process next); a stdio
+        program here, once for all its tests."""
         if self.job["mode"] == "stdio":
+            try:
+                code = compile(self.job["program"], "<solution>", "exec", dont_inherit=True)
+            except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+                send(self.wfd, {"t": "syntax", "msg": f"{type(exc).__name__}: {exc}"})
+                return
             self.plan = self.jobs.plan()
             self.stdio(code)
         else:
-            self.function(code)
+            self.function(self.job["program"])
         if not self.restarting:
             send(self.wfd, {"t": "end"})
-        return True
 
     # ---- stdio: one fresh execution of the compiled program per test
     def stdio(self, code) -> None:
         send(self.wfd, {"t": "ready"})
         for i in self.job["order"]:
+            faults.check("memory", "the runner's memory")
+            _clear_leftovers()
             with open(f"in{i}", "w", encoding="utf-8", newline="") as fh:
                 fh.write(self.plan["inputs"][i])
             done = self.run_test(i, lambda i=i: self._stdio_child(code, i))
@@ -102,9 +117,6 @@ class Runner:
 
     def _stdio_child(self, code, i: int) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-        fd = os.open(f"in{i}", os.O_RDONLY)
-        os.dup2(fd, 0)
-        os.close(fd)
         sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
         sys.stdout = sys.__stdout__ = out = open(1, "w", encoding="utf-8", closefd=False)
         sys.argv = ["solution.py"]
@@ -122,27 +134,21 @@ class Runner:
         status = finish_like_python(status, (out, sys.__stderr__))
         os._exit(status)
 
-    # ---- function: execute the program once, then run the tests in this same process
-    def function(self, code) -> None:
-        if self.job["apart"]:
-            self._function_apart(code)
-            return
-        plan = self.plan = self.jobs.plan()
-        if self.start == 0:  # a resumed runner's worker already holds them
-            send(self.wfd, {"t": "before", "values": self._before_values(plan)})
-        # A PID namespace's init ignores signals it has no handler for, SIGXCPU included.
-        signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
-        ns = {"__name__": "solution", "__builtins__": builtins}
+    # ---- function: the program in a process of its own, asked by this one
+    def function(self, source: str) -> None:
+        """Where every operand is one call of the program, the program's process evaluates each
+        test's operands (`ProgramProcess.evaluate`); where the tests run code of their own
+        (plan["apart"]), they run here and call into it (`ProgramProcess.call`). Either way only
+        this process reports, and it never runs the program."""
+        apart = self.job["apart"]
+        program = ProgramProcess(self, source)
         try:
-            exec(code, ns)
-            if plan["setup"]:
-                exec(compiled(plan["setup"], "<test setup>", "exec"), ns)
-        except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
-            send(self.wfd, {"t": "module", **exc_report(exc)})
-            return
-        ns = _tests_view(ns, plan)
-        send(self.wfd, {"t": "ready"})
-        self._tests(ns, plan["units"])
+            ns = self._namespace(program, apart)
+            if ns is not None:
+                send(self.wfd, {"t": "ready"})
+                self._tests(ns, self.plan["units"], program, apart)
+        finally:
+            program.close()
 
     def _before_values(self, plan: dict) -> dict:
         """Operands that name only builtins and the test's imports: evaluated before any untrusted code."""
@@ -158,26 +164,6 @@ class Runner:
                     values[f"{u}.{n}"] = evaluate(leaf["src"], ns)
         return values
 
-    def _tests(self, ns: dict, units: list) -> None:
-        """Every test from `start` on, in this process (the PID namespace's init). Before each test
-        the shared progress page records which test runs and the CPU used so far: if the process
-        dies (CPU limit, crash, exit, the worker's wall guard), the worker fails that test and
-        starts a fresh runner from the next one."""
-        ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
-        order = self.job["order"]
-        for k in range(self.start, len(order)):
-            i = order[k]
-            used = self._arm(k)
-            BUILTINS.restore()
-            ns["__builtins__"] = builtins
-            wall = time.monotonic()
-            report = self._unit(ns, units[i], i)
-            report.update(cpu=time.process_time() - used, wall=time.monotonic() - wall)
-            if k == len(order) - 1:
-                flush_streams()
-            send(self.wfd, report)
-        PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
-
     def _arm(self, k: int) -> float:
         """Before test position k: record it and the CPU used so far on the shared progress page,
         and give this process the test's CPU budget. Returns the CPU used so far."""
@@ -186,34 +172,32 @@ class Runner:
         resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + self.limits["cpu_s"] + 1), hard), hard))
         return used
 
-    def _function_apart(self, code) -> None:
-        """Tests that run code of their own run here, and the program in a child that only answers
-        their calls (`ProgramProcess`): a program sharing this process could write this process's
-        reports itself, and a test that runs code decides in the sandbox whether it passed."""
-        program = ProgramProcess(self, code)
+    def _namespace(self, program: "ProgramProcess", apart: bool) -> dict | None:
+        """The tests' namespace (apart: the program's names as stand-ins, then the tests' setup;
+        else {}: the program's process holds it); None (and the module's failure reported) when
+        either fails. The program's process is forked before this process reads the tests: it
+        never holds them, nor what they compute."""
         try:
-            ns = self._namespace_apart(program)
-            if ns is not None:
-                send(self.wfd, {"t": "ready"})
-                self._tests_apart(ns, self.plan["units"], program)
-        finally:
-            program.close()
-
-    def _namespace_apart(self, program: "ProgramProcess") -> dict | None:
-        """The tests' namespace: the program's names as stand-ins, then the tests' setup; None
-        (and the module's failure reported) when either fails. The program's process is forked
-        before this process reads the tests: it never holds them, nor what they compute."""
-        try:
-            loaded: dict | ModuleFailed = program.start()
+            loaded: dict | ModuleFailed = program.start(exports=apart)
         except ModuleFailed as failed:
             loaded = failed
+        except ProgramSyntax as exc:
+            send(self.wfd, {"t": "syntax", "msg": str(exc)})
+            return None
         plan = self.plan = self.jobs.plan()
         if self.start == 0:  # a resumed runner's worker already holds them
             send(self.wfd, {"t": "before", "values": self._before_values(plan)})
         if isinstance(loaded, ModuleFailed):
             send(self.wfd, {"t": "module", **loaded.report})
             return None
-        ns = {"__name__": "solution", "__builtins__": builtins, **_tests_view(loaded, plan)}
+        if not apart:
+            try:
+                program.prepare(plan)
+            except ModuleFailed as failed:
+                send(self.wfd, {"t": "module", **failed.report})
+                return None
+            return {}
+        ns = {"__name__": "solution", "__builtins__": builtins, **tests_view(loaded, plan)}
         try:
             if plan["setup"]:
                 exec(compiled(plan["setup"], "<test setup>", "exec"), ns)
@@ -223,14 +207,20 @@ class Runner:
         ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
         return ns
 
-    def _tests_apart(self, ns: dict, units: list, program: "ProgramProcess") -> None:
-        """When a test ends the program's process, a fresh one is not forked from here (this
-        process now holds the tests): this runner ends and the worker starts one from the next test."""
+    def _tests(self, ns: dict, units: list, program: "ProgramProcess", apart: bool) -> None:
+        """Every test from `start` on. When a test ends the program's process, a fresh one is not
+        forked from here (this process now holds the tests): this runner ends and the worker
+        starts one from the next test."""
         order = self.job["order"]
         for k in range(self.start, len(order)):
             i = order[k]
             self._arm(k)
-            send(self.wfd, program.unit(i, lambda i=i: self._unit(ns, units[i], i)))
+            faults.check("memory", "the runner's memory")
+            if apart:
+                report = program.unit(i, lambda i=i: self._unit(ns, units[i], i))
+            else:
+                report = program.unit(i, lambda i=i: program.evaluate(i, _after_leaves(units[i])))
+            send(self.wfd, report)
             if program.pid is None and k + 1 < len(order):
                 self.restarting = True
                 send(self.wfd, {"t": "restart"})
@@ -253,20 +243,30 @@ class Runner:
     # ---- one test process, watched by its runner
     def run_test(self, i: int, body) -> dict:
         start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                fd_out = os.open(f"out{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                fd_err = os.open(f"err{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                os.dup2(fd_out, 1)
-                os.dup2(fd_err, 2)
-                # The result pipe above all: only the runner reports a test, never the program.
-                os.closerange(3, 65536)
-                if self.job["mode"] == "stdio":
+        # Opened here, before the fork: a file the judge cannot open is its own fault, never the test's.
+        faults.check("open", f"open out{i}")
+        fds = (os.open(f"in{i}", os.O_RDONLY),
+               os.open(f"out{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+               os.open(f"err{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        try:
+            pid = faults.fork("test")
+            if pid == 0:
+                try:
+                    for target, fd in enumerate(fds):
+                        os.dup2(fd, target)
+                    # The result pipe above all: only the runner reports a test, never the program.
+                    os.closerange(3, 65536)
+                    if self.progress is not None:
+                        self.progress.close()
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                    program_limits(self.limits)
                     limits.set_cpu_limit(self.limits["cpu_s"])
-                body()
-            finally:
-                os._exit(70)
+                    body()
+                finally:
+                    os._exit(70)
+        finally:
+            for fd in fds:
+                os.close(fd)
         timed_out = wait_or_kill(pid, self.limits["wall_s"])
         _, status, usage = os.wait4(pid, 0)
         if self.pidns:
@@ -281,16 +281,30 @@ class Runner:
         return done
 
 
-def _tests_view(ns: dict, plan: dict) -> dict:
-    """The program's names as its tests see them. A builtin's name means the builtin (a program that
-    binds `set` or `sorted` must not decide both sides of an assert), unless the plan says the tests
-    mean the program's (MBPP 126 asks for a function named `sum`). The candidate alias is the
-    entry point."""
-    meant = plan["meant"]
-    view = {k: v for k, v in ns.items() if k not in BUILTIN_NAMES or k in meant or k.startswith("__")}
-    if plan["candidate"] and plan["entry"] in view:
-        view[plan["candidate"]] = view[plan["entry"]]
-    return view
+def _after_leaves(unit: dict) -> dict:
+    """A test's operands that only the program's process can evaluate, by leaf number."""
+    return {str(n): leaf["src"] for n, leaf in enumerate(unit["leaves"]) if leaf.get("phase") == "after"}
+
+
+_OWN_FILES = frozenset({".stdout", ".stderr"})  # the worker's, in the work directory of every job
+
+
+def _clear_leftovers() -> None:
+    """Before a stdio test: what an earlier test of the sample left in the work directory goes.
+    Each test is a fresh execution, and a program must not fill the directory so that the
+    runner cannot write the next test's input (which would be the judge's fault)."""
+    for entry in os.scandir("."):
+        if entry.name in _OWN_FILES:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            import shutil  # only here: every module the nursery holds costs each fork
+
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 class JobBuffer:

@@ -17,11 +17,12 @@ so every runner dies with it; a fresh /proc that shows only its runners, and eve
 the work directory read-only (in a user namespace the sandbox runs as the judge's own uid, so
 read-only is what keeps it from writing where a later sample could read); no_new_privs and
 non-dumpable, which its runners inherit. Per sample
-(`new_pid_namespace` + `limits.drop_privileges` + `limits.apply_rlimits`): a fresh PID namespace whose init
+(`new_pid_namespace` + `limits.drop_privileges` + `limits.runner_limits`, then `limits.program_limits`
+in the program's processes): a fresh PID namespace whose init
 is the sample's runner, so every process the sample starts dies with it; the sandbox uid (as
 root) or no capabilities at all (in a user namespace), so the program can neither signal nor
-trace the judge nor undo a mount; rlimits on CPU, address space, processes, file size, open
-files and core dumps. Where the kernel refuses a step the worker goes on without it and says
+trace the judge nor undo a mount; rlimits on CPU, address space, processes (or a seccomp filter
+where a per-uid limit would count the judge's own processes), file size, open files and core dumps. Where the kernel refuses a step the worker goes on without it and says
 so: `Isolation.level()` names exactly what was obtained, and is part of the judge's version.
 Stdlib only: the worker imports this file before hiding the repository.
 """
@@ -32,6 +33,8 @@ import ctypes
 import os
 import struct
 import sys
+
+from engine.judge.local import faults
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -73,6 +76,7 @@ class Isolation:
         self.userns = self.netns = self.ipc_off = self.keys_off = self.mountns = self.pidns = False
         self.proc = "host"  # the runners' /proc: "private" (their own PID namespace), "hidden" or "host"
         self.read_only = False  # every mount but the work directory read-only for the runners
+        self.procs = "rlimit"  # how the program's processes are bounded (`limits.choose_process_bound`)
         self.uid: int | None = None  # the sandbox uid (root only)
         self.notes: list[str] = []
         self._own_pidns_fd: int | None = None
@@ -108,6 +112,8 @@ class Isolation:
                          + (",read-only" if self.read_only else "") + f",proc-{self.proc})")
         if self.pidns:
             parts.append("pidns-per-sample")
+        if self.procs != "rlimit":
+            parts.append("seccomp(no-new-processes" + (",no-signals)" if self.procs == "no-fork-no-signals" else ")"))
         text = "+".join(parts)
         return text + (f" (fallback: {'; '.join(self.notes)})" if self.notes else "")
 
@@ -203,20 +209,60 @@ def _forbid_keyrings(notes: list[str]) -> bool:
     if known is None:
         notes.append(f"keyrings not closed (no syscall table for {os.uname().machine})")
         return False
-    prog = _keyring_filter(*known)
+    try:
+        _install_filter(_keyring_filter(*known))
+    except IsolationError as exc:
+        notes.append(f"keyrings not closed ({exc})")
+        return False
+    return True
+
+
+# Where RLIMIT_NPROC cannot bound the program's processes (`limits.choose_process_bound`), a
+# filter in the program's process refuses new processes: clone without CLONE_THREAD, fork and
+# vfork fail with EPERM (threads are still made, each bounded by the address-space limit), and
+# clone3, whose flags a filter cannot read, with ENOSYS, which makes the C library use clone.
+# Where no PID namespace hides the user's other processes either, it also refuses every syscall
+# that signals, traces or reads another process (the program may then not signal itself either).
+_PROCESS_SYSCALLS = {"x86_64": (0xC000003E, 56, (57, 58), 435), "aarch64": (0xC00000B7, 220, (), 435)}
+_SIGNAL_SYSCALLS = {  # kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo ptrace process_vm_readv/writev,
+    # pidfd_send_signal pidfd_open pidfd_getfd
+    "x86_64": (62, 200, 234, 129, 297, 101, 310, 311, 424, 434, 438),
+    "aarch64": (129, 130, 131, 138, 240, 117, 270, 271, 424, 434, 438),
+}
+_JSET, _CLONE_THREAD, _ENOSYS = 0x45, 0x00010000, 38
+
+
+def _no_fork_filter(arch: int, clone: int, denied: tuple[int, ...], clone3: int) -> list[tuple[int, int, int, int]]:
+    """BPF as `_keyring_filter`; the three returns last: allow at 9+n, deny at 10+n, ENOSYS at 11+n."""
+    n = len(denied)
+    prog = [(_LD_ABS, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _SECCOMP_EPERM), (_LD_ABS, 0, 0, 0),
+            (_JGE, 5 + n, 0, _X32_BIT), (_JEQ, 5 + n, 0, clone3)]
+    prog += [(_JEQ, 3 + n - k, 0, nr) for k, nr in enumerate(denied)]
+    prog += [(_JEQ, 0, 2, clone), (_LD_ABS, 0, 0, 16), (_JSET, 0, 1, _CLONE_THREAD)]
+    return prog + [(_RET, 0, 0, _SECCOMP_ALLOW), (_RET, 0, 0, _SECCOMP_EPERM), (_RET, 0, 0, 0x00050000 | _ENOSYS)]
+
+
+def forbid_new_processes(*, signals: bool) -> None:
+    """In the program's process, before it runs (see `_no_fork_filter`); `signals`: no signal to,
+    trace of or read from any other process either. Raises where it cannot: a program whose
+    processes nothing bounds must not run."""
+    machine = os.uname().machine
+    known = _PROCESS_SYSCALLS.get(machine)
+    if known is None:
+        raise IsolationError(0, f"no syscall table for {machine}: the program's processes are unbounded")
+    arch, clone, forks, clone3 = known
+    _install_filter(_no_fork_filter(arch, clone, forks + (_SIGNAL_SYSCALLS[machine] if signals else ()), clone3))
+
+
+def _install_filter(prog: list[tuple[int, int, int, int]]) -> None:
     filters = (ctypes.c_ubyte * (8 * len(prog))).from_buffer_copy(b"".join(struct.pack("<HBBI", *i) for i in prog))
 
     class _Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     program = _Program(len(prog), ctypes.addressof(filters))
-    try:
-        check_rc(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
-        check_rc(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "seccomp")
-    except IsolationError as exc:
-        notes.append(f"keyrings not closed ({exc})")
-        return False
-    return True
+    check_rc(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+    check_rc(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "seccomp")
 
 
 def _private_filesystem(hide: list[str], keep: list[str], workdir: str, uid: int | None) -> None:
@@ -349,6 +395,8 @@ def new_pid_namespace(iso: Isolation) -> None:
 def nursery_pid_namespace(iso: Isolation) -> None:
     """For the worker's one child, its nursery (made after the worker's own forks at warm-up)."""
     try:
+        if faults.fires("pidns"):
+            raise IsolationError(1, "unshare(pid): Operation not permitted (injected)")
         new_pid_namespace(iso)
     except IsolationError as exc:
         iso.notes.append(f"no per-sample PID namespace ({exc}); leftovers are killed by uid sweep")

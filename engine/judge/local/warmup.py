@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 ROUNDS = 10  # a function's bytecode is quickened after 8 calls; more rounds measured no better
-APART_ROUNDS = 3  # for problems whose tests run apart: each stand-in is called several times a round
+RUNNER_ROUNDS = 3  # the runner's side forks the program's process of every problem: a few rounds
 
 
 def _after(src: str) -> dict:
@@ -137,6 +137,7 @@ def pairs(xs, k):
 
 def jobs() -> list[dict]:
     """Function-mode jobs in the wire format the caller sends (no expected side: never needed)."""
-    limits = {"cpu_s": 10.0, "wall_s": 20.0, "tail_bytes": 0}
+    limits = {"cpu_s": 10.0, "wall_s": 20.0, "tail_bytes": 0, "memory_mb": 1024, "output_bytes": 1 << 20,
+              "max_processes": 64, "max_open_files": 128}
     return [{"mode": "function", "program": p.program, "plan": p.plan(), "limits": limits,
              "order": list(range(len(p.units))), "stop_first": False} for p in PROBLEMS]

@@ -9,15 +9,18 @@ Runners are forked by the nursery, a child of the worker made before any job:
 it never holds a job's expected side, so neither does any runner, even one
 started after the worker received it. The job reaches a runner as marshal,
 with the tests' own sources already compiled by the worker. A runner is the
-init of a fresh PID namespace with an unprivileged uid and rlimits; it
-compiles the program once (SYNTAX_ERROR). Function tests: it executes the program and then evaluates
-each test's operands itself, one test after another, recording in a shared
-page which test runs; if it dies mid-suite (CPU limit, crash, exit, the
-worker's wall guard) that test fails and a fresh runner continues from the
+init of a fresh PID namespace with an unprivileged uid; it compiles the
+program once (SYNTAX_ERROR) and never runs it: the program runs in processes
+the runner forks, with the program's rlimits, which cannot reach the result
+pipe. Function tests: one process loads the program and answers the runner
+(`program.ProgramProcess`), test after test, while the runner records in a
+shared page which test runs; if the runner dies mid-suite, or a test ends the
+program's process, that test fails and a fresh runner continues from the
 next one. Stdio tests: it forks one fresh execution of the compiled program
 per test, with the test's input file as stdin and a size-capped file as
-stdout, and guards each. Each test reports over a pipe that outlives the
-runner; the worker — which never runs untrusted code — reads the reports when
+stdout, and guards each. Only the runner reports, over a pipe that outlives the
+runner; what fails in the runner itself is reported as a judge fault. The
+worker — which never runs untrusted code — reads the reports when
 the runner has ended (or at each one when the first failure ends the sample),
 applies the wall-clock guard, decodes values into its own plain objects and
 compares them. A pass needs a
@@ -38,11 +41,11 @@ import signal
 import sys
 import time
 
-from engine.judge.local import limits, sandbox, warmup
+from engine.judge.local import faults, limits, sandbox, warmup
 from engine.judge.local.jobs import Plans, runner_job, runner_plan
 from engine.judge.local.nursery import Nursery, NurseryDied
 from engine.judge.local.process import cpu_limited
-from engine.judge.local.program import BUILTINS
+from engine.judge.local.program import BUILTINS, warm_program_side
 from engine.judge.local.runner import PROGRESS, JobBuffer, Runner
 from engine.judge.local.wire import (
     HEADER,
@@ -170,6 +173,7 @@ class Worker:
         self.iso = sandbox.isolate_worker(uid, sandbox.private_dirs(REPO, hide), sandbox.interpreter_dirs(),
                                           self.workdir)
         _warm_up()
+        faults.arm()
         self.nursery = Nursery(self.iso, self.workdir, (control_in, control_out))
         self.plans = Plans()
         self.seq = 0
@@ -192,6 +196,7 @@ class Worker:
                 return  # the judge is gone
 
     def run_job(self, raw: bytes) -> dict:
+        faults.check("worker-dies", "the worker")
         job = json.loads(raw)
         plan = self.plans.take(job, self.cin)
         job["plan"] = plan.public
@@ -329,12 +334,14 @@ def _warm_up() -> None:
     held = JobBuffer()
     try:
         for k in range(warmup.ROUNDS):
-            # A job whose tests run apart forks the program's process each time: a few rounds
-            # quicken this side's calls, and more would only add forks to every worker's start.
+            # The runner's side forks the program's process each time: a few rounds quicken its
+            # code, and more would only add forks to every worker's start. The program's side
+            # runs here, where what it quickens is inherited.
             for job, raw in zip(jobs, raw_jobs):
-                if k < warmup.APART_ROUNDS or not job["plan"]["apart"]:
-                    held.put(raw)
+                held.put(raw)
+                if k < warmup.RUNNER_ROUNDS:
                     Runner(held, sink, False, progress=progress).run()
+                warm_program_side(job["program"], held.plan())
     finally:
         resource.setrlimit(resource.RLIMIT_CPU, cpu_limit)
         signal.signal(signal.SIGXCPU, on_xcpu)

@@ -282,7 +282,9 @@ class _Program:
             raise _ProgramGone("the program's process ended")
         if "x" in answer:
             report = answer["x"]
-            raise _ProgramRaised(report if isinstance(report, dict) else {"error": "runtime", "msg": "?"})
+            if not isinstance(report, dict) or report.get("error") == "judge":  # only this side may say so
+                report = {"error": "runtime", "msg": str(report.get("msg", "?"))[:500] if isinstance(report, dict) else "?"}
+            raise _ProgramRaised(report)
         if "v" not in answer:
             raise _ProgramGone("the program's process answered out of turn")
         return self.plain["decode"](answer["v"])
