@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", help="limit to this spec (and show its progress and time left)")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--watch", action="store_true", help="refresh live until every run has finished (Ctrl-C stops)")
+    p.add_argument("--watch", action="store_true", help="refresh live until every run of the current plan has finished (Ctrl-C stops)")
     p.add_argument("--every", type=float, default=5.0, help="with --watch: seconds between refreshes (default 5)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs the executor has, for the time left (default: one node)")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots the executor has (default: this machine's cores)")
@@ -64,6 +64,8 @@ def command(args: argparse.Namespace) -> int:
 
     with Live(render_status(report, render_eta(eta) if eta else None), console=console,
               refresh_per_second=1, transient=False) as live:
+        # `runs` is each spec's current plan: a run an edit no longer plans, left queued by a
+        # killed runner, is listed apart and never waited for.
         while any(r.state.value in ACTIVE for r in report.runs):
             time.sleep(args.every)
             report, eta = _view(args)

@@ -24,7 +24,7 @@ def command(args: argparse.Namespace) -> int:
     validated = checked.validated
     from engine.price.study import detect_warnings
 
-    for warning in [*validated.warnings, *detect_warnings(checked.plan, validated)]:
+    for warning in [*checked.plan.warnings, *detect_warnings(checked.plan, validated)]:  # the plan's hold the spec's
         err_console.print(Text("warning: ", style="bold yellow") + Text(warning, style="yellow"), soft_wrap=True)
     for waiver in validated.waivers:
         console.print(Text(f"waived rule {waiver.rule} at {waiver.where}: {waiver.what} — reason: {waiver.reason}",

@@ -147,7 +147,25 @@ def render_status(report: StatusReport, eta: Optional[RenderableType] = None) ->
     for row in rows:
         table.add_row(*(Text(cell, style=STATE_STYLES[cell] if i == state else "") for i, cell in enumerate(row)))
     footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
-    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"), *([eta] if eta is not None else []))
+    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"), *_older(report),
+                 *([eta] if eta is not None else []))
+
+
+OLDER_SHOWN = 10  # lines of runs of an older plan; `status --json` lists them all
+
+
+def _older(report: StatusReport) -> list[Text]:
+    """Runs an edit of the spec no longer plans: apart, with what changed, never in the counts."""
+    if not report.older:
+        return []
+    lines = [Text(f"{len(report.older)} run(s) of an older plan, not counted:", style="dim")]
+    for r in report.older[:OLDER_SHOWN]:
+        what = r.phase + (f"/{r.variant}" if r.variant else "") + (f":{r.schedule}" if r.schedule else "") + (
+            f"@{r.seed}" if r.seed is not None else "")
+        lines.append(Text(f"  {r.id} {what} {r.kind} {r.state.value}: {r.changed}", style="dim"))
+    if len(report.older) > OLDER_SHOWN:
+        lines.append(Text(f"  and {len(report.older) - OLDER_SHOWN} more (`status --json` lists them)", style="dim"))
+    return lines
 
 
 def render_eta(eta) -> RenderableType:

@@ -6,8 +6,11 @@ prompt showed); the highest public pass ratio wins, ties go to the shorter answe
 earlier sample. A problem without public tests is never chosen for silently: validation refuses
 the dataset unless the phase declares `without_public: first`, which takes its first sample (and
 the pages count those problems). Nor is a candidate the judge faulted on: the choice is refused
-until a re-run judges it. The chosen record keeps what choosing cost (every candidate's
-tokens), so the report can set it against trained runs at matched cost.
+until a re-run judges it. Nor is a sample the server failed to generate (GEN_ERROR): it is no
+candidate at all (empty text, 0 tokens, it would win every tie); a problem whose every sample
+failed keeps one GEN_ERROR record, a fault the completion check bounds, never a choice. The
+chosen record keeps what choosing cost (every candidate's tokens), so the report can set it
+against trained runs at matched cost.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Optional, Sequence
 
 from engine.errors import UserError
 
-from engine.evaluate.records import GenerationRecord, Keys, append, read
+from engine.evaluate.records import GenerationRecord, Keys, append, is_fault, read
 from engine.judge.api import Judge
 from engine.judge.verdict import Verdict
 from engine.problem import Problem
@@ -44,7 +47,7 @@ def choose(problems: Sequence[Problem], prompts: Sequence[Shown], generations: S
         raise UserError(f"best-of-n on {dataset or 'this dataset'}: {len(missing)} of {len(problems)} problems have no "
                         f"public test (e.g. {missing[0]}); choosing among their samples would be a blind pick\n"
                         f"  fix: declare `without_public: first` on the best_of_n phase, or drop the dataset")
-    todo = [(problem, sorted(by_problem[problem.id], key=lambda g: g.sample), view)
+    todo = [(problem, [g for g in sorted(by_problem[problem.id], key=lambda g: g.sample) if not is_fault(g)], view)
             for problem, view in zip(problems, views) if by_problem.get(problem.id)]
     items = [(view, g.completion) for _, candidates, view in todo if view is not None for g in candidates]
     results = judge.judge_many(items)
@@ -57,10 +60,14 @@ def choose(problems: Sequence[Problem], prompts: Sequence[Shown], generations: S
     ratios = iter(r.pass_ratio for r in results)
     chosen = []
     for problem, candidates, view in todo:
+        cost = sum(g.prompt_tokens + g.completion_tokens for g in by_problem[problem.id])
+        if not candidates:  # every sample failed on the server: its fault stands, nothing is chosen
+            fault = min(by_problem[problem.id], key=lambda g: g.sample)
+            chosen.append(ChosenRecord(**fault.model_dump(), candidates=0, cost_tokens=cost, public_pass_ratio=None))
+            continue
         scores: list[Any] = [next(ratios) for _ in candidates] if view is not None else [0.0] * len(candidates)
         best = (max(range(len(candidates)), key=lambda i: (scores[i], -candidates[i].completion_tokens, -i))
                 if view is not None else 0)
-        cost = sum(g.prompt_tokens + g.completion_tokens for g in candidates)
         chosen.append(ChosenRecord(**candidates[best].model_dump(), candidates=len(candidates), cost_tokens=cost,
                                    public_pass_ratio=scores[best] if view is not None else None))
     return chosen

@@ -11,10 +11,9 @@ own records, resume and metrics (the executor groups the evaluations that are re
 
 from __future__ import annotations
 
-import dataclasses
-
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -22,6 +21,7 @@ from typing import Any, Optional, Sequence
 from pydantic import BaseModel
 
 from engine.errors import UserError
+from engine.files import atomic_write
 from engine.evaluate import stages
 from engine.evaluate.backends import (
     Endpoint,
@@ -33,7 +33,7 @@ from engine.evaluate.backends import (
 from engine.evaluate.backends.base import Backend, Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
-from engine.evaluate.model_key import model_key
+from engine.evaluate.model_key import model_key, served_key
 from engine.evaluate.records import GenerationRecord, Keys, is_fault, read
 from engine.evaluate.stages import ModelLoaded, ProgressHandler, Task
 from engine.judge.api import Judge
@@ -48,6 +48,9 @@ from engine.resources import visible_gpus
 
 METRICS_FILE = "metrics.json"
 BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected, generated and failed
+# What an attempt found generated when it began ({"attempt", "generated"}): the ETA's pace counts
+# only what this attempt generated since (`price.progress`).
+ATTEMPT_FILE = "outputs/attempt.json"
 
 
 class DatasetMetrics(BaseModel):
@@ -89,8 +92,9 @@ class Settings:
 def generation_settings(frozen: FrozenRun, settings: Settings, model: str) -> GenerationSettings:
     spec = dict(frozen.generation or {})
     endpoint = frozen.endpoint
-    if settings.base_url:
-        endpoint = {"base_url": settings.base_url, "model": model}
+    if settings.base_url:  # another address of the same served model keeps the rest (key, pin)
+        same = endpoint if endpoint and endpoint.get("model") == model else {}
+        endpoint = {**same, "base_url": settings.base_url, "model": model}
     return GenerationSettings(
         backend=settings.backend if settings.backend != "auto" else spec.get("backend", "auto"),
         batch_size=settings.batch_size or spec.get("batch_size"), concurrency=spec.get("concurrency"),
@@ -99,13 +103,16 @@ def generation_settings(frozen: FrozenRun, settings: Settings, model: str) -> Ge
         endpoint=Endpoint(**endpoint) if endpoint else None)
 
 
-def model_identity(frozen: FrozenRun, settings: Settings, model: str) -> str:
-    """What the records are keyed by: the checkpoint's content hash, or the endpoint and its model."""
-    if settings.base_url:
-        return f"{settings.base_url.rstrip('/')}#{model}"
-    if frozen.endpoint:
-        return f"{frozen.endpoint['base_url'].rstrip('/')}#{frozen.endpoint['model']}"
-    return model_key(model)
+def model_identity(frozen: FrozenRun, settings: Settings, model: str, chat: bool) -> str:
+    """What the records are keyed by: the checkpoint's content hash, or what the endpoint serves
+    (its served name and fingerprint, asked with the run's kind of prompt), never its address."""
+    endpoint = generation_settings(frozen, settings, model).endpoint
+    if endpoint is None:
+        return model_key(model)
+    from engine.evaluate.backends.openai import OpenAIBackend  # httpx is loaded only for a served model
+
+    served = OpenAIBackend(model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key(), concurrency=1)
+    return served_key(endpoint.model, served.fingerprint(chat), endpoint.fingerprint, where=endpoint.base_url)
 
 
 def generator_for(frozen: FrozenRun, settings: Settings, model: str,
@@ -150,17 +157,20 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     registry = run_registry(run_dir)
     protocol = frozen.protocols[use]
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
-    model_hash = model_identity(frozen, settings, model)
     names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []
+    model_hash: Optional[str] = None
     for name, entry in frozen.datasets.items():
         if name not in names:
             continue
         loaded = load_frozen_dataset(name, entry, registry, frozen.judge, run_dir)
         decoding = decoding_of(protocol, frozen.seed)
+        prompts = [_plain(choice.prompt(p)) for p in loaded.problems]
+        if model_hash is None:  # once per run (a served model is asked its probes)
+            model_hash = model_identity(frozen, settings, model, chat=bool(prompts) and not isinstance(prompts[0], str))
         keys = Keys(model=model_hash, protocol=protocol_sha256(protocol),
                     idlist=entry.ids_sha256 or entry.fingerprint or loaded.fingerprint, decoding_seed=decoding.seed)
-        out.append(Task(dataset=name, problems=loaded.problems, prompts=[_plain(choice.prompt(p)) for p in loaded.problems],
+        out.append(Task(dataset=name, problems=loaded.problems, prompts=prompts,
                         keys=keys, decoding=decoding, out_dir=out_dir or run_dir / "outputs"))
     return out
 
@@ -220,6 +230,7 @@ def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, 
     # code does not decide, each run's completion check does, and a stale summary over records
     # this attempt has since mended would pass it with the old numbers.
     (run_dir / "outputs" / METRICS_FILE).unlink(missing_ok=True)
+    note_attempt(run_dir, frozen, "generate" if settings.generate_only else "evaluate")
     if settings.generate_only:
         return sample_best_of_n(run_dir, model, frozen, backend, judge, on_progress)
     todo = tasks(run_dir, model, frozen, settings=settings)
@@ -231,8 +242,8 @@ def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, 
     for task in todo:
         timing = stages.generate_and_judge(task, _first_answers_from(task, backend, task.dataset in chosen), judge,
                                            version, on_progress, rejudge=settings.rejudge)
-        retry_s = stages.judge(task, judge, version, on_progress)  # its retry: the judge's faults judged again
-        timing = dataclasses.replace(timing, judge_s=timing.judge_s + retry_s, wall_s=timing.wall_s + retry_s)
+        # its retry: the judge's faults judged again
+        timing = timing.then(stages.generate_and_judge(task, None, judge, version, on_progress))
         if rounds > 1:
             stages.repair(task, backend, judge, version, rounds, on_progress)
         results.append(_dataset_metrics(task, frozen, version, timing, rounds, chosen.get(task.dataset)))
@@ -241,12 +252,28 @@ def _evaluate(run_dir: Path, frozen: FrozenRun, model: str, settings: Settings, 
     return output
 
 
+def note_attempt(run_dir: Path, frozen: FrozenRun, use: str) -> None:
+    """Write `ATTEMPT_FILE`: the generation records this attempt found (lines, as progress counts them)."""
+    generated = 0
+    for name in frozen.uses(use):
+        try:
+            with (run_dir / "outputs" / "generations" / f"{name}.jsonl").open("rb") as fh:
+                generated += sum(1 for _ in fh)
+        except OSError:
+            continue
+    atomic_write(run_dir / ATTEMPT_FILE, json.dumps({"attempt": os.environ.get("RLVR_ATTEMPT", "manual"),
+                                                     "generated": generated}) + "\n")
+
+
 def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, timing: stages.Timing,
                      rounds: int, chosen: Optional[list[ChosenRecord]] = None) -> DatasetMetrics:
     records = stages.samples(task)
     first = [r for r in records if r.round == 1]
+    # Throughput is this attempt's work over this attempt's time: a resumed run's earlier records
+    # were made in an earlier attempt (all records over the last attempt's seconds read ~20x fast).
     metrics = summarize(first, ks=reported_ks(task.decoding.n), wall_generate_s=timing.generate_s,
-                        wall_judge_s=timing.judge_s, wall_s=timing.wall_s)
+                        wall_judge_s=timing.judge_s, wall_s=timing.wall_s,
+                        work=(len(timing.problems), timing.samples, timing.tests))
     if rounds > 1:
         metrics.update({f"repair/{k}": v for k, v in repair_summary(records).items()})
     if chosen:

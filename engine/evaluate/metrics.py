@@ -67,8 +67,12 @@ def error_breakdown(records: Sequence[SampleRecord]) -> dict[str, int]:
 
 
 def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_generate_s: float = 0.0,
-              wall_judge_s: float = 0.0, wall_s: Optional[float] = None) -> dict[str, float]:
-    """The panel for one dataset: quality, reliability and cost (empty records give {})."""
+              wall_judge_s: float = 0.0, wall_s: Optional[float] = None,
+              work: Optional[tuple[int, int, int]] = None) -> dict[str, float]:
+    """The panel for one dataset: quality, reliability and cost (empty records give {}).
+
+    The throughputs divide the work done in the walls given, `work` = (problems, samples, tests):
+    after a resume that is the last attempt's share, not every record (default: all of them)."""
     if not records:
         return {}
     n = len(records)
@@ -110,10 +114,11 @@ def summarize(records: Sequence[SampleRecord], *, ks: Sequence[int] = (), wall_g
                             f"dataset `{records[0].dataset}` has {len(short[1])}\n"
                             "  fix: re-run the evaluation (it generates the missing samples)")
     out.update({f"pass@{k}": mean_pass_at_k(records, k) for k in ks})
-    if wall_generate_s + wall_judge_s > 0:
+    done_problems, done_samples, done_tests = work if work is not None else (len(problems), n, tests)
+    if wall_generate_s + wall_judge_s > 0 and done_samples:
         wall = wall_s or wall_generate_s + wall_judge_s  # judging overlaps generation: their wall is not the sum
-        out.update({"problems_per_s": len(problems) / wall, "samples_per_s": n / wall,
-                    "tests_per_s": tests / wall_judge_s if wall_judge_s else 0.0,
+        out.update({"problems_per_s": done_problems / wall, "samples_per_s": done_samples / wall,
+                    "tests_per_s": done_tests / wall_judge_s if wall_judge_s else 0.0,
                     "generate_s": wall_generate_s, "judge_s": wall_judge_s, "wall_s": wall})
     return out
 

@@ -7,8 +7,9 @@ while the folder's files still have the names, sizes and modification times (ns)
 fine-tune of one architecture has weights of exactly the same size, so a checkpoint copied over
 the folder would pass a name-and-size check; its new modification time does not. A folder without one (a
 user's own) is hashed whole on each use, never written into. A hub id is keyed by the
-revision the loaders will fetch (online the hub's, offline the local cache's); a name that is
-neither (a model an OpenAI-compatible server serves under that name) is keyed as written.
+revision the loaders will fetch (online the hub's, offline the local cache's). A model an
+OpenAI-compatible server serves is keyed by what it serves, not where (`served_key`): its served
+name and the fingerprint of its answers (`backends.openai`), never the server's address.
 
     python -m engine.evaluate.model_key FOLDER   # write FOLDER's manifest, print its key
 """
@@ -79,6 +80,24 @@ def _manifest_key(root: Path) -> Optional[str]:
     return data["key"]
 
 
+WEIGHTS = (".safetensors", ".bin", ".pt")
+
+
+def weights_digest(root: Path) -> dict[str, str]:
+    """The sha256 of each weights file of a model folder (its manifest's, while the folder still
+    matches it): two folders with the same digests hold bit-identical weights, whatever their
+    config or tokenizer files say. Empty for a folder with no weights."""
+    root = Path(root)
+    entries = _manifest_entries(root) or _entries(root)
+    return {name: e["sha256"] for name, e in entries.items() if name.endswith(WEIGHTS)}
+
+
+def _manifest_entries(root: Path) -> Optional[dict[str, dict]]:
+    if _manifest_key(root) is None:
+        return None
+    return json.loads((root / MANIFEST).read_text())["files"]
+
+
 def model_key(model: str) -> str:
     """The key records are written under for `model` (a folder, a hub id, or a served name)."""
     root = Path(model)
@@ -87,6 +106,17 @@ def model_key(model: str) -> str:
     if "/" in model and not model.startswith((".", "/")):
         return f"{model}@{hub_revision(model)}"
     return model
+
+
+def served_key(model: str, fingerprint: str, pinned: Optional[str] = None, where: str = "") -> str:
+    """The key of a served model: its name and fingerprint. A fingerprint the spec pins must be the
+    one measured: other weights served under the same name are refused, never resumed into."""
+    if pinned is not None and pinned != fingerprint:
+        raise UserError(f"{where or 'the server'} serves {model!r} with fingerprint {fingerprint}, but the endpoint "
+                        f"pins {pinned}: other weights are served under that name\n  fix: serve the pinned "
+                        f"weights, or set the endpoint's `fingerprint: {fingerprint}` to evaluate these ones "
+                        "(a new run: the fingerprint is part of its id)")
+    return f"served:{model}@{fingerprint}"
 
 
 def hub_revision(repo: str) -> str:

@@ -110,8 +110,10 @@ def append(path: Path, records: Iterable[BaseModel]) -> None:
 
 def read(path: Path, model: type[GenerationRecord], keys: Optional[Keys] = None) -> Iterator[GenerationRecord]:
     """The file's records of `keys` (all when None), one per uid: the last one written (a fault
-    generated or judged again replaces the faulty record), in the order uids first appear. A torn
-    line is skipped."""
+    generated or judged again replaces the faulty record), ordered by (dataset, problem, sample,
+    round). Not in file order: records land as requests and verdicts finish, an order two runs
+    of the same spec do not share, and what reads them (repair batches, pair tie-breaks, the
+    metrics) must see the same sequence each time. A torn line is skipped."""
     if not path.exists():
         return
     latest: dict[str, GenerationRecord] = {}
@@ -123,7 +125,26 @@ def read(path: Path, model: type[GenerationRecord], keys: Optional[Keys] = None)
                 continue
             if keys is None or record.keys == keys:
                 latest[record.uid] = record
-    yield from latest.values()
+    yield from sorted(latest.values(), key=lambda r: (r.dataset, r.problem_id, r.sample, r.round))
+
+
+SET_ASIDE = "replaced"  # a samples folder's subfolder of files a re-judge replaced
+
+
+def set_aside(path: Path) -> Path:
+    """Move a records file a re-judge replaces out of its folder, into `replaced/` under a name no
+    earlier one has: it stays for inspection, but nothing that reads the folder's samples sees it."""
+    folder = path.parent / SET_ASIDE
+    folder.mkdir(parents=True, exist_ok=True)
+    n = 1 + max((int(p.suffixes[-2].lstrip(".")) for p in folder.glob(f"{path.stem}.*.jsonl")
+                 if len(p.suffixes) >= 2 and p.suffixes[-2].lstrip(".").isdigit()), default=0)
+    return path.rename(folder / f"{path.stem}.{n}.jsonl")
+
+
+def sample_files(folder: Path) -> list[Path]:
+    """The records files of a samples folder, one per dataset: never a set-aside one (earlier
+    versions left them beside the others as `<dataset>.replaced-<time>.jsonl`)."""
+    return [p for p in sorted(Path(folder).glob("*.jsonl")) if ".replaced-" not in p.name]
 
 
 def is_fault(record: GenerationRecord) -> bool:

@@ -8,7 +8,8 @@
 - judge appends one SampleRecord per generated sample to outputs/samples/<dataset>.jsonl as its
   verdict is known; a re-run judges only what is not judged yet, and again the samples the
   judge failed on (INTERNAL_ERROR) or whose generation has since been made again; and
-  `rejudge` judges every answer again, repair rounds included, without generating anything. A record written again
+  `rejudge` judges every answer again, repair rounds included, without generating anything
+  (the replaced file is set aside in samples/replaced/, where no reader of samples looks). A record written again
   replaces the earlier one of its uid (`records.read`: the last one wins). `generate_and_judge`
   runs both at once: samples are judged while the rest are generated, so a dataset takes about
   the longer of the two, not their sum.
@@ -39,6 +40,7 @@ from engine.evaluate.records import (
     append,
     is_fault,
     read,
+    set_aside,
 )
 from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult, Verdict
@@ -168,6 +170,17 @@ class Timing:
     generate_s: float  # generating (0 when nothing was missing)
     judge_s: float  # judging, busy time
     wall_s: float  # both, overlapped
+    # The work done in that time (a resumed run's earlier records were made in an earlier attempt's
+    # time): samples judged, the problems they belong to, the tests they ran.
+    samples: int = 0
+    problems: frozenset[str] = frozenset()
+    tests: int = 0
+
+    def then(self, later: "Timing") -> "Timing":
+        """This and a later pass of the same attempt (the judge's faults judged again), together."""
+        return Timing(generate_s=self.generate_s + later.generate_s, judge_s=self.judge_s + later.judge_s,
+                      wall_s=self.wall_s + later.wall_s, samples=self.samples + later.samples,
+                      problems=self.problems | later.problems, tests=self.tests + later.tests)
 
 
 def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, judge_version: str,
@@ -182,8 +195,7 @@ def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, jud
     carried: list[GenerationRecord] = []
     rejudge = rejudge or any(r.judge_version != judge_version for r in samples(task))
     if rejudge and task.samples.exists():
-        replaced = task.samples.with_suffix(f".replaced-{int(time.time())}.jsonl")
-        task.samples.rename(replaced)
+        replaced = set_aside(task.samples)
         carried = [_generation_of(r) for r in read(replaced, SampleRecord, task.keys) if r.round > 1]
     judged = {r.uid: r for r in read(task.samples, SampleRecord, task.keys)}
     backlog = [g for g in read(task.generations, GenerationRecord, task.keys)
@@ -215,9 +227,12 @@ def generate_and_judge(task: Task, backend: Optional[Backend], judge: Judge, jud
         failing = {x.uid for x in read(task.samples, SampleRecord, task.keys) if x.round == r - 1 and not x.accepted}
         again = [g for g in carried if g.round == r and g.parent in failing]
         for start in range(0, len(again), JUDGE_CHUNK):
-            append(task.samples, judge_records(again[start:start + JUDGE_CHUNK], by_id, judge, judge_version))
+            judged_again = judge_records(again[start:start + JUDGE_CHUNK], by_id, judge, judge_version)
+            append(task.samples, judged_again)
+            worker.count(judged_again)
     judge_s = worker.busy_s + time.perf_counter() - rounds_began
-    return Timing(generate_s=gen_s, judge_s=judge_s, wall_s=time.perf_counter() - began)
+    return Timing(generate_s=gen_s, judge_s=judge_s, wall_s=time.perf_counter() - began, samples=worker.samples,
+                  problems=frozenset(worker.problems), tests=worker.tests)
 
 
 _ABANDON = object()
@@ -237,6 +252,12 @@ class _Judging(threading.Thread):
         self.handed: list[GenerationRecord] = []  # what judge_stream's indices refer to
         self.busy_s, self.idle_s = 0.0, 0.0
         self.error: Optional[BaseException] = None
+        self.samples, self.tests, self.problems = 0, 0, set()  # what was judged here (`Timing`)
+
+    def count(self, records: Sequence[SampleRecord]) -> None:
+        self.samples += len(records)
+        self.tests += sum(r.total for r in records)
+        self.problems.update(r.problem_id for r in records)
 
     def run(self) -> None:
         began = time.perf_counter()
@@ -268,6 +289,7 @@ class _Judging(threading.Thread):
 
     def _write(self, record: SampleRecord) -> None:
         self.out.write([record])
+        self.count([record])
         self.done += 1
         self.on_progress(StageUpdate("judge", self.task.dataset, self.done, self.total))
 
@@ -330,8 +352,12 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
             first = [Answer(key=x.uid, problem=by_id[x.problem_id], completion=x.completion, round=r - 1,
                             result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
                             generation=x) for x in parents[start:start + JUDGE_CHUNK]]
+            # sample s of a problem is repaired with seed + s: samples that failed alike are asked
+            # alike, and under one seed a per-request seeded engine would repair them all alike
+            seeds = [decoding.seed + x.sample for x in parents[start:start + JUDGE_CHUNK]]
             chains = repair_loop(first, judge=judge, rounds=r, text=lambda g: g.text,
-                                 generate=lambda convs: [gens[0] for gens in generate_all(backend, convs, decoding)])
+                                 generate=lambda convs: [gens[0] for gens in generate_all(backend, convs, decoding,
+                                                                                          seeds)])
             parent_of = {a.key: a.generation for a in first}
             append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
                                   if a.round == r])

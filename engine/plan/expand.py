@@ -17,6 +17,11 @@ Expansion rules (the decisions this module makes):
   schedule runs, attached to the model it names in `from:` (the base model for
   `base`, so those runs have no parent). Naming an eval or best_of_n unit in another
   unit's `from:` means that unit's model (they pass it through).
+- A trained run's prompt template is explicit in its config (`prompt: {template, from}`), by one
+  rule (`training_prompt`): the unit's `prompt:`; else the first of its rollout protocol, its
+  select protocol, the study's evaluation protocol (`evaluate.every_phase`, else `final`) that
+  names a `prompt:`; else none (the model's defaults, `template: null`). It trains and samples
+  on that template; a unit whose evaluations use another is warned about at its spec line.
 - Seeds: a run evaluating a per-seed run takes its seed. An evaluation of the base
   model is per seed only when its protocol samples (temperature > 0 or n > 1);
   greedy evaluation of the base model is a single run with seed None.
@@ -167,7 +172,8 @@ def plan(validated: ValidatedSpec) -> Plan:
         _plan_unit(planner, unit)
     loaded = validated.loaded
     return Plan(spec_name=spec.name, spec_sha256=loaded.sha256, spec_path=str(loaded.path.resolve()),
-                runs=planner.runs, waivers=list(validated.waivers), warnings=list(validated.warnings))
+                runs=planner.runs, waivers=list(validated.waivers),
+                warnings=[*validated.warnings, *prompt_warnings(validated, planner.runs)])
 
 
 def _plan_unit(planner: _Planner, unit: Unit) -> None:
@@ -241,6 +247,8 @@ def _phase_run(planner: _Planner, unit: Unit, seed: int, parent: Optional[str],
     extra["overrides"] = dict(f.get("overrides") or {})
     # Later fields enter the config only when set, so the ids of specs that do not use them stay.
     extra.update({k: as_json(f[k]) for k in TRAINING_EXTRAS if f.get(k) is not None})
+    if unit.kind in MODEL_KINDS:  # after its select protocol was added: the rule reads it
+        extra["prompt"] = training_prompt(planner, unit, protocols)
     if unit.kind in MODEL_KINDS and planner.spec.tracking is not None:
         extra["tracking"] = as_json(planner.spec.tracking)
     if harvest is not None:
@@ -272,6 +280,60 @@ def _add_training_evaluation(spec: Spec, unit: Unit, uses: dict[str, list[str]],
         base = _protocol(spec, every.protocol, unit.name) if every else DEFAULT_SELECT_PROTOCOL
         k = (unit.fields.get("pairs") or PairsSpec()).k
         protocols["rollout"] = base.model_copy(update={"temperature": 1.0, "n": k, "top_p": base.top_p or 1.0})
+
+
+def training_prompt(planner: _Planner, unit: Unit, protocols: dict[str, str | ProtocolSpec]) -> dict[str, Any]:
+    """The template a trained unit trains and samples on, and where the spec says so (the rule in
+    the module docstring; never whether `select_on` happens to be set)."""
+    spec = planner.spec
+    if unit.fields.get("prompt"):
+        name = unit.fields["prompt"]
+        if planner.registry is not None and name not in planner.registry.prompts:
+            raise UserError(f"{unit.name}: unknown prompt template {name!r}; registry/prompts.yaml has: "
+                            f"{', '.join(n for n in planner.registry.prompts if not n.startswith('_'))}")
+        own = unit.variant and spec.variants[unit.variant].prompt
+        where = f"variants.{unit.variant}" if own else f"phases.{unit.phase}"
+        return {"template": name, "from": f"{where}.prompt"}
+    candidates: list[tuple[str, str | ProtocolSpec]] = [
+        (f"its {use} protocol", protocols[use]) for use in ("rollout", "select") if use in protocols]
+    candidates += [(f"evaluate.{name}", schedule.protocol) for name in ("every_phase", "final")
+                   if (schedule := getattr(spec.evaluate, name)) is not None]
+    for what, protocol in candidates:
+        resolved = protocol if isinstance(protocol, ProtocolSpec) else _protocol(spec, protocol, unit.name)
+        if resolved.prompt:
+            named = f" `{protocol}`" if isinstance(protocol, str) else ""
+            return {"template": resolved.prompt, "from": f"{what}{named}"}
+    return {"template": None, "from": "no protocol names a prompt: the model's default templates"}
+
+
+def prompt_warnings(validated: ValidatedSpec, runs: list[Run]) -> list[str]:
+    """A trained unit whose training template none of its evaluations uses: it would be scored on
+    prompts it never trained on (the warning names the spec line and the fix)."""
+    loaded = validated.loaded
+    out: list[str] = []
+    seen: set[tuple[str, Optional[str]]] = set()
+    for run in runs:
+        if run.kind not in MODEL_KINDS or (run.phase, run.variant) in seen:
+            continue
+        seen.add((run.phase, run.variant))
+        trained = run.config.get("prompt") or {}
+        template = trained.get("template")
+        evaluations = [r for r in runs if r.evaluates == run.id]
+        used = {r.protocols[next(iter(r.protocols))].prompt: f"{r.schedule}" for r in evaluations if r.protocols}
+        if not used or template in used:
+            continue
+        keys: tuple[str, ...] = ("variants", run.variant) if run.variant else ("phases", run.phase)
+        source = trained.get("from") or ""
+        if source.endswith(".prompt"):  # the line that set it
+            keys = (*source.split(".")[:2], "prompt")
+        line, col = loaded.locate(*keys)
+        named = ", ".join(f"`{t or 'the model default'}` ({s})" for t, s in used.items())
+        label = f"{keys[0]}.{keys[1]}"
+        out.append(f"{loaded.path}:{line}:{col}: {label} trains on prompt template `{template or 'the model default'}` "
+                   f"({trained.get('from')}), but its evaluations use {named}: it is scored on prompts it never "
+                   f"trained on\n  fix: set `prompt: {next(iter(used)) or '...'}` on {label}, or name the same "
+                   "template in its evaluation protocol")
+    return out
 
 
 # Without evaluate.every_phase, checkpoints are selected greedily at this length.
@@ -313,8 +375,8 @@ def _attach_evaluations(planner: _Planner, unit: Unit, target: Optional[str], se
         protocol = _protocol(spec, schedule.protocol, unit.name)
         eval_seed = seed if target is not None or _samples(protocol) else None
         uses = {name: ["evaluate"] for name in schedule.datasets}
-        # Entered only when set, so the ids of specs that do not use them stay; an endpoint and its
-        # served model are part of the run's identity (another server or model is another run).
+        # Entered only when set, so the ids of specs that do not use them stay; an endpoint's served
+        # model is part of the run's identity, its address is not (`plan.model.identity_config`).
         extra = {"generation": as_json(schedule.generation)} if schedule.generation else {}
         if unit.fields.get("endpoint"):
             extra["endpoint"] = as_json(unit.fields["endpoint"])
@@ -368,7 +430,9 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
         **extra,
     }
     if planner.registry is not None:
-        config["registry"] = frozen_registry(planner.registry, spec, datasets, resolved_protocols.values())
+        trains_on = (extra.get("prompt") or {}).get("template")
+        config["registry"] = frozen_registry(planner.registry, spec, datasets, resolved_protocols.values(),
+                                             templates=[trains_on] if trains_on else [])
     parents = [parent] if parent else []
     flows_of = {p: list(flows) for p in parents}
     if harvest_from is not None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
 
 from engine.data.dataset import DataContext, LoadedDataset
@@ -31,6 +31,15 @@ from engine.spec.model import (
 )
 from engine.spec.registry import DatasetSource, PromptEntry, Registry, find_registry, load_registry
 from engine.verify.declared import apply_verified
+
+
+class FrozenPrompt(BaseModel):
+    """A trained run's prompt template (None: the model's defaults) and the spec field it comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    template: Optional[str] = None
+    from_: str = Field(alias="from")
 
 
 class FrozenDataset(BaseModel):
@@ -107,6 +116,7 @@ class FrozenRun(BaseModel):
     pairs: Optional[PairsSpec] = None
     flywheel: Optional[FrozenFlywheel] = None
     harvested: bool = False  # a flywheel harvests its failures: every judged rollout is kept
+    prompt: Optional[FrozenPrompt] = None  # trained runs: the template they train on, and where the spec says so
     # The registry entries the run consumes, frozen at planning (`engine.plan.inputs.frozen_registry`).
     registry: dict[str, dict[str, Any]] = {}
     without_public: Optional[Literal["first"]] = None  # best_of_n: see PhaseFields.without_public
@@ -119,6 +129,10 @@ class FrozenRun(BaseModel):
         return [name for name, d in self.datasets.items() if set(wanted) & set(d.uses)]
 
     def prompt_template(self) -> Optional[str]:
+        """The template a trained run trains and samples on (`plan.expand.training_prompt`; None:
+        the model's defaults). A config written before the rule: its rollout protocol's."""
+        if self.prompt is not None:
+            return self.prompt.template
         return self.protocols.get("rollout", {}).get("prompt")
 
     def judge_config(self, **overrides: Any) -> JudgeConfig:

@@ -45,14 +45,14 @@ def _project_path(path: Path, root: Path) -> str:
 
 
 def frozen_registry(registry: Registry, spec: Spec, datasets: dict[str, RunDataset],
-                    protocols: Iterable[ProtocolSpec]) -> dict[str, Any]:
+                    protocols: Iterable[ProtocolSpec], templates: Iterable[str] = ()) -> dict[str, Any]:
     """The registry entries a run consumes, as they are now: its datasets' sources and the prompt
-    templates it can render (those its protocols name, the defaults for the base model's style and
-    the fragments they include). They enter the run's config, so its id, and the run reads them
+    templates it can render (those its protocols name, the one it trains on, `templates`, the
+    defaults for the base model's style and the fragments they include). They enter the run's config, so its id, and the run reads them
     from there (`engine.plan.frozen.run_registry`): an edited registry makes new runs, never old
     records resumed with new inputs."""
     sources = sorted({spec.datasets[n].source for n in datasets})
-    named = {p.prompt for p in protocols if p.prompt}
+    named = {p.prompt for p in protocols if p.prompt} | set(templates)
     model = spec.base_model
     style = "chat" if not isinstance(model, ModelRef) or model.chat else "completion"
     prompts = {name: entry for name, entry in registry.prompts.items()

@@ -1,7 +1,9 @@
 """The plan's data: runs, the edges between them, and the identity every later stage reuses.
 
 A run's id is the first 12 hex digits of the sha256 of the canonical JSON of its fully
-resolved config plus its parents' ids (`run_id`).
+resolved config plus its parents' ids (`run_id`), less where a served model is reached: an
+endpoint's `base_url` is in the config (the run reads it) but not in the id, so a server restarted
+on another address serves the same run (what it serves is checked by its fingerprint).
 """
 
 from __future__ import annotations
@@ -108,8 +110,16 @@ def canonical_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def identity_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run's config its id hashes: all of it but an endpoint's address."""
+    endpoint = config.get("endpoint")
+    if not isinstance(endpoint, dict) or "base_url" not in endpoint:
+        return config
+    return {**config, "endpoint": {k: v for k, v in endpoint.items() if k != "base_url"}}
+
+
 def run_id(config: dict[str, Any], parents: Iterable[str]) -> str:
-    payload = canonical_json({"config": config, "parents": sorted(parents)})
+    payload = canonical_json({"config": identity_config(config), "parents": sorted(parents)})
     return hashlib.sha256(payload.encode()).hexdigest()[:ID_LEN]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from engine.errors import UserError
 from engine.price.forecast import SHARED_PARTS, context, joiners
@@ -21,7 +21,7 @@ from engine.price.model import run_cost
 from engine.price.profiles import FASTER_WHEN_HIGH, HARDWARE_FILE, Profile
 from engine.price.shapes import StudyShape
 from engine.price.study import attributed_seconds
-from engine.runs.lineage import RunRecord
+from engine.runs.lineage import RunRecord, RunTime
 
 # constant groups, and which group each part of each run kind falls in
 GROUPS = {
@@ -53,7 +53,9 @@ class Fit:
     error_after: float
 
 
-def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord]) -> Fit:
+def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord],
+                times: Mapping[str, RunTime]) -> Fit:
+    """The factors, fitted on each succeeded run's time: the sum of its attempts."""
     import numpy as np
     from scipy.optimize import nnls
 
@@ -62,7 +64,7 @@ def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord
     shared = lambda run, part: run.id in skip and part in SHARED_PARTS  # noqa: E731
     costs = {run.id: {part: v for part, v in run_cost(ctx, run).parts.items() if not shared(run, part)}
              for run in study.runs}
-    actual = attributed_seconds(records, {run_id: sum(parts.values()) for run_id, parts in costs.items()})
+    actual = attributed_seconds(records, {run_id: sum(parts.values()) for run_id, parts in costs.items()}, times)
     runs = [r for r in study.runs if r.id in actual]
     if len(runs) < 2:
         raise UserError(f"{study.name}: {len(runs)} finished run(s); a fit needs at least two")

@@ -16,6 +16,7 @@ from engine.price.forecast import Quantiles, forecast
 from engine.price.shapes import RunShape, StudyShape, shape_of_lineage
 from engine.price.study import attributed_seconds, resolve_profile, spec_registry
 from engine.runs.lineage import Lineage, RunRecord, RunState, parse_iso
+from engine.evaluate.eval_run import ATTEMPT_FILE
 from engine.train.outcome import METRICS_GLOB, read_outcome
 
 STATUS_DRAWS = 60  # refreshed every few seconds: a coarse band is enough
@@ -28,9 +29,10 @@ class RunProgress(BaseModel):
     label: str
     kind: str
     done: float
+    done_at_start: float = 0.0  # what earlier attempts had done when this one began (its pace counts the rest)
     total: Optional[float]  # None: not known yet
     what: str  # steps | samples
-    elapsed_s: float
+    elapsed_s: float  # since the current attempt began
     forecast_s: float
     eta_s: float  # seconds left
 
@@ -62,6 +64,19 @@ def _last_step(run_dir: Path) -> int:
     return step
 
 
+def _first_step(log: Path) -> Optional[int]:
+    try:
+        with log.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    return int(json.loads(line).get("step", 0))
+                except (ValueError, AttributeError):
+                    continue
+    except OSError:
+        return None
+    return None
+
+
 def _lines(path: Path) -> int:
     try:
         with path.open("rb") as fh:
@@ -84,6 +99,20 @@ def progress_of(run: RunShape, run_dir: Path, sizes: dict[str, int]) -> tuple[fl
     return float(_last_step(run_dir)), (float(total) if total else None), "steps"
 
 
+def done_at_start(run: RunShape, run_dir: Path, attempt: int, done: float) -> float:
+    """How much of `done` earlier attempts had done when attempt `attempt` began: a resumed
+    training attempt logs from the step after its checkpoint (`logs/metrics.<attempt>.jsonl`), an
+    evaluation notes what it found (`ATTEMPT_FILE`). Nothing yet from this attempt: all of it."""
+    if run.kind in ("eval", "best_of_n"):
+        try:
+            found = json.loads((run_dir / ATTEMPT_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return done
+        return float(found.get("generated", done)) if str(found.get("attempt")) == str(attempt) else done
+    first = _first_step(run_dir / "logs" / f"metrics.{attempt}.jsonl")
+    return done if first is None else min(float(max(first - 1, 0)), done)
+
+
 def _elapsed(rec: RunRecord) -> float:
     start = parse_iso(rec.started_at)
     return max(0.0, (datetime.now(timezone.utc) - start).total_seconds()) if start else 0.0
@@ -95,11 +124,11 @@ def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = Non
     registry = spec_registry(spec.path if spec else None)
     study: StudyShape = shape_of_lineage(lineage, spec_name, registry)
     profile = resolve_profile(study, gpu_type, registry)
-    records = {r.id: r for r in lineage.runs(spec_name=spec_name)}
+    records = {r.id: r for r in lineage.plan_runs(spec_name)}
     full = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=1)
     median = {r.id: r.seconds.p50 for r in full.runs}
     took: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    actuals = attributed_seconds(list(records.values()), median)
+    actuals = attributed_seconds(list(records.values()), median, lineage.run_times(records))
     for run in study.runs:
         actual = actuals.get(run.id)
         if actual is not None and median.get(run.id):
@@ -115,14 +144,18 @@ def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = Non
         rec = records[run.id]
         seconds = _elapsed(rec)
         expected = median.get(run.id, 0.0) * scale[run.id]
-        done, total, what = progress_of(run, Path(rec.run_dir or "."), study.sizes)
-        share = min(done / total, 1.0) if total else 0.0
+        run_dir = Path(rec.run_dir or ".")
+        done, total, what = progress_of(run, run_dir, study.sizes)
+        before = done_at_start(run, run_dir, rec.attempt, done)
+        # The pace is this attempt's: what it did over the time it has run (an earlier attempt's
+        # work counted against this one's seconds made a resumed run look fast).
+        share = min((done - before) / total, 1.0) if total else 0.0
         eta = max(expected - seconds, 0.0)
         if share >= PACE_AFTER:
-            eta = seconds / share - seconds
+            eta = seconds * max(total - done, 0.0) / (done - before)
         elapsed[run.id] = max(expected - eta, 0.0)  # what the forecast should treat as done
-        rows.append(RunProgress(id=run.id, label=run.label, kind=run.kind, done=done, total=total, what=what,
-                                elapsed_s=seconds, forecast_s=expected, eta_s=eta))
+        rows.append(RunProgress(id=run.id, label=run.label, kind=run.kind, done=done, done_at_start=before,
+                                total=total, what=what, elapsed_s=seconds, forecast_s=expected, eta_s=eta))
     succeeded = [r.id for r in study.runs if records[r.id].state is RunState.succeeded]
     left = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=draws, skip=succeeded,
                     scale=scale, elapsed=elapsed) \

@@ -167,4 +167,4 @@ def shape_of_records(spec_name: str, records: Sequence[RunRecord], datasets: Seq
 
 
 def shape_of_lineage(lineage: Lineage, spec_name: str, registry: Registry) -> StudyShape:
-    return shape_of_records(spec_name, lineage.runs(spec_name=spec_name), lineage.datasets(spec_name), registry)
+    return shape_of_records(spec_name, lineage.plan_runs(spec_name), lineage.datasets(spec_name), registry)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -17,7 +17,7 @@ from engine.price.forecast import DRAWS, Forecast, forecast
 from engine.price.power import Comparison, comparisons, undetectable
 from engine.price.profiles import HARDWARE_FILE, Profile, load_profile
 from engine.price.shapes import StudyShape, shape_of_plan, shape_of_records
-from engine.runs.lineage import DatasetRecord, Lineage, RunRecord, RunState
+from engine.runs.lineage import Attempt, DatasetRecord, Lineage, RunRecord, RunState, RunTime
 from engine.spec.registry import Registry, project_registry
 from engine.spec.validated import ValidatedSpec
 
@@ -57,42 +57,50 @@ def price_plan(plan: Plan, validated: ValidatedSpec, *, gpu_type: Optional[str] 
 # ---------------------------------------------------------------- actuals
 
 
-def seconds_of(rec: RunRecord) -> Optional[float]:
-    if rec.state is not RunState.succeeded or not rec.started_at or not rec.finished_at:
-        return None
-    return (datetime.fromisoformat(rec.finished_at) - datetime.fromisoformat(rec.started_at)).total_seconds()
+def _processes(times: Mapping[str, RunTime]) -> list[list[tuple[str, Attempt]]]:
+    """Every attempt of every run, grouped by the process that did it: an attempt done in another
+    run's process (evaluations of one checkpoint share one model load) joins that run's attempt
+    which began last before it (the runner starts the process's own run first)."""
+    groups: dict[tuple[str, int], list[tuple[str, Attempt]]] = {}
+    alone: list[list[tuple[str, Attempt]]] = []
+    for run_id, run in times.items():
+        for i, attempt in enumerate(run.attempts):
+            if attempt.process is None:
+                groups.setdefault((run_id, i), []).insert(0, (run_id, attempt))
+    for run_id, run in times.items():
+        for attempt in run.attempts:
+            if attempt.process is None:
+                continue
+            leader = times.get(attempt.process)
+            began = [i for i, a in enumerate(leader.attempts) if a.process is None and a.start <= attempt.start] \
+                if leader else []
+            if began:
+                groups[(attempt.process, began[-1])].append((run_id, attempt))
+            else:
+                alone.append([(run_id, attempt)])
+    return [*groups.values(), *alone]
 
 
-def attributed_seconds(records: Sequence[RunRecord], forecast_s: dict[str, float]) -> dict[str, float]:
-    """Each finished run's actual seconds. Runs done in one process (evaluations of one checkpoint:
-    same host and pid, overlapping in time) are each stamped with the whole process's start and
-    end, so the process's time is split among them in proportion to their forecasts."""
-    finished = sorted(((r, s) for r in records if (s := seconds_of(r)) is not None),
-                      key=lambda item: item[0].started_at or "")
-    out: dict[str, float] = {}
-    groups: list[list[RunRecord]] = []
-    open_group: dict[tuple, tuple[list[RunRecord], datetime]] = {}
-    for rec, seconds in finished:
-        out[rec.id] = seconds
-        if rec.pid is None:
-            continue
-        key = (rec.host, rec.pid)
-        start, end = datetime.fromisoformat(rec.started_at or ""), datetime.fromisoformat(rec.finished_at or "")
-        group = open_group.get(key)
-        if group and start < group[1]:
-            group[0].append(rec)
-            open_group[key] = (group[0], max(group[1], end))
-        else:
-            groups.append([rec])
-            open_group[key] = (groups[-1], end)
-    for group in (g for g in groups if len(g) > 1):
-        whole = (max(datetime.fromisoformat(r.finished_at or "") for r in group)
-                 - min(datetime.fromisoformat(r.started_at or "") for r in group)).total_seconds()
-        weights = [max(forecast_s.get(r.id, 0.0), 0.0) for r in group]
+def _span(group: list[tuple[str, Attempt]], now: datetime) -> tuple[datetime, datetime]:
+    return min(a.start for _, a in group), max(a.end or now for _, a in group)
+
+
+def attributed_seconds(records: Sequence[RunRecord], forecast_s: dict[str, float],
+                       times: Mapping[str, RunTime]) -> dict[str, float]:
+    """Each succeeded run's actual seconds: the sum of its attempts (lineage's events), not its last
+    one. An attempt done in a process with other runs (evaluations of one checkpoint) holds the
+    process's whole time, which is split among them in proportion to their forecasts."""
+    now = datetime.now(timezone.utc)
+    took: dict[str, float] = defaultdict(float)
+    for group in _processes(times):
+        start, end = _span(group, now)
+        whole = (end - start).total_seconds()
+        weights = [max(forecast_s.get(run_id, 0.0), 0.0) for run_id, _ in group]
         total = sum(weights)
-        for rec, weight in zip(group, weights):
-            out[rec.id] = whole * (weight / total if total else 1 / len(group))
-    return out
+        for (run_id, attempt), weight in zip(group, weights):
+            took[run_id] += attempt.seconds(now) if len(group) == 1 else \
+                whole * (weight / total if total else 1 / len(group))
+    return {r.id: took[r.id] for r in records if r.state is RunState.succeeded and r.id in times}
 
 
 class KindActual(BaseModel):
@@ -143,22 +151,21 @@ def spec_registry(spec_path: Optional[str]) -> Registry:
     return load_registry(find_registry(where))
 
 
-def observed_slots(records: Sequence[RunRecord], slot: str) -> Optional[int]:
-    """The most GPUs (or CPU slots) the study's runs held at once: the executor it ran on. Runs
-    recorded with one process (the local executor runs a checkpoint's evaluations together) held
-    one slot between them, not one each."""
-    held: list[list] = []  # [process or run, start, end, slots], a process's overlapping runs merged
-    for rec in sorted((r for r in records if r.started_at and r.finished_at), key=lambda r: r.started_at or ""):
+def observed_slots(records: Sequence[RunRecord], slot: str, times: Mapping[str, RunTime]) -> Optional[int]:
+    """The most GPUs (or CPU slots) the study's attempts held at once: the executor it ran on. Runs
+    done in one process (the local executor runs a checkpoint's evaluations together) held one
+    slot between them, not one each."""
+    sizes = {}
+    for rec in records:
         config = json.loads(rec.config_json or "{}").get("resources") or {}
-        size = int(config.get("gpus", 0)) if slot == "GPU" else max(int(config.get("cpus", 1)), 1)
-        start, end = datetime.fromisoformat(rec.started_at or ""), datetime.fromisoformat(rec.finished_at or "")
-        owner = (rec.host, rec.pid) if rec.pid else rec.id
-        same = next((h for h in held if h[0] == owner and start <= h[2]), None)
-        if same is not None:  # a pid is reused only after its process ended: overlap means the same process
-            same[2], same[3] = max(same[2], end), max(same[3], size)
-        else:
-            held.append([owner, start, end, size])
-    points = [(h[1], h[3]) for h in held] + [(h[2], -h[3]) for h in held]
+        sizes[rec.id] = int(config.get("gpus", 0)) if slot == "GPU" else max(int(config.get("cpus", 1)), 1)
+    held = []
+    for group in _processes({run_id: t for run_id, t in times.items() if run_id in sizes}):
+        ended = [(run_id, a) for run_id, a in group if a.end is not None]
+        if ended:
+            start, end = _span(ended, datetime.now(timezone.utc))
+            held.append((start, end, max(sizes[run_id] for run_id, _ in ended)))
+    points = [(h[0], h[2]) for h in held] + [(h[1], -h[2]) for h in held]
     peak = now = 0
     for _, change in sorted(points, key=lambda p: (p[0], p[1])):
         now += change
@@ -166,15 +173,17 @@ def observed_slots(records: Sequence[RunRecord], slot: str) -> Optional[int]:
     return peak or None
 
 
-def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord], *,
-           gpu_type: Optional[str] = None, gpus: Optional[int] = None, nodes: int = 1, cpus: Optional[int] = None,
+def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord],
+           times: Mapping[str, RunTime], *, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
+           nodes: int = 1, cpus: Optional[int] = None,
            draws: int = DRAWS, registry: Optional[Registry] = None, fc: Optional[Forecast] = None) -> Versus:
-    """Each finished run's duration beside its forecast, per kind, and for the study's wall time; the
-    study is packed on the slots it was seen to use unless --gpus / --cpus say otherwise."""
+    """Each finished run's duration (the sum of its attempts) beside its forecast, per kind, and for the
+    study's wall time; the study is packed on the slots it was seen to use unless --gpus / --cpus say
+    otherwise."""
     registry = registry or spec_registry(None)
-    fc = fc or forecast_records(spec_name, records, datasets, registry=registry, gpu_type=gpu_type, gpus=gpus,
+    fc = fc or forecast_records(spec_name, records, datasets, times, registry=registry, gpu_type=gpu_type, gpus=gpus,
                                 nodes=nodes, cpus=cpus, draws=draws)
-    actual = attributed_seconds(records, {r.id: r.seconds.p50 for r in fc.runs})
+    actual = attributed_seconds(records, {r.id: r.seconds.p50 for r in fc.runs}, times)
     rows = [RunActual(id=r.id, label=r.label, kind=r.kind, forecast_s=r.seconds.p50, low_s=r.seconds.p10,
                       high_s=r.seconds.p90, actual_s=actual.get(r.id)) for r in fc.runs]
     by_kind: dict[str, list[RunActual]] = defaultdict(list)
@@ -183,11 +192,11 @@ def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[Data
             by_kind[row.kind].append(row)
     kinds = [KindActual(kind=k, runs=len(v), forecast_s=sum(r.forecast_s for r in v),
                         actual_s=sum(r.actual_s or 0.0 for r in v)) for k, v in by_kind.items()]
-    finished = [r for r in records if seconds_of(r) is not None]
+    finished = [r for r in records if r.state is RunState.succeeded and r.id in times]
     wall = None
-    if finished and len(finished) == len(records):
-        wall = (max(datetime.fromisoformat(r.finished_at or "") for r in finished)
-                - min(datetime.fromisoformat(r.started_at or "") for r in finished)).total_seconds()
+    if finished and len(finished) == len(records):  # first start of any attempt to the last finish
+        wall = (max(t.last_end for r in finished if (t := times[r.id]).last_end)
+                - min(t.first_start for r in finished if (t := times[r.id]).first_start)).total_seconds()
     return Versus(study=spec_name, profile=fc.profile, slots=fc.slots, runs=rows, kinds=kinds,
                   forecast_wall_s=fc.wall_s.p50, forecast_wall_band=(fc.wall_s.p10, fc.wall_s.p90),
                   actual_wall_s=wall, finished=len(finished), total=len(records))
@@ -195,11 +204,13 @@ def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[Data
 
 def versus_lineage(lineage: Lineage, spec_name: str, **options) -> Versus:
     spec = lineage.spec(spec_name)
-    return versus(spec_name, lineage.runs(spec_name=spec_name), lineage.datasets(spec_name),
+    records = lineage.plan_runs(spec_name)
+    return versus(spec_name, records, lineage.datasets(spec_name), lineage.run_times(r.id for r in records),
                   registry=spec_registry(spec.path if spec else None), **options)
 
 
-def forecast_records(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord], *,
+def forecast_records(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord],
+                     times: Mapping[str, RunTime], *,
                      registry: Optional[Registry] = None, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
                      nodes: int = 1, cpus: Optional[int] = None, draws: int = DRAWS) -> Forecast:
     """The forecast of a recorded study, packed on the slots it was seen to use (unless told)."""
@@ -208,7 +219,7 @@ def forecast_records(spec_name: str, records: Sequence[RunRecord], datasets: Seq
     if not study.runs:
         raise UserError(f"no runs of {spec_name!r} recorded")
     profile = resolve_profile(study, gpu_type, registry)
-    seen = observed_slots(records, profile.slot)
+    seen = observed_slots(records, profile.slot, times)
     if profile.slot == "CPU":
         cpus = cpus or seen
     else:

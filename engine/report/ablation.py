@@ -8,10 +8,12 @@ from typing import Any, Optional
 
 from engine.price.power import from_matrices
 from engine.price.profiles import PowerPrior, load_profiles
-from engine.report.main_table import PRIMARY_METRIC, Column, per_problem
+from engine.report.main_table import PRIMARY_METRIC, Column, problem_values, unchanged_note
+from engine.report.pairing import pair
 from engine.report.stats import paired_delta
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
+from engine.runs.completion import unchanged_runs
 
 IDENTITY = {"variant", "phase", "run_id"}  # keys that name the run, not what it does
 
@@ -67,31 +69,33 @@ def _declared_covers(key: str, declared: list[str]) -> bool:
 def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Table, list[str]]]:
     """(title, table, warnings) per variant."""
     out = []
+    flagged = unchanged_runs(study.runs, study.configs)
     variants = sorted({(r.variant, r.phase) for r in study.trained() if r.variant})
     for variant, phase in variants:
         differ, declared = config_diff(study, variant, phase)
         extra = [k for k in differ if not _declared_covers(k, declared)]
         warnings = ([f"differs beyond the declared factor ({', '.join(declared)}): {', '.join(extra)}"] if extra else [])
-        rows = []
+        rows, notes = [], []
         for col in columns:
             ours, theirs = col.cells.get(f"{phase}/{variant}"), col.cells.get(phase)
             if not ours or not theirs:
                 continue
-            seeds = sorted({c.run.seed for c in ours} & {c.run.seed for c in theirs})
-            a = per_problem([c for c in ours if c.run.seed in seeds])
-            b = per_problem([c for c in theirs if c.run.seed in seeds])
-            if a is None or b is None or a.problems != b.problems:
-                rows.append([col.dataset, "—", "—", "—", "— (per-problem records differ)", "—"])
+            p = pair(ours, theirs, problem_values)
+            if isinstance(p, str):
+                rows.append([col.dataset, "—", "—", "—", f"— ({p})", "—"])
                 continue
-            a, b = a.values, b.values
-            d = paired_delta(a, b)
-            rows.append([col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
+            d = paired_delta(p.ours, p.theirs)
+            rows.append([col.dataset, fmt(float(p.theirs.mean())), fmt(float(p.ours.mean())),
                          f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})",
-                         _mdd(a, b)])
+                         _mdd(p.ours, p.theirs, control_seeded=p.theirs_seeded)])
+            if note := p.note(f"{phase}/{variant}", phase):
+                notes.append(f"_{col.dataset}: {note}._")
+            notes += [f"_{col.dataset}: {side} {note}; the Δ rests on it._" for side, cells in
+                      ((f"{phase}/{variant}", ours), (phase, theirs)) if (note := unchanged_note(cells, flagged))]
         table = Table(headers=["dataset", f"{phase} (control)", f"{phase}/{variant}", f"Δ {PRIMARY_METRIC} [95 %]",
                                "P(improvement)", "detectable Δ (80 %)"], rows=rows,
                       footer=[f"_Declared factor: {', '.join(declared) or '—'}; configs differ in: "
-                              f"{', '.join(differ) or 'nothing'}._"])
+                              f"{', '.join(differ) or 'nothing'}._", *notes])
         out.append((f"{variant} vs {phase}", table, warnings))
     return out
 
@@ -108,37 +112,38 @@ def parent_of(study: Study, unit: str) -> Optional[str]:
     """The unit a phase or variant starts from: a variant's own `from:` when it declares one
     (matrix.yaml's dpo_grpo is GRPO from dpo, not from grpo's sft), else its phase's."""
     phase, _, variant = unit.partition("/")
-    declared = (study.spec_data.get("variants") or {}).get(variant) or {} if variant else {}
-    return declared.get("from") or ((study.spec_data.get("phases") or {}).get(phase) or {}).get("from")
+    variants = study.spec_data.get("variants") or {}
+    declared = variants.get(variant) or {} if variant else {}
+    parent = declared.get("from") or ((study.spec_data.get("phases") or {}).get(phase) or {}).get("from")
+    if parent in variants:  # a variant's unit is phase/variant, as its cells are keyed
+        return f"{(variants[parent] or {}).get('phase')}/{parent}"
+    return parent
 
 
 def versus_parent(study: Study, columns: list[Column]) -> Table:
-    """Each phase against the phase it starts from (`from:`), paired by seed and problem; an
-    unseeded parent (the base evaluation) stands paired with every seed. This is where a phase
-    that does not beat its parent (GRPO at toy scale) is said so."""
-    rows = []
+    """Each phase against the phase it starts from (`from:`), paired by seed and problem
+    (`engine.report.pairing`); an unseeded parent (the base evaluation) stands paired with every
+    seed. This is where a phase that does not beat its parent (GRPO at toy scale) is said so."""
+    rows, notes = [], []
+    flagged = unchanged_runs(study.runs, study.configs)
     for col in columns:
         for unit, ours in col.cells.items():
             parent = parent_of(study, unit)
             theirs = col.cells.get(parent) if parent else None
             if not theirs:
                 continue
-            seeds = sorted({c.run.seed for c in ours})
-            mine = per_problem(ours)
-            base = per_problem(theirs if any(c.run.seed is not None for c in theirs)
-                               else theirs[:1])
-            if mine is None or base is None:
+            p = pair(ours, theirs, problem_values)
+            if isinstance(p, str):
+                rows.append([unit, parent, col.dataset, "—", "—", f"— ({p})", "—", "—", "—"])
                 continue
-            a, b = mine.values, base.values
-            seeded = b.shape[0] > 1 or a.shape[0] == 1
-            if b.shape[0] == 1 and a.shape[0] > 1:
-                b = b.repeat(a.shape[0], axis=0)
-            if a.shape != b.shape or mine.problems != base.problems:
-                rows.append([unit, parent, col.dataset, "—", "—", "— (per-problem records differ)", "—", "—", "—"])
-                continue
-            d = paired_delta(a, b)
-            rows.append([unit, parent, col.dataset, fmt(float(b.mean())), fmt(float(a.mean())),
-                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {len(seeds)})",
-                         _verdict(d.low, d.high), _mdd(a, b, control_seeded=seeded)])
+            d = paired_delta(p.ours, p.theirs)
+            verdict = _verdict(d.low, d.high)
+            if note := unchanged_note(ours, flagged):  # Δ = 0 on those seeds by construction
+                verdict += f"; {unit} {note}"
+            rows.append([unit, parent, col.dataset, fmt(float(p.theirs.mean())), fmt(float(p.ours.mean())),
+                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})",
+                         verdict, _mdd(p.ours, p.theirs, control_seeded=p.theirs_seeded)])
+            if note := p.note(unit, str(parent)):
+                notes.append(f"_{unit} against {parent} on {col.dataset}: {note}._")
     return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)",
-                          "verdict", "detectable Δ (80 %)"], rows=rows)
+                          "verdict", "detectable Δ (80 %)"], rows=rows, footer=notes)

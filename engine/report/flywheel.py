@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 from engine.report.main_table import Column
+from engine.report.pairing import pair
 from engine.report.stats import paired_delta
 from engine.report.study import Cell, Study
 from engine.report.tables import Table, fmt
@@ -56,8 +55,14 @@ def harvest_table(study: Study) -> Table:
         total = f"{int(counts.get(built, 0))} {built}" + (f" ({sources})" if sources else "") + (
             f", {int(counts.get('mixed_rows', 0))} in the mix (share {fmt(counts.get('achieved_share'))})"
             if built == "rows" else "")
+        built_cell = f"{total}: {made or 'none'}"
+        if counts.get("nothing_to_learn"):  # a result, not a failure (docs/flywheel.md)
+            why = (f"no failure with a {'chosen' if built == 'pairs' else 'corrected'} answer"
+                   if counts.get("problems_with_failures") else "no failure of the declared classes")
+            then = "the parent's model is handed on unchanged" if built == "pairs" else "trained on its own rows alone"
+            built_cell = f"0 {built}: nothing to learn from ({why}); {then}"
         rows.append([study.unit(run), _seed(run.seed), f"{wheel['of']} ({wheel['of_run']})",
-                     f"{int(counts.get('samples', 0))}", harvested, f"{total}: {made or 'none'}", missing])
+                     f"{int(counts.get('samples', 0))}", harvested, built_cell, missing])
     return Table(headers=["phase", "seed", "harvested from", "judged training samples", "failures harvested",
                           "built (per class)", "failures left out"], rows=rows)
 
@@ -66,57 +71,44 @@ def _seed(seed: Optional[int]) -> str:
     return "—" if seed is None else str(seed)
 
 
-def class_matrix(cells: list[Cell], classes: set[str]) -> Optional[tuple[list[str], np.ndarray]]:
-    """(problems, seeds × problems share of first-round samples whose class is in `classes`)."""
-    rows: list[dict[str, float]] = []
-    for cell in sorted(cells, key=lambda c: c.run.seed or 0):
-        hits: dict[str, list[bool]] = {}
-        for r in cell.samples():
-            if r.round == 1 and r.verdict not in NOT_THE_MODEL:  # judge/backend faults: no class, as in the harvest
-                hits.setdefault(r.problem_id, []).append(classify(r.verdict, r.finish_reason == "length") in classes)
-        rows.append({p: sum(v) / len(v) for p, v in hits.items()})
-    common = sorted(set.intersection(*(set(r) for r in rows))) if rows and all(rows) else []
-    if not common:
-        return None
-    return common, np.array([[row[p] for p in common] for row in rows], dtype=float)
+def class_shares(cell: Cell, classes: set[str]) -> dict[str, float]:
+    """Per problem, the share of its first-round samples whose class is in `classes`."""
+    hits: dict[str, list[bool]] = {}
+    for r in cell.samples():
+        if r.round == 1 and r.verdict not in NOT_THE_MODEL:  # judge/backend faults: no class, as in the harvest
+            hits.setdefault(r.problem_id, []).append(classify(r.verdict, r.finish_reason == "length") in classes)
+    return {p: sum(v) / len(v) for p, v in hits.items()}
 
 
-def shift_rows(col: Column, unit: str, against: str, classes: list[str]) -> list[list[str]]:
-    """One row per declared class (and all together): `against`'s share, `unit`'s, Δ [95 %]."""
+def shift_rows(col: Column, unit: str, against: str, classes: list[str]) -> tuple[list[list[str]], str]:
+    """One row per declared class (and all together): `against`'s share, `unit`'s, Δ [95 %]; and
+    what the pairing (`engine.report.pairing`: seed with seed, problem with problem) left out."""
     ours, theirs = col.cells.get(unit), col.cells.get(against)
     if not ours or not theirs:
-        return []
-    seeds = {c.run.seed for c in ours}
-    # Pair seed with seed; only an unseeded parent (the base evaluation) stands for every seed.
-    # Any other seed of the parent is another draw, not this seed's before.
-    unseeded = [c for c in theirs if c.run.seed is None]
-    paired = [c for c in theirs if c.run.seed in seeds] if not unseeded else unseeded[:1]
-    if not unseeded and {c.run.seed for c in paired} != seeds:
-        return [[col.dataset, name, "—", "—", "— (seeds differ)", "—"]
-                for name in [*classes, *([ALL] if len(classes) > 1 else [])]]
-    rows = []
+        return [], ""
+    rows, note = [], ""
     for name, wanted in [*((c, {c}) for c in classes), *([(ALL, set(classes))] if len(classes) > 1 else [])]:
-        a, b = class_matrix(ours, wanted), class_matrix(paired, wanted)
-        if a is None or b is None or a[0] != b[0]:
-            rows.append([col.dataset, name, "—", "—", "— (per-problem records differ)", "—"])
+        p = pair(ours, theirs, lambda cell: class_shares(cell, wanted))
+        if isinstance(p, str):
+            rows.append([col.dataset, name, "—", "—", f"— ({p})", "—"])
             continue
-        x, y = a[1], b[1]
-        if unseeded and x.shape[0] > 1:  # an unseeded parent (the base evaluation) pairs with every seed
-            y = y.repeat(x.shape[0], axis=0)
-        if x.shape != y.shape:
-            rows.append([col.dataset, name, "—", "—", "— (seeds differ)", "—"])
-            continue
-        d = paired_delta(x, y)
+        note = note or p.note(unit, against)
+        d = paired_delta(p.ours, p.theirs)
         verdict = "fewer" if d.high < 0 else "more" if d.low > 0 else "no clear change"
-        rows.append([col.dataset, name, fmt(float(y.mean())), fmt(float(x.mean())),
+        rows.append([col.dataset, name, fmt(float(p.theirs.mean())), fmt(float(p.ours.mean())),
                      f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{verdict} (seeds = {d.seeds})"])
-    return rows
+    return rows, note
 
 
 def shift_table(columns: list[Column], unit: str, against: str, classes: list[str]) -> Table:
-    rows = [row for col in columns for row in shift_rows(col, unit, against, classes)]
+    rows, notes = [], []
+    for col in columns:
+        found, note = shift_rows(col, unit, against, classes)
+        rows += found
+        if note:
+            notes.append(f"_{col.dataset}: {note}._")
     return Table(headers=["dataset", "class", f"{against} share", f"{unit} share", "Δ share [95 %]", "verdict"],
-                 rows=rows)
+                 rows=rows, footer=notes)
 
 
 def parent_unit(study: Study, unit: str) -> Optional[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from engine.price.forecast import Forecast, Quantiles
 from engine.price.study import Versus, forecast_records, spec_registry, versus
 from engine.report.study import Study
+from engine.runs.lineage import run_times
 from engine.report.tables import Table
 
 PAGE_DRAWS = 60  # pages refresh while a study runs: a coarser band, the same median
@@ -26,7 +27,7 @@ def _band(q: Quantiles, fmt=_duration) -> str:
 
 
 def study_forecast(study: Study) -> Forecast:
-    return forecast_records(study.name, study.runs, study.datasets,
+    return forecast_records(study.name, study.runs, study.datasets, run_times(study.events),
                             registry=spec_registry(study.spec.path if study.spec else None), draws=PAGE_DRAWS)
 
 
@@ -58,5 +59,5 @@ def versus_tables(v: Versus) -> tuple[Table, Table, str]:
 
 
 def study_versus(study: Study, fc: Forecast) -> Versus:
-    return versus(study.name, study.runs, study.datasets, registry=spec_registry(study.spec.path if study.spec else None),
+    return versus(study.name, study.runs, study.datasets, run_times(study.events), registry=spec_registry(study.spec.path if study.spec else None),
                   fc=fc)

@@ -42,6 +42,7 @@ from engine.report.panels import (
     matched_cost,
     repair_table,
     training_cost_table,
+    unchanged_table,
 )
 from engine.report.study import Study, load_study
 from engine.report.tables import Table
@@ -98,7 +99,7 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     priced = _Priced(study)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "index": lambda: {**_index(study), **priced.forecast()},
-        "results": lambda: {"headline": report.headline,
+        "results": lambda: {"headline": report.headline, "unchanged": unchanged_table(study),
                             "versus_parent": versus_parent(study, columns).markdown(),
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
         "ablations": lambda: _ablations(study, columns),
@@ -141,12 +142,16 @@ def _index(study: Study) -> dict[str, Any]:
     data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
                  rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
                         (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
+    older = Table(headers=["run", "phase", "seed", "kind", "state", "what changed"],
+                  rows=[[r.id, r.phase + (f"/{r.variant}" if r.variant else "") + (f":{r.schedule}" if r.schedule else ""),
+                         str(r.seed if r.seed is not None else "—"), r.kind, r.state.value, r.changed]
+                        for r in study.older])
     unsandboxed = sorted({m.judge_version for ms in study.metrics.values() for m in ms
                           if m.judge_version and judged_unsandboxed(m.judge_version)})
     return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
             "unsandboxed": unsandboxed,
             "waivers": waivers.markdown(), "datasets": data.markdown(),
-            "leaks": leaks.markdown() if study.leaks else "",
+            "leaks": leaks.markdown() if study.leaks else "", "older": older.markdown() if study.older else "",
             "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}
 
 

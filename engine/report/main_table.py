@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
 from engine.evaluate.metrics import RAN, pass_at_k
 from engine.evaluate.records import SampleRecord
+from engine.report.pairing import seed_rows
 from engine.report.stats import REPS, Estimate, estimate
 from engine.report.study import Cell, Context, Study
 from engine.report.tables import Table, best_indices, cell_text
+from engine.runs.completion import unchanged_runs
 
 PRIMARY_METRIC = "accepted@1"
 DETAIL = ("accepted@1", "pass_ratio_mean", "pass_ratio_p50", "pass_ratio_p90", "exec_success")
@@ -31,6 +33,7 @@ class Column:
     why: dict[str, str]  # unit → why it has no number here
     context: Optional[Context]
     reference: Optional[Cell]  # a cell of the column's context (for the footer)
+    twice: dict[str, list[str]] = field(default_factory=dict)  # unit → its evaluations counted once, not twice
 
     @property
     def seeds(self) -> int:
@@ -72,14 +75,40 @@ def column(study: Study, dataset: str) -> Column:
     contexts = Counter(c.context for cells in found.values() for c in cells)
     context = contexts.most_common(1)[0][0] if contexts else None
     kept: dict[str, list[Cell]] = {}
+    twice: dict[str, list[str]] = {}
     for unit, cells in found.items():
-        same = [c for c in cells if c.context == context]
+        same, dropped = _once_per_seed(study, [c for c in cells if c.context == context])
         if same:
             kept[unit] = same
-        if len(same) < len(cells):
+        if dropped:
+            twice[unit] = dropped
+        if any(c.context != context for c in cells):
             why[unit] = _mismatch(next(c.context for c in cells if c.context != context), context)
     reference = next((c for cells in kept.values() for c in cells), None)
-    return Column(dataset=dataset, cells=kept, why=why, context=context, reference=reference)
+    return Column(dataset=dataset, cells=kept, why=why, context=context, reference=reference, twice=twice)
+
+
+SCHEDULES = ("final", "every_phase", "phase")  # which evaluation of a seed counts when one ran twice
+
+
+def _once_per_seed(study: Study, cells: list[Cell]) -> tuple[list[Cell], list[str]]:
+    """One cell per seed: a dataset evaluated in two schedules under one protocol (a spec from
+    before `validate` refused that) gives each seed twice; counting both would shrink the std and
+    the interval. The first schedule of SCHEDULES counts; the others are named."""
+    rank = lambda c: (SCHEDULES.index(s) if (s := study.configs[c.run.id].get("schedule")) in SCHEDULES  # noqa: E731
+                      else len(SCHEDULES), c.run.id)
+    kept: dict[object, Cell] = {}
+    dropped: list[str] = []
+    for cell in sorted(cells, key=rank):
+        if cell.run.seed in kept:
+            first = kept[cell.run.seed]
+            dropped.append(f"seed {cell.run.seed if cell.run.seed is not None else '—'} "
+                           f"({study.configs[cell.run.id].get('schedule')} {cell.run.id}, counted: "
+                           f"{study.configs[first.run.id].get('schedule')} {first.run.id})")
+        else:
+            kept[cell.run.seed] = cell
+    counted = {id(c) for c in kept.values()}
+    return [c for c in cells if id(c) in counted], dropped
 
 
 def _mismatch(have: Context, want: Optional[Context]) -> str:
@@ -119,23 +148,32 @@ class ProblemMatrix:
     values: np.ndarray  # seeds (in seed order) × problems
 
 
+def problem_values(cell: Cell, metric: str = PRIMARY_METRIC) -> Optional[dict[str, float]]:
+    """The metric's per-problem values on the cell's first-round samples; None when the metric has
+    no per-problem form or a problem has too few samples for it (pass@k)."""
+    fn = _per_problem_fn(metric)
+    if fn is None:
+        return None
+    groups: dict[str, list[SampleRecord]] = {}
+    for r in cell.samples():
+        if r.round == 1:
+            groups.setdefault(r.problem_id, []).append(r)
+    try:
+        return {p: fn(g) for p, g in groups.items()}
+    except ValueError:  # pass@k of a problem with fewer than k samples
+        return None
+
+
 def per_problem(cells: list[Cell], metric: str = PRIMARY_METRIC) -> Optional[ProblemMatrix]:
     """seeds × problems of the metric's per-problem values on first-round samples, problems
     aligned across seeds; None when the metric has no per-problem form or the seeds' records do
     not cover the same problems (then no interval is shown, never one of other records)."""
-    fn = _per_problem_fn(metric)
-    if fn is None:
-        return None
     rows: list[dict[str, float]] = []
-    for cell in sorted(cells, key=lambda c: c.run.seed or 0):
-        groups: dict[str, list[SampleRecord]] = {}
-        for r in cell.samples():
-            if r.round == 1:
-                groups.setdefault(r.problem_id, []).append(r)
-        try:
-            rows.append({p: fn(g) for p, g in groups.items()})
-        except ValueError:  # pass@k of a problem with fewer than k samples
+    for cell in seed_rows(cells):
+        values = problem_values(cell, metric)
+        if values is None:
             return None
+        rows.append(values)
     if not rows or not rows[0] or any(set(r) != set(rows[0]) for r in rows):
         return None
     common = tuple(sorted(rows[0]))
@@ -148,14 +186,27 @@ def cell_estimate(cells: list[Cell], metric: str) -> Optional[Estimate]:
     matrix = per_problem(cells, metric)
     if matrix is not None:
         return estimate(list(matrix.values.mean(axis=1)), matrix.values)
-    values = [c.metrics[metric] for c in cells if metric in c.metrics]
+    values = [c.metrics[metric] for c in seed_rows(cells) if metric in c.metrics]
     if not values:
         return None
     return estimate(values, None)
 
 
+def unchanged_seeds(cells: list[Cell], flagged: dict[str, str]) -> list[str]:
+    """The seeds among `cells` whose evaluation scores a model that changed nothing in training
+    (`runs.completion.unchanged`): such a cell repeats its parent's weights, and a Δ resting on it
+    is 0 by construction. `flagged`: `unchanged_runs` of the study."""
+    return sorted({"—" if c.run.seed is None else str(c.run.seed) for c in cells if c.run.id in flagged})
+
+
+def unchanged_note(cells: list[Cell], flagged: dict[str, str]) -> str:
+    seeds = unchanged_seeds(cells, flagged)
+    return f"changed nothing on seed {', '.join(seeds)}: see “Runs that changed nothing”" if seeds else ""
+
+
 def headline_table(study: Study, columns: list[Column]) -> Table:
     units = study.units()
+    flagged = unchanged_runs(study.runs, study.configs)
     estimates = {(u, col.dataset): cell_estimate(col.cells[u], PRIMARY_METRIC) if u in col.cells else None
                  for u in units for col in columns}
     best = {col.dataset: best_indices([e.mean if (e := estimates[(u, col.dataset)]) else None for u in units])
@@ -170,11 +221,20 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
                 text += " (one run: the phase has no seed)"
             elif e and e.seeds < col.seeds:  # a seed's evaluation is missing: say so in the cell
                 text += f" (seeds = {e.seeds}; {col.why.get(unit, 'one missing')})"
+            if e and (note := unchanged_note(col.cells[unit], flagged)):
+                text += f" ({note})"
             row.append(text)
         rows.append(row)
     table = Table(headers=["phase", *(c.header() for c in columns)], rows=[r for r in rows if _has_any(r)])
-    table.footer = [protocol_sentence(study, c) for c in columns if c.reference] + [INTERVAL_SENTENCE]
+    table.footer = [protocol_sentence(study, c) for c in columns if c.reference] + [
+        twice_sentence(c) for c in columns if c.twice] + [INTERVAL_SENTENCE]
     return table
+
+
+def twice_sentence(col: Column) -> str:
+    listed = "; ".join(f"{unit}: {', '.join(seeds)}" for unit, seeds in col.twice.items())
+    return (f"_{col.dataset} was evaluated twice under one protocol (in two schedules); each seed counts once — "
+            f"{listed}._")
 
 
 INTERVAL_SENTENCE = (f"_Each cell: the mean over seeds ± their standard deviation of one metric on the judged "

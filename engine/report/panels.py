@@ -4,12 +4,13 @@ the mean over its seeds, per dataset column (the column's context only)."""
 from __future__ import annotations
 
 import statistics
-from datetime import datetime
 from typing import Optional
 
 from engine.report.main_table import Column
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
+from engine.runs.completion import unchanged_runs
+from engine.runs.lineage import RunTime, run_times
 
 VERDICTS = ("WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "NO_CODE", "GEN_ERROR")
 COST = (("prompt_tokens_mean", "prompt tok"), ("output_tokens_mean", "output tok"), ("judge_s_mean", "judge s mean"),
@@ -55,22 +56,32 @@ def cost_table(study: Study, col: Column) -> Table:
 
 
 def training_cost_table(study: Study) -> Table:
-    """Wall time and the share of a step spent judging, per training run."""
+    """Wall time (the sum of the run's attempts), the share of a step spent judging, and the prompt
+    template trained on (and where the spec says so), per training run."""
     rows = []
+    times = run_times(study.events)
     for run in study.trained():
         series = study.series(run.id)
         steps, judge = series.get("step_time_s", {}), series.get("judge_s", {})
         share = [judge[s] / steps[s] for s in judge if steps.get(s)]
-        rows.append([study.unit(run), str(run.seed), run.state.value, _wall(run.started_at, run.finished_at),
+        rows.append([study.unit(run), str(run.seed), run.state.value, _wall(times.get(run.id)),
                      str(max(steps, default=0)), fmt(statistics.median(steps.values()) if steps else None),
-                     f"{statistics.median(share):.0%}" if share else "—"])
-    return Table(headers=["phase", "seed", "state", "wall", "steps", "s/step", "judge share"], rows=rows)
+                     f"{statistics.median(share):.0%}" if share else "—", _prompt(study.configs.get(run.id) or {})])
+    return Table(headers=["phase", "seed", "state", "wall", "steps", "s/step", "judge share", "trained on prompt"],
+                 rows=rows)
 
 
-def _wall(start: Optional[str], end: Optional[str]) -> str:
-    if not start or not end:
+def _prompt(config: dict) -> str:
+    prompt = config.get("prompt")
+    if not isinstance(prompt, dict):
         return "—"
-    seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    return f"{prompt.get('template') or 'model default'} ({prompt.get('from')})"
+
+
+def _wall(time: Optional[RunTime]) -> str:
+    if time is None or not time.attempts or time.current.end is None:
+        return "—"
+    seconds = time.seconds()
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
@@ -105,3 +116,17 @@ def repair_table(study: Study, col: Column) -> Table:
     rows = [[unit, *(fmt(_mean(col, unit, key)) for key, _ in REPAIR)] for unit in study.units()
             if unit in col.cells and _mean(col, unit, "repair/accepted@multi") is not None]
     return Table(headers=["phase", *(label for _, label in REPAIR)], rows=rows)
+
+
+def unchanged_table(study: Study) -> str:
+    """The training runs that changed nothing (`runs.completion.unchanged`), with why: their cells
+    score the weights they started from, and each comparison of such a seed with its parent is 0
+    by construction. Empty when there are none."""
+    flagged = unchanged_runs(study.runs, study.configs)
+    rows = [[study.unit(run), str(run.seed if run.seed is not None else "—"), run.id, flagged[run.id],
+             str(sum(1 for r in study.runs if (study.configs.get(r.id) or {}).get("evaluates") == run.id))]
+            for run in study.trained() if run.id in flagged]
+    if not rows:
+        return ""
+    return Table(headers=["phase", "seed", "run", "why it changed nothing", "evaluations resting on it"],
+                 rows=rows).markdown()

@@ -27,6 +27,7 @@ from engine.runs.lineage import (
     SpecRecord,
     WaiverRecord,
 )
+from engine.runs.status import OlderRun, older_runs
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Study:
     datasets: list[DatasetRecord]
     artifacts: dict[str, list[ArtifactRecord]]
     leaks: list[LeakRecord] = field(default_factory=list)  # rule 3's waived leaks and warnings
+    older: list[OlderRun] = field(default_factory=list)  # runs of an older plan of the spec: apart
 
     def protocol(self, run: RunRecord) -> dict[str, Any]:
         """An evaluation run's frozen protocol (what its numbers were generated with)."""
@@ -114,12 +116,14 @@ class Study:
         return [r for r in self.runs if r.kind in ("sft", "dpo", "grpo", "repair", "raft")]
 
     def cells(self, run: RunRecord) -> list[Cell]:
-        by_dataset: dict[str, list[Metric]] = {}
+        """One cell per (dataset, protocol) the run recorded: numbers of two protocols never merge
+        into one cell (the columns then keep each seed once, `main_table.column`)."""
+        by_dataset: dict[tuple[str, str], list[Metric]] = {}
         for m in self.metrics.get(run.id, []):
             if m.step == -1:
-                by_dataset.setdefault(m.dataset, []).append(m)
+                by_dataset.setdefault((m.dataset, m.protocol), []).append(m)
         out = []
-        for dataset, metrics in by_dataset.items():
+        for (dataset, _), metrics in by_dataset.items():
             first = metrics[0]
             context = Context(first.protocol_sha256 or "", first.idlist_sha256 or "", first.judge_version or "")
             out.append(Cell(run=run, dataset=dataset, context=context, metrics={m.name: m.value for m in metrics},
@@ -135,22 +139,10 @@ class Study:
         return out
 
 
-def current(runs: list[RunRecord], configs: dict[str, dict[str, Any]]) -> list[RunRecord]:
-    """One run per (unit, seed, kind, schedule): the newest. An edited spec plans new runs under
-    the same name; the ones it replaced stay in lineage but are not this study's numbers."""
-    newest: dict[tuple, RunRecord] = {}
-    for run in runs:
-        key = (run.phase, run.variant, run.seed, run.kind, configs[run.id].get("schedule"))
-        if key not in newest or (run.created_at or "") >= (newest[key].created_at or ""):
-            newest[key] = run
-    kept = {r.id for r in newest.values()}
-    return [r for r in runs if r.id in kept]
-
-
 def load_study(lineage: Lineage, name: str) -> Study:
-    every = lineage.runs(spec_name=name)
-    configs = {r.id: json.loads(r.config_json or "{}") for r in every}
-    runs = current(every, configs)
+    """The study as its latest plan: the runs an edit no longer plans are `older`, never a number."""
+    runs = lineage.plan_runs(name)
+    configs = {r.id: json.loads(r.config_json or "{}") for r in runs}
     ids = [r.id for r in runs]
     metrics: dict[str, list[Metric]] = {}
     for m in lineage.all_metrics(ids):
@@ -158,4 +150,4 @@ def load_study(lineage: Lineage, name: str) -> Study:
     return Study(name=name, spec=lineage.spec(name), runs=runs, configs=configs, metrics=metrics,
                  events=[e for e in lineage.events() if e.run_id in set(ids)], waivers=lineage.waivers(name),
                  datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids},
-                 leaks=lineage.leaks(name))
+                 leaks=lineage.leaks(name), older=older_runs(lineage, name))

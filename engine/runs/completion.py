@@ -2,6 +2,12 @@
 
 Trainers exit 0 in silent-failure cases (verl can exit 0 after training zero steps),
 so each run kind registers a check of the outputs its launch script promises. The output layout below is the contract templates follow.
+
+A complete training run may still have changed nothing (`unchanged`): every GRPO step's groups
+had equal rewards (no advantage), every gradient was zero, or its weights are its parent's bit
+for bit. That is a result, not a failure: the run succeeds, and lineage records why with its
+state (`UNCHANGED` in its reason), so its cells and every comparison resting on them can say so
+(`resting_on_unchanged`).
 """
 
 from __future__ import annotations
@@ -10,12 +16,20 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from engine.evaluate.records import FAULTS, GEN_ERROR, INTERNAL_ERROR, SampleRecord, read
 from engine.evaluate.eval_run import DatasetMetrics, EvalOutput
 from engine.spec.model import TRAINED_KINDS, PhaseKind
-from engine.train.outcome import TRAINING_FILE, TrainingOutcome, last_step, read_outcome
+from engine.train.outcome import (
+    MODEL_DIR,
+    TRAINING_FILE,
+    TrainingOutcome,
+    is_training_step,
+    last_step,
+    logged_steps,
+    read_outcome,
+)
 
 # Where launch scripts leave their outputs, relative to the run directory
 # (templates/launch/*.sh.j2 follow this layout).
@@ -80,6 +94,8 @@ def _trained(run_dir: Path) -> Optional[str]:
 def _trained_steps(run_dir: Path, outcome: TrainingOutcome) -> Optional[str]:
     """The metric log shows every expected step (fewer only when early stopping says why)."""
     done, expected = last_step(run_dir), outcome.expected_steps
+    if outcome.unchanged:  # a flywheel with nothing to learn from: zero steps on purpose, and says so
+        return None if outcome.chosen is not None else f"exited 0 but {TRAINING_FILE} names no chosen checkpoint"
     if done == 0:
         return "exited 0 but its metric log (logs/metrics.*.jsonl) shows zero trained steps"
     if expected and done < expected and not outcome.stopped_early:
@@ -165,3 +181,81 @@ def _sampled(run_dir: Path) -> Optional[str]:
         elif lines < counts["problems"]:
             problems.append(f"{dataset}: {counts['problems'] - lines} of {counts['problems']} problems have no choice")
     return "; ".join(problems) or None
+
+
+# ---------------------------------------------------------------- runs that changed nothing
+
+UNCHANGED = "changed nothing: "  # marks a succeeded run's reason in lineage
+RL_KINDS = (PhaseKind.grpo.value, PhaseKind.repair.value)
+
+
+def unchanged(kind: str, run_dir: Path) -> Optional[str]:
+    """Why a complete training run changed nothing, or None: a GRPO or repair run whose every
+    logged step had only zero-advantage groups (`frac_reward_zero_std` 1.0) or a zero gradient,
+    or any trained run whose model's weights are bit-identical to those it started from."""
+    if str(kind) not in {k.value for k in TRAINED_KINDS}:
+        return None
+    outcome = read_outcome(run_dir)
+    if outcome is not None and outcome.unchanged:  # the trainer said so (a flywheel with nothing to learn from)
+        return outcome.unchanged
+    steps = [row["data"] for row in logged_steps(run_dir) if is_training_step(row["data"])]
+    if str(kind) in RL_KINDS and steps:
+        shares = [d.get("frac_reward_zero_std") for d in steps]
+        if all(isinstance(s, (int, float)) and s >= 1.0 for s in shares):
+            return (f"every one of its {len(steps)} steps had only zero-advantage groups (frac_reward_zero_std 1.0: "
+                    "each prompt's rollouts were rewarded alike), so no step updated the model")
+        norms = [next((d[k] for k in ("grad_norm", "actor/grad_norm") if isinstance(d.get(k), (int, float))), None)
+                 for d in steps]
+        if all(n is not None and n == 0 for n in norms):
+            return f"its gradient norm was 0 at every one of its {len(steps)} steps, so no step updated the model"
+    start = start_model(run_dir)
+    if start is not None and (run_dir / MODEL_DIR).is_dir():
+        from engine.evaluate.model_key import weights_digest
+
+        mine = weights_digest(run_dir / MODEL_DIR)
+        if mine and mine == weights_digest(start):
+            return f"its model's weights are bit-identical to those it started from ({start})"
+    return None
+
+
+def start_model(run_dir: Path) -> Optional[Path]:
+    """The model folder a trained run started from: its parent run's model/, or a base model given
+    by path (None for a hub id: its weights are not compared)."""
+    config = _config(run_dir)
+    parents = config.get("parents") or []
+    if config.get("init") == "parent" and parents:
+        return Path(run_dir).parent / parents[0] / MODEL_DIR
+    base = config.get("base_model")
+    path = Path(base["path"]) if isinstance(base, dict) and "path" in base else Path(str(base or ""))
+    return path if base and path.is_dir() else None
+
+
+def _config(run_dir: Path) -> dict[str, Any]:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        return YAML(typ="safe").load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, YAMLError):
+        return {}
+
+
+def resting_on_unchanged(reasons: Mapping[str, Optional[str]],
+                         evaluates: Mapping[str, Optional[str]]) -> dict[str, str]:
+    """The runs whose numbers rest on a model that changed nothing, with why: each unchanged
+    training run (by its lineage reason) and every evaluation of it, so a cell and every
+    comparison resting on one can say so (its Δ against its parent is 0 by construction).
+
+    `reasons`: run id → its lineage reason; `evaluates`: evaluation run id → the run it evaluates."""
+    flagged = {run_id: reason.split(UNCHANGED, 1)[1] for run_id, reason in reasons.items()
+               if reason and UNCHANGED in reason}
+    out = dict(flagged)
+    out.update({run_id: flagged[target] for run_id, target in evaluates.items() if target in flagged})
+    return out
+
+
+def unchanged_runs(records: Iterable[Any], configs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """`resting_on_unchanged` for lineage run records and their configs (what the report holds)."""
+    records = list(records)
+    return resting_on_unchanged({r.id: r.reason for r in records},
+                                {r.id: (configs.get(r.id) or {}).get("evaluates") for r in records})

@@ -35,7 +35,8 @@ from pydantic import BaseModel
 from ruamel.yaml import YAML
 
 from engine.errors import UserError
-from engine.plan.model import Plan, Run, canonical_json
+from engine.files import atomic_write
+from engine.plan.model import Plan, Run, canonical_json, identity_config
 from engine.runs import gitsnap
 from engine.runs.render import launch_context, render_launch
 from engine.train.launch import params_b_of
@@ -66,7 +67,7 @@ def materialize(plan: Plan, validated: ValidatedSpec, runs_root: Path, *,
     new = {run.id for run in plan.runs if not (spec_dir / run.id).exists()}
     for run in plan.runs:
         if run.id not in new:
-            _check_frozen(spec_dir / run.id, run)
+            _check_frozen(spec_dir / run.id, run, plan, refresh=states.get(run.id) != SUCCEEDED)
     out: list[RunDir] = []
     with tempfile.TemporaryDirectory(dir=spec_dir, prefix=".materialize-") as tmp:
         snap_dir = Path(tmp) / "patches"
@@ -126,16 +127,23 @@ def _plain(data: Any) -> Any:
     return json.loads(canonical_json(data))
 
 
-def _check_frozen(path: Path, run: Run) -> None:
+def _check_frozen(path: Path, run: Run, plan: Plan, *, refresh: bool = False) -> None:
+    """`refresh`: a run still to do takes the spec's new address of its served model (the address
+    is not part of the id: a server restarted elsewhere serves the same run)."""
     config = path / "config.yaml"
     if not config.is_file():
         raise UserError(f"{path} exists but has no config.yaml: it is not a run directory this "
                         f"engine wrote; move it away and re-run")
     frozen = _yaml().load(config.read_text())
-    if _plain(frozen) != _plain(run.frozen_config()):
-        raise UserError(f"run {run.id} ({run.label}): {config} differs from the config that hashes to "
-                        f"this id. That is a run-id bug (or a hand edit); refusing to touch the run. "
-                        f"Restore the file or move the directory away.")
+    if _plain(frozen) == _plain(run.frozen_config()):
+        return
+    if _plain(identity_config(frozen)) == _plain(identity_config(run.frozen_config())):
+        if refresh:
+            atomic_write(config, config_text(run, plan))
+        return
+    raise UserError(f"run {run.id} ({run.label}): {config} differs from the config that hashes to "
+                    f"this id. That is a run-id bug (or a hand edit); refusing to touch the run. "
+                    f"Restore the file or move the directory away.")
 
 
 def run_record(run: Run, plan: Plan, snap_dir: Path) -> dict[str, Any]:

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from engine.errors import UserError
-from engine.runs.completion import check_completion
+from engine.runs.completion import UNCHANGED, check_completion, unchanged
 from engine.runs.executors.base import LOG_DIR, Executor, Job, Started
 from engine.runs.ingest import ingest
-from engine.runs.lineage import Lineage, RunRecord, RunState, open_lineage, parse_iso
+from engine.runs.lineage import Lineage, RunRecord, RunState, open_lineage, parse_iso, running_reason
 
 OnChange = Callable[[str, RunState, str], None]  # run id, new state, reason
 INTERRUPTED_EXIT = 130
@@ -113,7 +113,8 @@ def recover_dead_runs(
             what = f"job {rec.job_id}" if rec.job_id else f"script pid {rec.pid}"
             fate = f"killed {killed} surviving process(es)" if killed else "gone"
             reason = f"runner died: {what} {fate}, last heartbeat {last}"
-        recovered.append(lineage.set_state(rec.id, S.failed, reason))
+        # Its attempt ended at its last sign of life, not now: the time until this runner came holds no work.
+        recovered.append(lineage.set_state(rec.id, S.failed, reason, at=rec.heartbeat_at))
     return recovered, attached
 
 
@@ -239,8 +240,8 @@ class _Scheduler:
             attempts[each.id] = next_attempt(each.run_dir, self.lineage.run(each.id).attempt)
             # `running` is recorded before the process exists, so a crash in between
             # leaves a run the next invocation reaps, never a duplicate launch.
-            self._set(each.id, S.running, f"attempt {attempts[each.id]}" + (f" in the process of {job.id}"
-                      if each is not job else ""), attempt=attempts[each.id], pid=None, job_id=None)
+            self._set(each.id, S.running, running_reason(attempts[each.id], job.id if each is not job else None),
+                      attempt=attempts[each.id], pid=None, job_id=None)
         log_path = job.run_dir / LOG_DIR / f"attempt-{attempts[job.id]}.log"
         try:
             started = self.executor.start(job, attempt=attempts[job.id], log_path=log_path, also=also) if also \
@@ -273,7 +274,10 @@ class _Scheduler:
             problem = check_completion(job.kind, job.run_dir)
             if problem is None:
                 ingest(self.lineage, job.id, job.kind, job.run_dir)
-                self._set(job.id, S.succeeded, "exit 0, outputs complete", exit_code=0)
+                # A run that changed nothing succeeds (it is a result), and its reason says so for the pages.
+                why = unchanged(job.kind, job.run_dir)
+                self._set(job.id, S.succeeded, "exit 0, outputs complete" + (f"; {UNCHANGED}{why}" if why else ""),
+                          exit_code=0)
                 return
             reason = f"completion check failed: {problem}"
         elif code < 0:

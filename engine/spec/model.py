@@ -103,6 +103,10 @@ class EndpointSpec(StrictModel):
     model: str = Field(min_length=1)  # the served model's name, as the server knows it
     api_key_env: Optional[str] = None  # the environment variable holding the key
     concurrency: int = Field(default=32, ge=1, le=4096)  # requests in flight (a sliding window)
+    # The served model's fingerprint (its greedy answers to fixed probe prompts, hashed: the error
+    # of a mismatch and every record name it): pinned, an evaluation refuses a server serving other
+    # weights under this name. The base_url is where, not what: it is not part of the run's id.
+    fingerprint: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{16}$")
     api_key: Optional[str] = None  # refused: only here to say where a key belongs
 
     @field_validator("base_url")
@@ -212,6 +216,10 @@ class PhaseFields(StrictModel):
     evaluate: Optional[list[str]] = None
     reward: Optional[Literal["dense", "sparse"]] = None
     rollout: Optional[str] = None  # protocol name used for RL rollouts / sampling
+    # The prompt template (registry/prompts.yaml) a trained phase trains and samples on. Unset:
+    # its rollout protocol's `prompt:`, else its select protocol's, else the study's evaluation
+    # protocol's (evaluate.every_phase, else final), else the model's defaults (`plan.expand`).
+    prompt: Optional[str] = None
     protocol: Optional[str] = None  # protocol name for eval / best_of_n generation
     n: Optional[int] = Field(default=None, gt=0)  # best_of_n samples per problem
     # best_of_n on a problem whose prompt shows no public test (engine.isolation.public): unset,

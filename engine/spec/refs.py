@@ -1,4 +1,5 @@
-"""Cross-references inside a spec: names, `from:` cycles, seeds, what each phase kind needs.
+"""Cross-references inside a spec: names, `from:` cycles, seeds, what each phase kind needs,
+and no dataset evaluated twice under one protocol.
 
 Works on a typed Spec (possibly a partial one salvaged from a spec with schema
 errors) and the names the spec declares as written, so dangling references are
@@ -32,7 +33,7 @@ REQUIRED: dict[PhaseKind, tuple[str, ...]] = {
     PhaseKind.repair: ("trainer", "train", "reward", "rollout", "rounds"),
     PhaseKind.raft: ("train", "rollout"),
 }
-_TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on", "reward", "rollout",
+_TRAINING_ONLY = ("trainer", "train", "pairs_from", "select_on", "early_stop_on", "reward", "rollout", "prompt",
                   "curriculum", "hparams", "overrides", "select_metric", "early_stop", "traces")
 _RAFT_ONLY = ("cycles", "samples_per_prompt")
 _REPAIR_ONLY = ("repair_return", "round_penalty")
@@ -242,6 +243,52 @@ def _seed_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
         seen.setdefault(seed, i)
 
 
+def _same_protocol(spec: Spec, a: Optional[str], b: Optional[str]) -> bool:
+    """One protocol under two names counts as one: the pages compare numbers by what generated them."""
+    if a is None or b is None:
+        return False
+    return a == b or (a in spec.protocols and b in spec.protocols
+                      and spec.protocols[a].model_dump() == spec.protocols[b].model_dump())
+
+
+def _schedule_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
+    """A dataset in two evaluation schedules under one protocol would evaluate every model on it
+    twice, and its cells would count each seed twice (a smaller std, a narrower interval, a
+    detectable difference that is not): refused, at the second schedule's entry."""
+    every, final = spec.evaluate.every_phase, spec.evaluate.final
+    if every is not None and final is not None and _same_protocol(spec, every.protocol, final.protocol):
+        for i, name in enumerate(final.datasets):
+            if name in every.datasets:
+                yield at(("evaluate", "final", "datasets", i),
+                         f"{name} is in evaluate.every_phase and evaluate.final under one protocol "
+                         f"({final.protocol}): every model would be evaluated on it twice and each cell would "
+                         "count every seed twice",
+                         f"list {name} in one schedule only (every_phase already evaluates every phase's model), "
+                         "or give evaluate.final another protocol", at_value=True)
+    schedules = [(when, sched) for when, sched in (("every_phase", every), ("final", final)) if sched is not None]
+    units = [("phases", name, phase, phase) for name, phase in spec.phases.items()]
+    units += [("variants", name, variant, overlay(spec.phases[variant.phase], variant))
+              for name, variant in spec.variants.items() if variant.phase in spec.phases]
+    for section, name, written, fields in units:
+        own = written.model_fields_set & {"evaluate", "protocol"} if section == "variants" else {"evaluate"}
+        if not fields.evaluate or not own:
+            continue  # a variant that writes neither: its phase's entry says it
+        protocol = fields.protocol or (every.protocol if every else None)
+        for i, dataset in enumerate(fields.evaluate):
+            twin = next((when for when, sched in schedules
+                         if dataset in sched.datasets and _same_protocol(spec, protocol, sched.protocol)), None)
+            if twin is None:
+                continue
+            keys = (section, name, "evaluate", i) if "evaluate" in own else (section, name, "protocol")
+            same = schedules[[w for w, _ in schedules].index(twin)][1].protocol
+            alias = f", the same settings as {same}" if same != protocol else ""
+            yield at(keys, f"{dataset} is in {section}.{name}.evaluate and evaluate.{twin} under one protocol "
+                           f"({protocol}{alias}): the {name} model would be evaluated on it twice and its cell would count "
+                           "every seed twice",
+                     f"remove {dataset} from {name}'s `evaluate:` (evaluate.{twin} already evaluates it), "
+                     f"or give {name} another `protocol:`", at_value=True)
+
+
 def _all_kind_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
     for name, phase in spec.phases.items():
         yield from _kind_errors("phases", name, phase.kind, phase, phase, at)
@@ -289,4 +336,5 @@ def _working_dir_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
 def check_references(spec: Spec, names: Names, at: At) -> list[Diagnostic]:
     """Every reference, cycle, seed, phase-kind and executor problem in `spec`."""
     return [*_reference_errors(spec, names, at), *_flywheel_errors(spec, names, at), *_cycle_errors(spec, at),
-            *_seed_errors(spec, at), *_all_kind_errors(spec, at), *_executor_errors(spec, at)]
+            *_seed_errors(spec, at), *_all_kind_errors(spec, at), *_executor_errors(spec, at),
+            *_schedule_errors(spec, at)]

@@ -17,6 +17,9 @@ SERIES: dict[str, tuple[str, ...]] = {
     "entropy": ("entropy", "actor/entropy"),
     "response_length": ("completions/mean_length", "response_length/mean"),
     "grad_norm": ("grad_norm", "actor/grad_norm"),
+    # GRPO's share of groups whose rewards were all equal (no advantage, no update): 1.0 at every
+    # step is a run that trained on nothing (`runs.completion.unchanged`). trl logs it; verl does not.
+    "zero_std_share": ("frac_reward_zero_std",),
     "lr": ("learning_rate", "actor/lr", "optim/lr"),
     "step_time_s": ("step_time_s", "step_time", "timing_s/step"),
     "judge_s": ("judge/judge_s", "timing_s/reward"),

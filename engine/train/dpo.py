@@ -5,12 +5,20 @@ rollout protocol, n = K), judged, then one pair per problem by `engine.train.pai
 (chosen: highest pass ratio; rejected: lowest, preferring SYNTAX/TIMEOUT; Δ ≥ min_delta;
 all-zero problems dropped). The pairs and their quality report go to data/; a re-run
 reuses the judged samples (resumable records under pairs/).
+
+A flywheel run (`pairs_from: {failures: ...}`) pairs the harvested run's failures instead
+(docs/flywheel.md). A harvest that gives no pair is a result, not a failure: the policy left
+nothing of the declared classes to learn from (or no failure with an accepted answer to set
+against it). The run then trains nothing, hands on its parent's model unchanged, and says so in
+training.json (`unchanged`) and its pairs report (`nothing_to_learn`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from engine.files import atomic_write
@@ -20,7 +28,7 @@ from engine.evaluate.score import score_model
 from engine.judge.api import Judge
 from engine.judge.verdict import SampleResult, Verdict
 from engine.train import flywheel, flywheel_rows
-from engine.train.outcome import PAIRS_FILE
+from engine.train.outcome import PAIRS_FILE, Chosen, write_outcome
 from engine.train.pairs import PairsResult, PreferencePair, build_pairs, report_path, write_pairs
 from engine.train.selection import CheckpointScorer, choose
 from engine.train.session import TrainRun, load_model, run_main
@@ -36,7 +44,7 @@ def sample_pairs(run: TrainRun) -> PairsResult:
         for r in s.records:
             judged.setdefault(r.problem_id, []).append((r.completion, _result(r)))
     problems = [p for loaded in run.datasets("pairs") for p in loaded.problems]
-    choice = run.choice("rollout")
+    choice = run.training_choice()
     pairs = run.frozen.pairs
     result = build_pairs(problems, judged, min_delta=pairs.min_delta if pairs else 0.3,
                          prompt_for=lambda p: _plain(choice.prompt(p)))
@@ -44,10 +52,12 @@ def sample_pairs(run: TrainRun) -> PairsResult:
     return result
 
 
-def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
+def hard_negative_pairs(run: TrainRun) -> tuple[list[PreferencePair], flywheel_rows.HardNegativesReport]:
     """The flywheel's pairs: the harvested run's failures on training problems as rejected answers
     (harvested by engine.train.flywheel, paired by engine.train.flywheel_rows), written to
-    data/pairs.jsonl with their report."""
+    data/pairs.jsonl with their report. Each pair's prompt is the one its rejected answer was
+    drawn with: recorded in the source's traces, else rendered by the source run's own rollout
+    template (a harvest pass with `on:` samples with this run's)."""
     wheel = run.frozen.flywheel
     assert wheel is not None
     source = flywheel.source_dir(run.run_dir, wheel)
@@ -60,10 +70,18 @@ def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
         samples = flywheel.source_samples(source, wheel.of_kind, wheel.classes)
     kept, harvested = flywheel.harvest(run.run_dir, wheel, {p.id: p for p in problems}, samples,
                                        run.run_dir if wheel.on is not None else source)
-    choice = run.choice("rollout")
+    choice = run.training_choice() if wheel.on is not None else flywheel.source_choice(source)
+    policy = flywheel.start_policy(run.run_dir, wheel, source) if wheel.on is None else None
     with Judge(run.frozen.judge_config()) as judge:
         pairs, report = flywheel_rows.hard_negatives(problems, kept, harvested, wheel.chosen,
-                                                lambda p: _plain(choice.prompt(p)), choice.response, judge)
+                                                     lambda p: _plain(choice.prompt(p)), choice.response, judge,
+                                                     policy)
+    if not pairs:
+        report.nothing_to_learn = (
+            f"no failure of {', '.join(wheel.classes)} among {harvested.samples} judged training samples of "
+            f"{wheel.of}" if not report.problems_with_failures else
+            f"{report.problems_with_failures} problem(s) with harvested failures, none with a chosen answer "
+            f"({' or '.join(wheel.chosen)})")
     path = run.run_dir / PAIRS_FILE
     flywheel.write_jsonl(path, pairs)
     atomic_write(report_path(path), report.model_dump_json(indent=2) + "\n")
@@ -71,12 +89,22 @@ def hard_negative_pairs(run: TrainRun) -> list[PreferencePair]:
           + ", ".join(f"{c} {n}" for c, n in harvested.harvested.items())
           + f"; pairs {len(pairs)} ({json.dumps(report.pairs_by_class)}), no chosen answer for "
           f"{len(report.no_chosen)} problem(s)", flush=True)
-    if not pairs:
-        raise UserError(f"no hard-negative pairs: {report.problems_with_failures} problem(s) with harvested failures, "
-                        f"none with a chosen answer (see {report_path(path).name})\n"
-                        "  fix: add `reference` to pairs_from.chosen, declare more failure classes, or "
-                        "harvest a longer run")
-    return pairs
+    return pairs, report
+
+
+def hand_on_unchanged(run: TrainRun, why: str) -> None:
+    """Nothing to train on: the parent's model is this run's, unchanged, and training.json says why."""
+    parent = Path(run.model)
+    if not parent.is_dir():  # a hub id: its files, saved once here, are what the children load
+        model, tokenizer = load_model(run.model)
+        parent = run.checkpoints / "checkpoint-0"
+        model.save_pretrained(parent)
+        tokenizer.save_pretrained(parent)
+    outcome = run.outcome()
+    outcome.expected_steps, outcome.unchanged = 0, why
+    write_outcome(run.run_dir, outcome)
+    run.hand_off(Chosen(step=0, path=os.path.relpath(parent, run.run_dir),
+                        why=f"the parent's model, unchanged: nothing to learn from ({why})"))
 
 
 def _result(record: SampleRecord) -> SampleResult:
@@ -116,7 +144,13 @@ def train_dpo(run: TrainRun, pairs: Sequence[PreferencePair]) -> Any:
 def main(argv: Optional[list[str]] = None) -> int:
     def body(run: TrainRun) -> None:
         if run.frozen.flywheel is not None:
-            train_dpo(run, hard_negative_pairs(run))
+            pairs, report = hard_negative_pairs(run)
+            if report.nothing_to_learn is not None:
+                print(f"nothing to learn from: {report.nothing_to_learn}; the parent's model is handed on unchanged",
+                      flush=True)
+                hand_on_unchanged(run, report.nothing_to_learn)
+                return
+            train_dpo(run, pairs)
             run.hand_off(choose(run))
             return
         result = sample_pairs(run)

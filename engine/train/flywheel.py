@@ -17,20 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from pydantic import BaseModel
+from ruamel.yaml import YAML
 
 from engine.files import atomic_write, read_jsonl
 from engine.errors import UserError
-from engine.evaluate.records import GEN_ERROR, SampleRecord, read
+from engine.evaluate.records import GEN_ERROR, SampleRecord, read, sample_files
 from engine.evaluate.eval_run import decoding_of
 from engine.judge.ground_truth import RewardTests
 from engine.judge.verdict import Verdict
-from engine.plan.frozen import FrozenFlywheel, FrozenRun, read_frozen_run
+from engine.plan.frozen import FrozenFlywheel, FrozenRun, read_frozen_run, run_registry
 from engine.problem import Problem
+from engine.prompts.templates import PromptChoice
+from engine.train.outcome import read_outcome
 
 HARVEST_FILE = "data/harvest.jsonl"
 HARVEST_REPORT = "data/harvest.json"
@@ -53,6 +57,12 @@ class Harvested(BaseModel):
     error_class: str  # the verdict, `truncated`, or ACCEPTED
     pass_ratio: float
     source: str  # the file it was read from, relative to the source run's directory
+    # The training step whose rollouts it was (None: a run that samples one policy): its policy is
+    # the model after step - 1 updates (`policy_distance`).
+    step: Optional[int] = None
+    # The prompt it answered, where the source recorded it (trl traces); else the source run's
+    # rollout template renders it (`engine.train.dpo`).
+    prompt: Optional[Any] = None
 
 
 class SourceFile(BaseModel):
@@ -106,7 +116,8 @@ def _traces(source_dir: Path, source: FrozenRun) -> Iterable[tuple[str, dict[str
         tokens, rounds = row.get("tokens"), row.get("rounds") or 1
         yield TRACES, {"problem_id": row["problem_id"], "completion": row["completion"], "verdict": row["verdict"],
                        "pass_ratio": row.get("pass_ratio") or 0.0,
-                       "truncated": bool(limit and tokens is not None and rounds == 1 and tokens >= limit)}
+                       "truncated": bool(limit and tokens is not None and rounds == 1 and tokens >= limit),
+                       "step": row.get("step"), "prompt": row.get("prompt")}
 
 
 def _verl_rollouts(source_dir: Path) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -120,20 +131,29 @@ def _verl_rollouts(source_dir: Path) -> Iterable[tuple[str, dict[str, Any]]]:
                 problem_id = RewardTests.parse(row["gts"]).problem_id
             except (ValueError, KeyError, TypeError):
                 continue
-            if "verdict" in row:
+            if "verdict" in row:  # verl names each dump after its step
                 yield rel, {"problem_id": problem_id, "completion": row.get("output") or "", "verdict": row["verdict"],
-                            "pass_ratio": float(row.get("pass_ratio") or 0.0), "truncated": False}
+                            "pass_ratio": float(row.get("pass_ratio") or 0.0), "truncated": False,
+                            "step": int(path.stem) if path.stem.isdigit() else None}
 
 
 def record_samples(source_dir: Path, folders: Sequence[Path]) -> Iterable[tuple[str, dict[str, Any]]]:
-    """(file, sample) from judged sample records (first answers only)."""
+    """(file, sample) from judged sample records (first answers only; never a file a re-judge set
+    aside). RAFT's cycle N sampled with the policy after N - 1 cycles: its samples are step N."""
     for folder in folders:
-        for path in sorted(folder.glob("samples/*.jsonl")):
+        cycle = re.fullmatch(r"cycle-(\d+)", folder.name)
+        for path in sample_files(folder / "samples"):
             rel = path.relative_to(source_dir).as_posix()
             for r in read(path, SampleRecord):
                 if r.round == 1:
                     yield rel, {"problem_id": r.problem_id, "completion": r.completion, "verdict": r.verdict,  # type: ignore[attr-defined]
-                                "pass_ratio": r.pass_ratio, "truncated": r.finish_reason == "length"}  # type: ignore[attr-defined]
+                                "pass_ratio": r.pass_ratio, "truncated": r.finish_reason == "length",  # type: ignore[attr-defined]
+                                "step": int(cycle.group(1)) if cycle else None}
+
+
+def _cycle_number(folder: Path) -> int:
+    number = folder.name.removeprefix("cycle-")
+    return int(number) if number.isdigit() else -1
 
 
 def _jsonl(path: Path) -> Iterable[dict[str, Any]]:
@@ -156,7 +176,7 @@ def source_samples(source_dir: Path, kind: str, classes: Sequence[str] = ()) -> 
     if kind == "dpo":
         return record_samples(source_dir, [source_dir / "pairs"])
     if kind == "raft":
-        return record_samples(source_dir, sorted((source_dir / "cycles").glob("cycle-*")))
+        return record_samples(source_dir, sorted((source_dir / "cycles").glob("cycle-*"), key=_cycle_number))
     raise UserError(f"a {kind} run leaves no judged training samples to harvest\n"
                     "  fix: harvest a grpo, repair, dpo or raft phase, or add `on:` for a harvest pass")
 
@@ -179,7 +199,8 @@ def harvest(run_dir: Path, wheel: FrozenFlywheel, problems: dict[str, Problem],
         by_class[cls] += 1
         if cls == ACCEPTED or cls in wheel.classes:
             kept.append(Harvested(problem_id=s["problem_id"], completion=s["completion"], verdict=s["verdict"],
-                                  error_class=cls, pass_ratio=s["pass_ratio"], source=rel))
+                                  error_class=cls, pass_ratio=s["pass_ratio"], source=rel, step=s.get("step"),
+                                  prompt=s.get("prompt")))
     failures = [h for h in kept if h.error_class != ACCEPTED]
     report = HarvestReport(
         of=wheel.of, of_run=wheel.of_run, of_kind=wheel.of_kind, pass_on=wheel.on, classes=list(wheel.classes),
@@ -191,6 +212,39 @@ def harvest(run_dir: Path, wheel: FrozenFlywheel, problems: dict[str, Problem],
     report.sha256 = sha256_file(path)
     atomic_write(run_dir / HARVEST_REPORT, report.model_dump_json(indent=2) + "\n")
     return kept, report
+
+
+def start_policy(run_dir: Path, wheel: FrozenFlywheel, source: Path) -> Optional[int]:
+    """The model this flywheel run starts from, as a policy of the harvested run's rollouts: the
+    number of updates after which that run's policy was it. Rollouts of step s came from the
+    policy after s - 1 updates (RAFT: cycle s, after s - 1 cycles). The harvested run's own model
+    (`from:` = `of:`) is a GRPO or repair run's chosen checkpoint (step k: the policy of step
+    k + 1's rollouts), or RAFT's last cycle's model, which sampled nothing (None: the latest
+    stand nearest); the model that run itself started from (`from:` its parent) is the policy of
+    its first step (0). Any other model drew none of them: None."""
+    parents = _parents(run_dir)
+    model_parent = next((p for p in parents if p != wheel.of_run), wheel.of_run)
+    if model_parent == wheel.of_run:
+        if wheel.of_kind not in ("grpo", "repair"):
+            return None
+        outcome = read_outcome(source)
+        return outcome.chosen.step if outcome is not None and outcome.chosen is not None else None
+    return 0 if model_parent in _parents(source) else None
+
+
+def policy_distance(h: Harvested, policy: Optional[int]) -> tuple[float, int]:
+    """How far the policy that drew `h` is from `policy` (then: the later step first), for sorting."""
+    if h.step is None:
+        return (0.0, 0)
+    return (abs((h.step - 1) - policy) if policy is not None else 0.0, -h.step)
+
+
+def _parents(run_dir: Path) -> list[str]:
+    try:
+        config = YAML(typ="safe").load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
+    except OSError:
+        return []
+    return list(config.get("parents") or [])
 
 
 def source_dir(run_dir: Path, wheel: FrozenFlywheel) -> Path:
@@ -214,3 +268,10 @@ def decoding_of_source(source: Path) -> Any:
     frozen = read_frozen_run(source)
     protocol = frozen.protocols.get("rollout") or frozen.protocols.get("select") or {}
     return decoding_of(protocol)
+
+
+def source_choice(source: Path) -> PromptChoice:
+    """The prompts the harvested run drew its rollouts with (its own template and registry): what a
+    harvested failure that recorded no prompt of its own was answering."""
+    frozen = read_frozen_run(source)
+    return PromptChoice(registry=run_registry(source), template=frozen.prompt_template(), model=frozen.base_model)

@@ -1,11 +1,14 @@
 """What a flywheel run's harvest (`engine.train.flywheel`) becomes.
 
 - hard-negative pairs (`hard_negatives`): per problem and declared class, rejected = a failing
-  sample of that class, chosen = an accepted sample of the same problem from the harvest, or the
-  problem's reference solution (judged first) where the spec allows it. The report says how many
-  pairs each class gave and which problems had no chosen answer.
-- format-repair rows (`repair_rows`): the failing answer, the feedback from the problem's PUBLIC
-  tests, and a corrected answer the repair loop obtained from the harvested run's policy. A
+  sample of that class drawn by the policy nearest the one the DPO starts from
+  (`flywheel.start_policy`), asked with the prompt that drew it; chosen = an accepted sample of
+  the same problem from the harvest, or the problem's reference solution (judged first) where
+  the spec allows it. The report says how many pairs each class gave and which problems had no
+  chosen answer.
+- format-repair rows (`repair_rows`): the prompt the failure answered, the failing answer, the
+  feedback from the problem's PUBLIC tests, and a corrected answer the repair loop obtained from
+  the harvested run's policy. A
   problem without public tests gets no feedback to learn from and gives no rows.
 """
 
@@ -26,7 +29,7 @@ from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
 from engine.repair.feedback import feedback
 from engine.repair.loop import Answer, repair
-from engine.train.flywheel import ACCEPTED, MIX_REPORT, Harvested, HarvestReport
+from engine.train.flywheel import ACCEPTED, MIX_REPORT, Harvested, HarvestReport, policy_distance
 from engine.train.pairs import PreferencePair
 
 
@@ -41,6 +44,10 @@ class HardNegativesReport(BaseModel):
     chosen_from: dict[str, int]  # harvest | reference → pairs
     no_chosen: list[str]  # problems with failures but no accepted answer
     reference_failed: list[str] = Field(default_factory=list)  # reference solutions the judge did not accept
+    # the model the DPO starts from, as a policy of the harvested rollouts (updates done; None: none drew them)
+    start_policy: Optional[int] = None
+    # No pair: why the run had nothing to learn from (it hands on its parent's model unchanged)
+    nothing_to_learn: Optional[str] = None
     harvest: HarvestReport
 
 
@@ -49,7 +56,9 @@ Respond = Callable[[Problem, str], str]  # a reference solution in the answer fo
 
 def hard_negatives(problems: Sequence[Problem], kept: Sequence[Harvested], report: HarvestReport,
                    chosen_from: Sequence[str], prompt_for: Callable[[Problem], Any], respond: Respond,
-                   judge: Judge) -> tuple[list[PreferencePair], HardNegativesReport]:
+                   judge: Judge, policy: Optional[int] = None) -> tuple[list[PreferencePair], HardNegativesReport]:
+    """`prompt_for`: the prompt a sample that recorded none was drawn with (and the answer format of
+    a reference); `policy`: the model the DPO starts from (`flywheel.start_policy`)."""
     by_problem: dict[str, list[Harvested]] = {}
     for h in kept:
         by_problem.setdefault(h.problem_id, []).append(h)
@@ -66,19 +75,22 @@ def hard_negatives(problems: Sequence[Problem], kept: Sequence[Harvested], repor
             no_chosen.append(problem.id)
             continue
         for cls in report.classes:
-            rejected = next((h for h in failures if h.error_class == cls and h.completion != chosen[0]), None)
-            if rejected is None:
+            candidates = [h for h in failures if h.error_class == cls and h.completion != chosen[0]]
+            if not candidates:
                 continue
+            rejected = min(candidates, key=lambda h: policy_distance(h, policy))
             used_from[source] += 1
             pairs.append(PreferencePair(
-                problem_id=problem.id, prompt=prompt_for(problem), chosen=chosen[0], rejected=rejected.completion,
+                problem_id=problem.id, prompt=rejected.prompt if rejected.prompt is not None else prompt_for(problem),
+                chosen=chosen[0], rejected=rejected.completion, rejected_step=rejected.step,
                 chosen_pass_ratio=chosen[1], rejected_pass_ratio=rejected.pass_ratio,
                 chosen_verdict=Verdict.ACCEPTED, rejected_verdict=_verdict(rejected.verdict),
                 delta=chosen[1] - rejected.pass_ratio, rejected_class=cls, chosen_from=source))
     out = HardNegativesReport(
         problems_with_failures=report.problems_with_failures, pairs=len(pairs),
         pairs_by_class={c: sum(p.rejected_class == c for p in pairs) for c in report.classes},
-        chosen_from=dict(used_from), no_chosen=no_chosen, reference_failed=reference_failed, harvest=report)
+        chosen_from=dict(used_from), no_chosen=no_chosen, reference_failed=reference_failed, start_policy=policy,
+        harvest=report)
     return pairs, out
 
 
@@ -119,6 +131,8 @@ class RepairRowsReport(BaseModel):
     base_rows: int = 0
     mixed_rows: int = 0  # repair rows in the training set (distinct rows repeated to reach the share)
     achieved_share: float = 0.0
+    # No row: why the phase had nothing to learn from the flywheel (it trains on its own rows alone)
+    nothing_to_learn: Optional[str] = None
     harvest: HarvestReport
 
 
@@ -132,7 +146,7 @@ def repair_rows(problems: dict[str, Problem], kept: Sequence[Harvested], report:
     asked: list[tuple[Harvested, list[dict[str, str]], Problem]] = []  # (failure, prompt, public view)
     for h in failures:
         problem = problems[h.problem_id]
-        prompt = prompt_for(problem)
+        prompt = h.prompt if h.prompt is not None else prompt_for(problem)  # the prompt the failure answered
         if isinstance(prompt, str):
             raise UserError(f"{problem.id}: repair rows need a chat prompt (the feedback is a user turn)\n"
                             "  fix: use a chat prompt template")
@@ -175,7 +189,9 @@ def repair_rows(problems: dict[str, Problem], kept: Sequence[Harvested], report:
 
 def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem]], problems: dict[str, Problem],
                   backend: Backend, decoding: Any, judge: Judge, tries: int) -> dict[int, str]:
-    """Failure index → the first accepted answer the repair loop got from the policy in `tries` tries."""
+    """Failure index → the first accepted answer the repair loop got from the policy in `tries` tries.
+    Try t is sampled with the decoding's seed + t: the tries of a failure share their prompt, and
+    under one seed a per-request seeded engine (vLLM, a server) would give one answer `tries` times."""
     first = []
     for i, (h, prompt, _) in enumerate(asked):
         failed = SampleResult(problem_id=h.problem_id, verdict=_verdict(h.verdict), accepted=False, passed=0,
@@ -183,7 +199,8 @@ def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem
         first += [Answer(key=f"{i}/{t}", problem=problems[h.problem_id], conversation=prompt, completion=h.completion,
                          result=failed) for t in range(tries)]
     one = replace(decoding, n=1)
-    chains = repair(first, generate=lambda convs: [g[0] for g in generate(backend, convs, one)],
+    seeds = [one.seed + int(a.key.split("/")[1]) for a in first]  # every first answer fails: all are asked, in order
+    chains = repair(first, generate=lambda convs: [g[0] for g in generate(backend, convs, one, seeds)],
                     text=lambda g: g.text, judge=judge, rounds=2)
     out: dict[int, str] = {}
     for answer in chains.rounds[1] if len(chains.rounds) > 1 else []:
@@ -194,13 +211,17 @@ def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem
 
 
 def mix(base: list[dict[str, Any]], repaired: list[dict[str, Any]], report: RepairRowsReport) -> list[dict[str, Any]]:
-    """`base` plus the repair rows, repeated in order until they are `share` of the whole."""
+    """`base` plus the repair rows, repeated in order until they are `share` of the whole. No row is
+    a result, not a failure (docs/flywheel.md): `base` alone, and the report says why."""
+    report.base_rows = len(base)
     if not repaired:
-        raise UserError(f"no format-repair rows: {report.failures} failures of {', '.join(report.harvest.classes)} "
-                        f"harvested, {report.no_public_tests} on problems without public tests, "
-                        f"{report.not_corrected} with no corrected answer ({report.tries} repair tries each)\n"
-                        "  fix: harvest more failures (a longer parent run), declare more classes, add `reference` "
-                        "to mix.corrected, or drop the mix")
+        report.nothing_to_learn = (
+            f"no failure of {', '.join(report.harvest.classes)} among {report.harvest.samples} judged training "
+            f"samples" if not report.failures else
+            f"no format-repair row: {report.failures} failures harvested, {report.no_public_tests} on problems "
+            f"without public tests, {report.not_corrected} with no corrected answer ({report.tries} repair tries each)")
+        report.mixed_rows, report.achieved_share = 0, 0.0
+        return list(base)
     wanted = max(1, round(report.share * len(base) / (1 - report.share)))
     rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in repaired]
     mixed = [rows[i % len(rows)] for i in range(wanted)]
@@ -223,6 +244,7 @@ def flywheel_counts(run_dir: Path) -> dict[str, float]:
         out.update({f"harvested/{c}": n for c, n in h.harvested.items()})
         if isinstance(report, HardNegativesReport):
             out.update({"pairs": report.pairs, "no_chosen": len(report.no_chosen),
+                        "nothing_to_learn": float(report.nothing_to_learn is not None),
                         **{f"pairs/{c}": n for c, n in report.pairs_by_class.items()},
                         **{f"chosen_from/{k}": n for k, n in report.chosen_from.items()}})
         else:
@@ -230,5 +252,6 @@ def flywheel_counts(run_dir: Path) -> dict[str, float]:
                         "not_corrected": report.not_corrected,
                         **{f"corrected_from/{k}": n for k, n in report.corrected_from.items()},
                         "mixed_rows": report.mixed_rows, "achieved_share": report.achieved_share,
+                        "nothing_to_learn": float(report.nothing_to_learn is not None),
                         **{f"rows/{c}": n for c, n in report.rows_by_class.items()}})
     return out

@@ -33,7 +33,7 @@ def rollout_settings(run: TrainRun) -> dict[str, Any]:
 def grpo_dataset(run: TrainRun) -> Any:
     from datasets import Dataset
 
-    choice = run.choice("rollout")
+    choice = run.training_choice()
     return Dataset.from_list([r for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train"))
                               for r in grpo_rows(loaded, choice, run.frozen.reward or "dense")])
 

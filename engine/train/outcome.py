@@ -42,6 +42,9 @@ class TrainingOutcome(BaseModel):
     checkpoints: list[CheckpointScore] = Field(default_factory=list)
     chosen: Optional[Chosen] = None
     cycles: list[dict[str, float]] = Field(default_factory=list)  # raft: per cycle acceptance and steps
+    # Why the model handed on is the parent's, untrained (a flywheel with nothing to learn from):
+    # a result, not a failure; the run trained zero steps on purpose and says why.
+    unchanged: Optional[str] = None
 
     def score(self, step: int) -> Optional[CheckpointScore]:
         return next((c for c in self.checkpoints if c.step == step), None)
@@ -85,9 +88,9 @@ def logged_steps(run_dir: Path) -> list[dict]:
 
 
 def last_step(run_dir: Path) -> int:
-    return max((row["step"] for row in logged_steps(run_dir) if _trained(row["data"])), default=0)
+    return max((row["step"] for row in logged_steps(run_dir) if is_training_step(row["data"])), default=0)
 
 
-def _trained(data: dict) -> bool:
+def is_training_step(data: dict) -> bool:
     """A line of a training step (not the end-of-training summary or a validation-only line)."""
     return any(k in data for k in ("loss", "actor/pg_loss", "train/loss", "actor/entropy", "grad_norm"))

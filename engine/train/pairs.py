@@ -1,7 +1,8 @@
 """Preference pairs for offline DPO from judged samples (K per problem) of a model on `pairs_from`.
 
 Per problem: chosen = the highest pass_ratio (ties: the shorter completion, then
-the faster run), rejected = the lowest (ties: a SYNTAX_ERROR or TIMEOUT first, the
+the earlier sample — never the faster run: a run time differs between two runs of one spec),
+rejected = the lowest (ties: a SYNTAX_ERROR or TIMEOUT first, the
 clearest failures to learn from, then the longer completion). The pair is kept
 when chosen − rejected ≥ `min_delta` (a phase's `pairs: {min_delta}`, default 0.3).
 Problems where no sample passes a single test are dropped: preferring one broken
@@ -52,6 +53,7 @@ class PreferencePair(BaseModel):
     delta: float
     rejected_class: Optional[str] = None  # hard negatives (engine.train.flywheel_rows): the failure's class
     chosen_from: Optional[str] = None  # hard negatives: harvest | reference
+    rejected_step: Optional[int] = None  # hard negatives from rollouts: the training step that drew the rejected answer
 
 
 class PairsReport(BaseModel):
@@ -77,7 +79,7 @@ class PairsResult:
 
 
 def pick_chosen(samples: Sequence[tuple[str, SampleResult]]) -> tuple[str, SampleResult]:
-    return min(samples, key=lambda s: (-s[1].pass_ratio, len(s[0]), s[1].wall_s))
+    return min(samples, key=lambda s: (-s[1].pass_ratio, len(s[0])))  # min: the earlier of equals
 
 
 def pick_rejected(samples: Sequence[tuple[str, SampleResult]]) -> tuple[str, SampleResult]:

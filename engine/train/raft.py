@@ -31,7 +31,7 @@ def accepted_rows(run: TrainRun, model: str, cycle: int) -> tuple[list[dict[str,
                                                      "rollout": {**frozen.protocols["rollout"], "n": n}}})
     scored = score_model(run.run_dir, model, frozen, protocol="rollout", datasets=names,
                          out_dir=run.run_dir / "cycles" / f"cycle-{cycle}")
-    choice = run.choice("rollout")
+    choice = run.training_choice()
     problems = {p.id: p for loaded in run.datasets("train") for p in loaded.problems}
     rows, seen, total, accepted = [], set(), 0, 0
     for s in scored:

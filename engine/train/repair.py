@@ -152,7 +152,7 @@ def shaped(run: TrainRun) -> Callable[[list[dict], dict], list[float]]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     def body(run: TrainRun) -> None:
-        problems = by_prompt(run.choice("rollout"), [p for loaded in run.datasets("train") for p in loaded.problems])
+        problems = by_prompt(run.training_choice(), [p for loaded in run.datasets("train") for p in loaded.problems])
         with Judge(run.frozen.judge_config()) as judge:
             rollout = chain_rollout(run, judge, problems, run.frozen.rounds or 2)
             train_grpo(run, judge_reward(run, shape=shaped(run)), rollout_func=rollout)

@@ -1,9 +1,11 @@
 """The RL reward of a trl run: the project's judge through `engine.judge.reward.compute_score_batch`
 (verl's reward, a step's completions in one judge stream), with what a reviewer needs kept beside it.
 
-Per step it logs judge time, timeout rate, judge-fault rate and acceptance into the metric log (trl's
+Per step it logs judge time (the whole batch's, the longest queue wait of a sample, the slowest
+sample's own), timeouts, timeout rate, judge-fault rate and acceptance into the metric log (trl's
 `log_metric`), and appends the step's rollouts (all, or the first N, as the phase's
-`traces:` says) to `traces/rollouts.jsonl`: problem, completion, reward, verdict, tokens.
+`traces:` says) to `traces/rollouts.jsonl`: problem, the prompt it was asked, completion, reward,
+verdict, tokens (a flywheel pairs a harvested failure with the prompt that drew it).
 """
 
 from __future__ import annotations
@@ -57,7 +59,15 @@ class JudgeReward:
         judge_s = time.perf_counter() - began
         rewards = self.shape(results, extra) if self.shape else [r["score"] for r in results]
         n = max(1, len(results))
-        self.last = {"judge_s": judge_s, "timeout_rate": sum(r["verdict"] == "TIMEOUT" for r in results) / n,
+        # Where the step's reward time went (a judge that idles the GPUs shows here): the longest a
+        # sample waited for a worker, the slowest sample's own judging (cached verdicts took none
+        # this step), and how many timed out.
+        fresh = [r for r in results if not r.get("cached")]
+        waits = [max(0.0, r.get("reward_wall_s", 0.0) - r.get("judge_wall_s", 0.0)) for r in fresh] or [0.0]
+        self.last = {"judge_s": judge_s, "judge_queue_wait_s": max(waits),
+                     "slowest_sample_s": max([r.get("judge_wall_s", 0.0) for r in fresh] or [0.0]),
+                     "timeouts": float(sum(r["verdict"] == "TIMEOUT" for r in results)),
+                     "timeout_rate": sum(r["verdict"] == "TIMEOUT" for r in results) / n,
                      "judge_fault_rate": sum(r["verdict"] == "INTERNAL_ERROR" for r in results) / n,
                      "accepted_rate": sum(r["acc"] for r in results) / n}
         self.pending.update({"n": len(results), "timeouts": sum(r["verdict"] == "TIMEOUT" for r in results),
@@ -66,7 +76,7 @@ class JudgeReward:
             if log_metric is not None:
                 log_metric(f"judge/{name}", value)
         step = (trainer_state.global_step + 1) if trainer_state is not None else 0
-        self._trace(step, problem_id, texts, rewards, results, extra)
+        self._trace(step, problem_id, prompts, texts, rewards, results, extra)
         return rewards
 
     def step_rates(self) -> dict[str, float]:
@@ -77,12 +87,13 @@ class JudgeReward:
             return {k: self.last.get(k, 0.0) for k in ("timeout_rate", "judge_fault_rate")}
         return {"timeout_rate": counts["timeouts"] / counts["n"], "judge_fault_rate": counts["faults"] / counts["n"]}
 
-    def _trace(self, step: int, ids: Sequence[str], texts: Sequence[str], rewards: Sequence[float],
-               results: Sequence[dict], extra: dict) -> None:
+    def _trace(self, step: int, ids: Sequence[str], prompts: Sequence[Any], texts: Sequence[str],
+               rewards: Sequence[float], results: Sequence[dict], extra: dict) -> None:
         count = len(texts) if self.keep == "all" else min(int(self.keep), len(texts))
         rounds = extra.get("rounds") or [1] * len(texts)
         ids_of = extra.get("completion_ids") or [None] * len(texts)
-        rows = [json.dumps({"step": step, "attempt": self.attempt, "problem_id": ids[i], "completion": texts[i],
+        rows = [json.dumps({"step": step, "attempt": self.attempt, "problem_id": ids[i], "prompt": prompts[i],
+                            "completion": texts[i],
                             "reward": rewards[i], "verdict": results[i]["verdict"],
                             "pass_ratio": results[i]["pass_ratio"],
                             "tokens": len(ids_of[i]) if ids_of[i] is not None else None,

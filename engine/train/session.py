@@ -83,9 +83,15 @@ class TrainRun:
     def registry(self) -> Registry:
         return run_registry(self.run_dir)
 
-    def choice(self, use: str = "rollout") -> PromptChoice:
+    def choice(self, use: str) -> PromptChoice:
+        """The prompts of the protocol frozen for `use` (select: how its checkpoints are scored)."""
         template = self.frozen.protocols.get(use, {}).get("prompt")
         return PromptChoice(registry=self.registry, template=template, model=self.frozen.base_model)
+
+    def training_choice(self) -> PromptChoice:
+        """The prompts the run trains and samples on: its config's `prompt` (one rule for every
+        trained kind, `plan.expand.training_prompt`), whatever protocols it has."""
+        return PromptChoice(registry=self.registry, template=self.frozen.prompt_template(), model=self.frozen.base_model)
 
     def datasets(self, *uses: str) -> list[LoadedDataset]:
         return [load_frozen_dataset(n, self.frozen.datasets[n], self.registry, self.frozen.judge, self.run_dir) for n in self.frozen.uses(*uses)]

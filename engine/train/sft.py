@@ -26,7 +26,7 @@ def sft_dataset(run: TrainRun, rows: Optional[list[dict[str, Any]]] = None) -> A
 
     if rows is None:
         skipped: list[str] = []
-        choice = run.choice("select")
+        choice = run.training_choice()
         rows = [r for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train"))
                 for r in sft_rows(loaded, choice, skipped, split_prompt=True)]
         if run.frozen.flywheel is not None:
@@ -49,7 +49,7 @@ def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]
         problems = {p.id: p for loaded in run.datasets("harvest") for p in loaded.problems}
         kept, harvested = flywheel.harvest(run.run_dir, wheel, problems, flywheel.source_samples(source, wheel.of_kind, wheel.classes),
                                            source)
-        choice = run.choice("select")
+        choice = flywheel.source_choice(source)  # a failure is repaired from the prompt it answered
         decoding = flywheel.decoding_of_source(source)
         backend = generator_for(run.frozen, Settings(), str(source / "model"))
         try:

@@ -58,6 +58,7 @@ def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
     lines = verl_overrides(run, PLACEHOLDER_PATHS)
     user_keys = {k.lstrip("+"): k for k in flatten(overrides)}
     problems += _unvalidated_saves(lines, user_keys)
+    problems += _narrowed_choice(run, lines, user_keys)
     errors = check_overrides(lines, CONFIG_NAMES[run.kind])
     if not errors and not problems:
         problems += [(("hparams",), f"verl's own config check fails: {message}",
@@ -95,6 +96,44 @@ def _unvalidated_saves(lines: list[str], user_keys: dict[str, str]) -> list[tupl
              f"save_freq {save} is not a multiple of test_freq {test}: the checkpoints saved at "
              f"steps verl does not validate can never be chosen by validation",
              f"set save_freq to a multiple of test_freq (e.g. {test * max(1, round(save / test))})")]
+
+
+# verl's "keep the last N checkpoints" keys: the PPO trainer's and the SFT trainer's
+KEEP_LAST = ("trainer.max_actor_ckpt_to_keep", "trainer.max_ckpt_to_keep")
+
+
+def _narrowed_choice(run: Run, lines: list[str], user_keys: dict[str, str]) -> list[tuple[tuple[str, ...], str, str]]:
+    """Settings under which verl would quietly take checkpoints out of the validated choice
+    (`engine.train.verl_finish`) of a run that selects by validation (select_on, early_stop_on):
+    keeping only the LAST N checkpoints deletes the best validated step as soon as N later ones
+    are saved; and saving every save_freq steps without test_freq validates the last step alone,
+    so every earlier save is unchoosable and the last is handed on whatever its score."""
+    if not any({"select", "early_stop"} & set(d.uses) for d in run.datasets.values()):
+        return []  # no validation: the last checkpoint is handed on, and keeping the last N keeps it
+    values = {key.lstrip("+"): value for key, _, value in (line.partition("=") for line in lines)}
+    problems = []
+    for key in KEEP_LAST:
+        kept = values.get(key, "null")
+        if kept.lower() not in ("null", "none", "~", ""):
+            problems.append((("overrides", user_keys.get(key, key)),
+                             f"{key}={kept} keeps verl's last {kept} checkpoints and deletes older ones while it "
+                             "trains: the step that validates best can be gone before the checkpoint is chosen "
+                             "(the last, not the best)",
+                             "drop it: every saved step stays until the choice is made (save fewer with a larger "
+                             "save_freq)"))
+    try:
+        save, test = int(values["trainer.save_freq"]), int(values.get("trainer.test_freq", "-1"))
+    except (KeyError, ValueError):
+        return problems
+    if save > 0 and test <= 0:
+        named = next((user_keys[k] for k in ("trainer.save_freq", "trainer.test_freq") if k in user_keys), None)
+        where = (("overrides", named) if named else
+                 ("hparams", "save_freq") if "save_freq" in run.config.get("hparams", {}) else ("hparams",))
+        problems.append((where,
+                         f"save_freq {save} without test_freq: verl validates the last step alone, so the steps it "
+                         "saves before it can never be chosen and the last is handed on whatever its score",
+                         f"set test_freq to save_freq or a divisor of it (e.g. test_freq: {save})"))
+    return problems
 
 
 def _locate_unit_key(validated: ValidatedSpec, run: Run, keys: tuple[str, ...]) -> tuple[str, ...]:

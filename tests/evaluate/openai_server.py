@@ -2,14 +2,17 @@
 backend (real generation, not canned text); without one, it answers canned text after
 `latency(prompt)` seconds (a server with the latency profile a test or bench wants). `fail_first`
 answers that many requests with 503 first; `always_fail` answers every request with 500 (a server
-that never recovers). It counts requests, the most it held at once, and the API keys it saw."""
+that never recovers); `fail_after` answers that many requests, then fails every one with 500 (an
+outage after the probes that identify the model). `served` names the models it lists under GET /v1/models (none: it answers
+404 there, as a server without the listing). It counts completion requests, the most it held at
+once, and the API keys it saw."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from engine.evaluate.backends.base import Decoding, generate
@@ -19,12 +22,13 @@ from engine.evaluate.backends.hf import HFBackend
 class Server:
     def __init__(self, model: Optional[str] = None, *, fail_first: int = 0, always_fail: bool = False,
                  latency: Callable[[str], float] = lambda prompt: 0.0, answer: str = "def f():\n    return 0",
-                 choices: Optional[int] = None) -> None:
+                 choices: Optional[int] = None, served: Sequence[str] = (), fail_after: Optional[int] = None) -> None:
         """`choices`: answer that many choices whatever `n` asks (a server that ignores `n`)."""
         self.backend = HFBackend(model=model, batch_size=4) if model else None
         self.lock = threading.Lock()  # one generate at a time: the model is not thread-safe
         self.fail_left, self.always_fail, self.requests = fail_first, always_fail, 0
-        self.latency, self.canned, self.choices = latency, answer, choices
+        self.fail_after = fail_after
+        self.latency, self.canned, self.choices, self.served = latency, answer, choices, list(served)
         self.in_flight = self.most_in_flight = 0
         self.keys: set[str] = set()
         handler = type("Handler", (_Handler,), {"server_state": self})
@@ -50,6 +54,8 @@ class Server:
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             with self.lock:
+                if self.fail_after is not None and self.requests >= self.fail_after:
+                    self.always_fail = True
                 if self.always_fail or self.fail_left > 0:
                     self.requests += 1
                     if self.always_fail:
@@ -99,6 +105,16 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
         status, payload = self.server_state.answer(self.path, body, key)
+        self._send(status, payload)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        served = self.server_state.served
+        if self.path.rstrip("/").endswith("/models") and served:
+            self._send(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in served]})
+        else:
+            self._send(404, {"error": "not found"})
+
+    def _send(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -59,3 +59,22 @@ def test_samples_of_another_judge_version_are_judged_again_on_resume(tmp_path):
     records = list(read(task.samples, SampleRecord, KEYS))
     assert len(records) == 2 and {r.round for r in records} == {1, 2}
     assert all(r.judge_version.endswith("/userns+netns+ipcns+mountns+pidns") for r in records)
+
+
+def test_a_replaced_samples_file_is_set_aside_where_no_reader_of_samples_looks(tmp_path):
+    # the flywheel harvests `samples/*.jsonl` of a DPO's pairs, RAFT's cycles and `on:` passes: a
+    # replaced file left there was harvested a second time, its stale verdicts back
+    from engine.evaluate.records import sample_files
+    from engine.train.flywheel import record_samples
+
+    fixed = [p for p in toy_problems("valid", 0) if p.kind == "stdio"][0]
+    task = Task(dataset="toy", problems=[fixed], prompts=["q"], keys=KEYS, decoding=Decoding(), out_dir=tmp_path)
+    append(task.generations, [_gen(fixed.id, WRONG)])
+    with Judge(JudgeConfig(workers=1)) as j:
+        judge(task, j, "v1")
+        judge(task, j, "v2", rejudge=True)
+        judge(task, j, "v3", rejudge=True)  # twice in one second: neither set-aside file overwrites the other
+    (task.samples.parent / "toy.replaced-1700000000.jsonl").write_text(task.samples.read_text())  # an older layout
+    assert sample_files(task.samples.parent) == [task.samples]
+    assert len(list((task.samples.parent / "replaced").glob("*.jsonl"))) == 2
+    assert [s["problem_id"] for _, s in record_samples(tmp_path.parent, [tmp_path])] == [fixed.id]

@@ -123,3 +123,28 @@ def test_a_judge_that_may_not_judge_refuses_before_anything_is_generated(tiny_mo
         with pytest.raises(UnsandboxedJudge):
             stages.generate_and_judge(task, make_generator("openai", model="tiny", base_url=up.base_url), judge, "v1")
         assert up.requests == 0
+
+
+def test_a_resumed_stage_counts_only_the_work_it_did_in_its_time(tmp_path):
+    """Throughput divides the work of the attempt that did it by that attempt's time: a resume that
+    judged one sample of three must not report all three over its few seconds."""
+    from engine.evaluate.metrics import summarize
+
+    task = _task(tmp_path, n=1)
+    answers = [GenerationRecord(dataset="toy", problem_id=p.id, sample=0, keys=KEYS, prompt_tokens=1, completion_tokens=1,
+                                finish_reason="stop", latency_s=0.0, seed=5, completion="```python\nprint(1)\n```")
+               for p in task.problems]
+    with Judge(JudgeConfig(workers=1)) as judge:
+        append(task.generations, answers[:2])
+        first = stages.generate_and_judge(task, None, judge, "v1")  # killed before the last answer came
+        append(task.generations, answers[2:])
+        resumed = stages.generate_and_judge(task, None, judge, "v1")
+        again = stages.generate_and_judge(task, None, judge, "v1")  # nothing left to do
+    assert (first.samples, resumed.samples, again.samples) == (2, 1, 0)
+    assert resumed.problems == {task.problems[2].id}
+    records = stages.samples(task)
+    metrics = summarize(records, wall_generate_s=0.0, wall_judge_s=resumed.judge_s, wall_s=resumed.wall_s,
+                        work=(len(resumed.problems), resumed.samples, resumed.tests))
+    assert metrics["problems_per_s"] == 1 / resumed.wall_s and metrics["samples"] == 3
+    idle = summarize(records, wall_judge_s=again.judge_s, wall_s=again.wall_s, work=(0, 0, 0))
+    assert "problems_per_s" not in idle  # an attempt that did nothing has no throughput

@@ -185,20 +185,25 @@ def test_an_outage_publishes_no_number_and_the_next_run_generates_the_failed_sam
     [run_dir] = [d.path for d in materialize(checked.plan, checked.validated, tmp_path / "runs")]
     metrics = run_dir / "outputs" / "metrics.json"
 
-    def evaluate(server) -> dict:
+    from engine.evaluate.backends.openai import PROBES
+
+    def evaluate(server, code: int = 0) -> dict:
         args = ["evaluate", "--run-dir", str(run_dir), "--model", "tiny",
                 "--base-url", server.base_url]
-        assert main(args) == 0
-        return json.loads(metrics.read_text())["datasets"][0]["metrics"]
+        assert main(args) == code
+        return json.loads(metrics.read_text())["datasets"][0]["metrics"] if code == 0 else {}
 
-    with Server(str(tiny_model), always_fail=True) as down:
+    with Server(str(tiny_model), always_fail=True) as down:  # what it serves cannot be told: nothing is asked
+        evaluate(down, code=2)
+        assert down.requests == len(PROBES) * 5 and not metrics.exists()  # the probes, each with its retries
+    with Server(str(tiny_model), fail_after=len(PROBES)) as down:  # the outage begins after the probes
         first = evaluate(down)
     assert first["gen_error_rate"] == 1.0 and first["accepted@1"] == 0.0
     assert check_completion("eval", run_dir).startswith("toy_valid: 42 of 42 samples are faults (42 generations "
                                                         "failed on the server (GEN_ERROR))")
     with Server(str(tiny_model)) as up:
         second = evaluate(up)
-        assert up.requests == 42  # every failed sample, once
+        assert up.requests == len(PROBES) + 42  # the probes, and every failed sample once
     assert second["fault_rate"] == 0.0 and second["samples"] == 42
     assert check_completion("eval", run_dir) is None
 

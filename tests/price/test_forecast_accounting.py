@@ -144,22 +144,25 @@ def test_evaluations_done_in_one_process_share_its_time_in_forecast_vs_actual():
     from datetime import datetime, timedelta, timezone
 
     from engine.price.study import attributed_seconds
-    from engine.runs.lineage import RunRecord, RunState
+    from engine.runs.lineage import Attempt, RunRecord, RunState, RunTime
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
-    def rec(run_id, start, end, pid):
-        return RunRecord(id=run_id, spec_name="s", phase="p", kind="eval", state=RunState.succeeded, pid=pid,
-                         host="h", started_at=(t0 + timedelta(seconds=start)).isoformat(),
-                         finished_at=(t0 + timedelta(seconds=end)).isoformat())
+    def rec(run_id):
+        return RunRecord(id=run_id, spec_name="s", phase="p", kind="eval", state=RunState.succeeded)
 
-    # three evaluations ran in one process (pid 7) for 300 s; the scheduler stamps each member with the
-    # whole process's start and end, so each used to count 300 s against its own ~100 s forecast
-    records = [rec("a", 0, 300, 7), rec("b", 0.01, 300.02, 7), rec("c", 0.02, 300.03, 7), rec("d", 400, 460, 7)]
-    got = attributed_seconds(records, {"a": 150.0, "b": 75.0, "c": 75.0, "d": 50.0})
+    def attempt(start, end, process=None):
+        return Attempt(number=1, start=t0 + timedelta(seconds=start), end=t0 + timedelta(seconds=end),
+                       ended=RunState.succeeded, process=process)
+
+    # three evaluations ran in a's process for 300 s; each member's attempt spans the whole process,
+    # so each used to count 300 s against its own ~100 s forecast
+    times = {"a": RunTime("a", (attempt(0, 300),)), "b": RunTime("b", (attempt(0.01, 300.02, "a"),)),
+             "c": RunTime("c", (attempt(0.02, 300.03, "a"),)), "d": RunTime("d", (attempt(400, 460),))}
+    got = attributed_seconds([rec(x) for x in "abcd"], {"a": 150.0, "b": 75.0, "c": 75.0, "d": 50.0}, times)
     assert abs(sum(got[k] for k in "abc") - 300.03) < 0.1
     assert abs(got["a"] / got["b"] - 2) < 1e-6
-    assert got["d"] == 60  # the same pid later, alone: its own time
+    assert got["d"] == 60  # later, alone: its own time
 
 
 def test_a_flywheel_dpo_reuses_the_harvested_samples_and_samples_nothing():

@@ -17,7 +17,7 @@ from engine.price.progress import study_eta
 from engine.price.shapes import RunShape, StudyShape
 from engine.price.study import forecast_records, observed_slots, versus_lineage
 from engine.resources import shipped
-from engine.runs.lineage import PlanRecords, RunRecord, RunState, SpecRecord, open_lineage
+from engine.runs.lineage import Attempt, PlanRecords, RunRecord, RunState, RunTime, SpecRecord, open_lineage
 from tests.report import synthetic
 
 H100 = "h100"
@@ -30,7 +30,9 @@ def lineage_path(tmp_path_factory) -> Path:
 
 def test_the_pages_forecast_has_ordered_bands(lineage_path):
     with open_lineage(lineage_path, readonly=True) as lineage:
-        f = forecast_records("synth", lineage.runs("synth"), lineage.datasets("synth"), gpu_type=H100, draws=30)
+        records = lineage.runs("synth")
+        f = forecast_records("synth", records, lineage.datasets("synth"), lineage.run_times(r.id for r in records),
+                             gpu_type=H100, draws=30)
     assert f.slot_hours.p10 <= f.slot_hours.p50 <= f.slot_hours.p90
     assert f.wall_s.p10 <= f.wall_s.p50 <= f.wall_s.p90
     assert f.critical_path and f.critical_path_s.p50 <= f.wall_s.p50 + 1e-6
@@ -62,27 +64,32 @@ def _sft(i: int) -> RunShape:
                             "hparams": {"epochs": 1 + i, "train_batch_size": 16}})
 
 
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
 def _finished(run_id: str, seconds: float) -> RunRecord:
-    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     return RunRecord(id=run_id, spec_name="fit", phase="p", kind="eval", state=RunState.succeeded,
-                     started_at=start.isoformat(), finished_at=(start + timedelta(seconds=seconds)).isoformat())
+                     started_at=T0.isoformat(), finished_at=(T0 + timedelta(seconds=seconds)).isoformat())
+
+
+def _attempt(begin: float, end: float, process: str | None = None, number: int = 1) -> Attempt:
+    return Attempt(number=number, start=T0 + timedelta(seconds=begin), end=T0 + timedelta(seconds=end),
+                   ended=RunState.succeeded, process=process)
+
+
+def _times(**attempts: list[Attempt]) -> dict[str, RunTime]:
+    return {run_id: RunTime(run_id=run_id, attempts=tuple(a)) for run_id, a in attempts.items()}
 
 
 def test_evaluations_run_in_one_process_held_one_slot_between_them():
-    """The local executor runs a checkpoint's evaluations together, each recorded with the
-    process's pid: they held one CPU slot, so the study ran on two, not three. A pid seen again
-    after its process ended is another process."""
-    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-    def run(run_id: str, pid: int, begin: float, end: float) -> RunRecord:
-        return RunRecord(id=run_id, spec_name="s", phase="p", kind="eval", state=RunState.succeeded, pid=pid,
-                         host="h", started_at=(start + timedelta(seconds=begin)).isoformat(),
-                         finished_at=(start + timedelta(seconds=end)).isoformat())
-
-    grouped = [run("a", 10, 0, 20), run("b", 10, 0, 21), run("train", 11, 5, 30)]
-    assert observed_slots(grouped, "CPU") == 2
-    assert observed_slots([*grouped, run("c", 10, 25, 40), run("d", 12, 26, 40)], "CPU") == 3
-    assert observed_slots([run(x, i, 0, 10) for i, x in enumerate("abc")], "CPU") == 3
+    """The local executor runs a checkpoint's evaluations together (the runner's `running` event
+    names the process's run): they held one CPU slot, so the study ran on two, not three."""
+    records = [_finished(x, 1) for x in "abcd"] + [_finished("train", 1)]
+    grouped = _times(a=[_attempt(0, 20)], b=[_attempt(0, 21, process="a")], train=[_attempt(5, 30)])
+    assert observed_slots(records, "CPU", grouped) == 2
+    more = {**grouped, **_times(c=[_attempt(25, 40)], d=[_attempt(26, 40)])}
+    assert observed_slots(records, "CPU", more) == 3
+    assert observed_slots(records, "CPU", _times(a=[_attempt(0, 10)], b=[_attempt(0, 10)], c=[_attempt(0, 10)])) == 3
 
 
 def test_a_refit_profile_moves_the_forecast_onto_what_the_runs_took(tmp_path):
@@ -94,7 +101,7 @@ def test_a_refit_profile_moves_the_forecast_onto_what_the_runs_took(tmp_path):
     median = {r.id: r.seconds.p50 for r in forecast(study, profile, draws=1).runs}
     # this cluster is twice as slow as the published figures
     records = [_finished(run_id, 2 * seconds) for run_id, seconds in median.items()]
-    fit = fit_factors(study, profile, records)
+    fit = fit_factors(study, profile, records, _times(**{r: [_attempt(0, 2 * s)] for r, s in median.items()}))
     assert fit.error_after < 0.05 < fit.error_before
     write_profile(registry, "mine", fitted_entry(profile, fit, "fit"))
     mine = load_profile("mine", registry)

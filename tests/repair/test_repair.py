@@ -67,3 +67,22 @@ def test_accepted_answers_are_left_alone(problems, judge):
     chains = repair(first, generate=lambda cs: pytest.fail("nothing should be regenerated"), text=str, judge=judge,
                     rounds=3)
     assert len(chains.rounds) == 1 and chains.last[0].key == "a"
+
+
+def test_the_feedback_is_the_same_for_the_same_answer_however_long_the_judge_took(problems, judge):
+    # the judge's wall time in the feedback made the next round's prompt vary between two runs
+    problem = next(p for p in problems if p.kind == "stdio")
+    public = public_view(problem, [{"role": "user", "content": problem.statement}])
+    result = judge.judge(public, "```python\nimport sys\nsys.exit(1/0)\n```")
+    slow = result.model_copy(update={"wall_s": result.wall_s + 1.234, "cpu_s": result.cpu_s + 1.0})
+    assert feedback(result) == feedback(slow)
+    assert "1.2" not in feedback(slow) and "ZeroDivisionError" in feedback(slow)
+
+
+def test_the_feedback_shows_the_program_s_traceback_not_the_judge_s_own_files(problems, judge):
+    # the harness frames name the folder the judge is installed in: another machine, another prompt
+    problem = next(p for p in problems if p.kind == "stdio")
+    public = public_view(problem, [{"role": "user", "content": problem.statement}])
+    text = feedback(judge.judge(public, "```python\ndef f():\n    raise ValueError('x')\nf()\n```"))
+    assert 'File "<solution>", line 2, in f' in text and "ValueError: x" in text
+    assert "engine/judge" not in text and ".py\"" not in text

@@ -73,6 +73,9 @@ def test_a_variant_with_its_own_from_is_compared_with_that_parent():
                   artifacts={})
     assert parent_of(study, "grpo/dpo_grpo") == "dpo"
     assert parent_of(study, "grpo/grpo_sparse") == "sft" and parent_of(study, "grpo") == "sft"
+    spec["variants"]["fly"] = {"phase": "dpo", "from": "grpo_sparse"}  # from a variant: its unit, as cells are keyed
+    study.spec = record.model_copy(update={"text": json.dumps(spec)})
+    assert parent_of(study, "dpo/fly") == "grpo/grpo_sparse"
 
 
 def test_sampled_evaluations_of_training_seeds_draw_independent_decoding_seeds():

@@ -273,3 +273,18 @@ def test_the_rendered_accelerate_launch_gets_the_runs_gpus_and_cpus(tmp_path: Pa
     assert argv[argv.index("--num_processes") + 1] == "2" and "--multi_gpu" in argv
     assert argv[argv.index("--num_cpu_threads_per_process") + 1] == "4"  # 8 CPUs over 2 processes
     assert argv[argv.index("--module") + 1:argv.index("--module") + 4] == ["engine.train.sft", "--run-dir", str(tmp_path)]
+
+
+def test_verl_settings_that_narrow_the_validated_choice_are_refused_at_validate_time(tmp_path: Path) -> None:
+    """Keeping verl's last N checkpoints deletes the best validated step; an SFT that saves every
+    save_freq steps without test_freq validates its last step alone: both hand on the last, not the best."""
+    text = _refusal(tmp_path, "trainer: {save_freq: 20}", "trainer: {save_freq: 20, max_actor_ckpt_to_keep: 2}")
+    assert "phases.grpo.overrides.trainer.max_actor_ckpt_to_keep: trainer.max_actor_ckpt_to_keep=2 keeps verl's " \
+           "last 2 checkpoints" in text and "fix: drop it" in text
+    text = _refusal(tmp_path, "hparams: {lr: 2.0e-5, max_length: 2048}",
+                    "hparams: {lr: 2.0e-5, max_length: 2048, save_freq: 50}")
+    assert "phases.sft.hparams.save_freq: save_freq 50 without test_freq: verl validates the last step alone" in text
+    assert "set test_freq to save_freq or a divisor of it (e.g. test_freq: 50)" in text
+    # with validation every 25 steps, both saves can be chosen: no refusal
+    preflight(_spec_with(tmp_path, "hparams: {lr: 2.0e-5, max_length: 2048}",
+                         "hparams: {lr: 2.0e-5, max_length: 2048, save_freq: 50, test_freq: 25}"), content=False)

@@ -142,3 +142,38 @@ def test_status_leaves_no_files_behind(runs):
     before = sorted(p.name for p in runs.iterdir())
     collect_status(runs)
     assert sorted(p.name for p in runs.iterdir()) == before
+
+
+def test_an_edited_study_counts_its_current_plan_and_lists_older_runs_apart(tmp_path):
+    """After an edit (seed 3 dropped, the SFT learning rate changed) the old runs stay in lineage:
+    status counts the current plan's five runs and lists the six others apart with what changed."""
+    from tests.report import edited
+
+    before, after = edited.build(tmp_path, stale_queued=True)
+    report = collect_status(tmp_path, "toy")
+    assert {r.id for r in report.runs} == set(after.values())
+    assert report.counts == {"succeeded": 5}
+    older = {r.id: r for r in report.older}
+    assert set(older) == set(before.values()) - set(after.values())
+    assert older[before["eval:sft@3"]].state is S.queued
+    assert older[before["eval:sft@3"]].changed == f"seed 3 is no longer planned (spec line {edited.SEEDS_LINE})"
+    console = Console(record=True, width=300)
+    console.print(render_status(report))
+    text = console.export_text()
+    assert "5 runs: succeeded 5" in text and "6 run(s) of an older plan, not counted:" in text
+    assert f"hparams.learning_rate 0.002 → 1e-09 (spec line {edited.LR_LINE})" in text
+
+
+def test_watch_ends_when_the_current_plan_is_done_though_an_older_run_sits_queued(tmp_path):
+    """Before: `status --watch` waited forever for a queued run the edited spec no longer plans."""
+    import threading
+
+    from tests.report import edited
+
+    edited.build(tmp_path, stale_queued=True)
+    done = {}
+    watch = threading.Thread(target=lambda: done.setdefault(
+        "rc", main(["status", "toy", "--runs-dir", str(tmp_path), "--watch", "--every", "0.05"])), daemon=True)
+    watch.start()
+    watch.join(timeout=30)
+    assert done.get("rc") == 0

@@ -79,7 +79,7 @@ def test_hard_negatives_pair_each_class_with_an_accepted_answer(harvested):
     assert all(p.chosen_verdict.value == "ACCEPTED" and p.chosen_pass_ratio == 1.0 for p in pairs)
 
 
-def test_the_mix_reaches_the_declared_share_and_refuses_to_be_empty(harvested):
+def test_the_mix_reaches_the_declared_share_and_an_empty_one_is_a_result(harvested):
     _, _, _, report = harvested
     rows = RepairRowsReport(failures=3, no_public_tests=1, problems_without_public_tests=["p"], tried=2, repaired=1,
                             rows_by_class={}, tries=4, share=0.2, harvest=report)
@@ -89,8 +89,9 @@ def test_the_mix_reaches_the_declared_share_and_refuses_to_be_empty(harvested):
     mixed = mix(base, repaired, rows)
     assert len(mixed) == 50 and rows.mixed_rows == 10 and rows.achieved_share == pytest.approx(0.2)
     assert mixed[40].keys() == {"prompt", "completion"}
-    with pytest.raises(UserError, match="no format-repair rows: 3 failures .* 1 on problems without public tests"):
-        mix(base, [], rows)
+    # nothing to learn from: the phase trains on its own rows alone, and its report says why
+    assert mix(base, [], rows) == base and rows.mixed_rows == 0 and rows.achieved_share == 0.0
+    assert rows.nothing_to_learn.startswith("no format-repair row: 3 failures harvested, 1 on problems without public")
 
 
 def test_a_resumed_parent_s_redone_steps_are_harvested_once(tmp_path):
@@ -161,3 +162,71 @@ def test_repair_rows_are_rebuilt_when_the_parent_gained_a_file(tmp_path):
     assert _reusable(tmp_path / "run" / MIX_REPORT, source, "grpo", ["TIMEOUT"]) is not None
     dump(2, "SYNTAX_ERROR")
     assert _reusable(tmp_path / "run" / MIX_REPORT, source, "grpo", ["TIMEOUT"]) is None
+
+
+class SeededEngine:
+    """A fake of a per-request seeded engine (vLLM, an OpenAI-compatible server), which cannot run
+    here: its answer is a function of the prompt and the request's seed. It fixes the program only
+    under seed 7."""
+
+    name = "fake-seeded-engine"
+
+    def __init__(self, fixed: str) -> None:
+        self.fixed, self.seeds = fixed, []
+
+    def stream(self, requests):
+        from engine.evaluate.backends.base import Generation
+
+        for index, request in enumerate(requests):
+            self.seeds.append(request.decoding.seed)
+            text = self.fixed if request.decoding.seed == 7 else "```python\nprint('still wrong')\n```"
+            yield index, [Generation(text=text, prompt_tokens=3, completion_tokens=3, finish_reason="stop",
+                                     latency_s=0.0, seed=request.decoding.seed)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_each_repair_try_of_a_failure_is_sampled_with_its_own_seed(tmp_path):
+    # four tries under one seed were one try paid four times: a seeded engine answers them alike
+    from engine.evaluate.backends.base import Decoding
+    from engine.train.flywheel_rows import repair_rows
+
+    problem = next(p for p in toy_problems("train") if p.kind == "stdio")
+    source = tmp_path / "source"
+    (source / "traces").mkdir(parents=True)
+    (source / "traces" / "rollouts.jsonl").write_text("{}\n")
+    wheel = WHEEL.model_copy(update={"classes": ["WRONG_ANSWER"]})
+    asked = [{"role": "user", "content": f"the prompt GRPO asked: {problem.statement}"}]  # as its trace recorded
+    rel, sample = _sample(problem.id, "```python\nprint(0)\n```", "WRONG_ANSWER")
+    kept, report = harvest(tmp_path / "run", wheel, {problem.id: problem}, [(rel, {**sample, "prompt": asked})],
+                           source)
+    engine = SeededEngine(f"```python\n{problem.solutions[0]}\n```")
+    with Judge(JudgeConfig(workers=1)) as judge:
+        rows, out = repair_rows({problem.id: problem}, kept, report,
+                                lambda p: [{"role": "user", "content": p.statement}], engine,
+                                Decoding(temperature=1.0, seed=5), judge, share=0.5, tries=4)
+    assert sorted(engine.seeds) == [5, 6, 7, 8]
+    assert out.repaired == 1 and rows[0]["corrected_from"] == "repair"
+    assert rows[0]["prompt"][0] == asked[0]  # the row asks what the failure answered, not this phase's template
+
+
+def test_raft_samples_carry_their_cycle_and_cycles_are_read_in_number_order(tmp_path):
+    # cycle N sampled with the policy after N - 1 cycles; "cycle-10" sorted as text came before "cycle-2"
+    from ruamel.yaml import YAML
+
+    from engine.evaluate.records import Keys, SampleRecord, append
+    from engine.train.flywheel import source_samples
+
+    source = tmp_path / "raft"
+    source.mkdir()
+    with (source / "config.yaml").open("w") as handle:
+        YAML(typ="safe").dump({"run_id": "r", "kind": "raft", "base_model": {"path": "tiny"}, "datasets": {}}, handle)
+    for cycle in (1, 2, 10):
+        append(source / "cycles" / f"cycle-{cycle}" / "samples" / "toy_train.jsonl", [SampleRecord(
+            dataset="toy_train", problem_id="p", sample=0, keys=Keys(model="m", protocol="p", idlist="i"),
+            prompt_tokens=1, completion_tokens=1, finish_reason="stop", latency_s=0.0, seed=0,
+            completion=f"cycle {cycle}", verdict="WRONG_ANSWER", accepted=False, pass_ratio=0.0, passed=0, total=1,
+            format_ok=True, judge_s=0.0, judge_version="v")])
+    assert [(s["completion"], s["step"]) for _, s in source_samples(source, "raft")] == [
+        ("cycle 1", 1), ("cycle 2", 2), ("cycle 10", 10)]

@@ -51,6 +51,7 @@ class Endpoint:
     model: str
     api_key_env: Optional[str] = None
     concurrency: int = DEFAULT_CONCURRENCY
+    fingerprint: Optional[str] = None  # what it must serve, pinned (`backends.openai`: `fingerprint`)
 
     def api_key(self) -> str:
         if self.api_key_env is None:

@@ -9,7 +9,7 @@ arrives, so a kill loses only what was in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Literal, Optional, Protocol, Sequence, Union
 
 Prompt = Union[str, list[dict[str, str]]]  # a completion prompt, or chat messages
@@ -67,10 +67,14 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def generate(backend: Backend, prompts: Sequence[Prompt], decoding: Decoding) -> list[list[Generation]]:
-    """`decoding.n` generations per prompt, in prompt order (callers that need them all together)."""
+def generate(backend: Backend, prompts: Sequence[Prompt], decoding: Decoding,
+             seeds: Optional[Sequence[int]] = None) -> list[list[Generation]]:
+    """`decoding.n` generations per prompt, in prompt order (callers that need them all together).
+    `seeds`: prompt i is sampled with seed `seeds[i]` (repair tries of one answer share a prompt:
+    under one seed a per-request seeded engine would answer them all alike)."""
+    decodings = [decoding] * len(prompts) if seeds is None else [replace(decoding, seed=s) for s in seeds]
     out: list[list[Generation]] = [[] for _ in prompts]
-    for index, gens in backend.stream([Request(p, decoding) for p in prompts]):
+    for index, gens in backend.stream([Request(p, d) for p, d in zip(prompts, decodings, strict=True)]):
         out[index] = gens
     return out
 

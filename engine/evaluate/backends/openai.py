@@ -3,11 +3,18 @@ dataset handed over at once and kept `concurrency` in flight as a sliding window
 holds one slot, not a batch), each yielded as it arrives; `engine.retry`'s policy (jittered
 backoff, Retry-After), timeouts. A request
 that fails after its last retry gives its samples an explicit error (finish_reason "error",
-verdict GEN_ERROR later), never an empty answer."""
+verdict GEN_ERROR later), never an empty answer.
+
+A server is known by what it serves, not where (`fingerprint`): the served name it lists under
+/models, and its greedy answers to fixed probe prompts, hashed. Records are keyed by that, so a
+server restarted on another port resumes a run, and other weights served under the same name
+answer the probes otherwise and never resume into the old records."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import queue
 import threading
 import time
@@ -15,6 +22,7 @@ from typing import Any, Iterator, Sequence, Union
 
 import httpx
 
+from engine.errors import UserError
 from engine.evaluate.backends.base import (
     Decoding,
     Finished,
@@ -25,6 +33,14 @@ from engine.evaluate.backends.base import (
     prompt_share,
 )
 from engine.retry import RETRYABLE_STATUS, Retryable, RetryPolicy, retry_after_s
+
+
+# Fixed prompts whose greedy answers tell one set of weights from another (any prompt would; these
+# are short, and code-flavoured as the models served here are). Changing them changes every key.
+PROBES = ("def fibonacci(n):", "Write a Python function that returns the reverse of a string.",
+          "# Sort a list of integers in descending order\n")
+PROBE_TOKENS = 24
+FINGERPRINT_LEN = 16
 
 
 class _Refused(Exception):
@@ -104,6 +120,37 @@ class OpenAIBackend:
         except (Retryable, _Refused) as exc:
             return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=0.0,
                                seed=decoding.seed, error=str(exc))] * decoding.n
+
+    def fingerprint(self, chat: bool) -> str:
+        """What the server serves under `model`: its greedy answers to `PROBES` (as chat messages or
+        plain prompts, as the run asks it), hashed. Refuses a server that cannot be asked, or that
+        lists its models and not this one."""
+        self._check_listed()
+        prompts = [[{"role": "user", "content": p}] if chat else p for p in PROBES]
+        decoding = Decoding(temperature=0.0, top_p=1.0, max_tokens=PROBE_TOKENS, n=1, seed=0)
+        answers: dict[int, Generation] = {}
+        for index, gens in self.stream([Request(p, decoding) for p in prompts]):
+            answers[index] = gens[0]
+        failed = [g.error for g in answers.values() if g.finish_reason == "error"]
+        if failed:
+            raise UserError(f"cannot tell what {self.base_url} serves as {self.model!r}: a probe request failed "
+                            f"({failed[0]})\n  fix: start the server (or correct the endpoint's base_url) and re-run")
+        texts = [answers[i].text for i in range(len(PROBES))]
+        return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:FINGERPRINT_LEN]
+
+    def _check_listed(self) -> None:
+        try:
+            response = httpx.get(f"{self.base_url}/models", headers=self.headers, timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise UserError(f"cannot reach {self.base_url} ({type(exc).__name__}: {exc})\n"
+                            "  fix: start the server (or correct the endpoint's base_url) and re-run") from None
+        try:
+            listed = [m.get("id") for m in response.json().get("data", [])] if response.status_code == 200 else []
+        except (ValueError, AttributeError):
+            listed = []
+        if listed and self.model not in listed:  # a server that lists nothing is asked all the same
+            raise UserError(f"{self.base_url} serves {', '.join(map(repr, listed))}, not {self.model!r}\n"
+                            f"  fix: set the endpoint's model to the name the server serves")
 
     def close(self) -> None:
         return None

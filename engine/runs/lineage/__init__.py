@@ -1,7 +1,7 @@
 """`runs/lineage.sqlite`: the record of specs, runs, edges, data, metrics and state changes.
 
 `records` holds the rows, `migrations` the schema, `store` the only writer (`Lineage`),
-`from_plan` turns a plan into rows. The names below are the package's public surface.
+`from_plan` turns a plan into rows, `timing` reads each run's attempts back from its events. The names below are the package's public surface.
 """
 
 from engine.runs.lineage.records import (
@@ -26,9 +26,11 @@ from engine.runs.lineage.records import (
     parse_iso,
 )
 from engine.runs.lineage.store import LINEAGE_FILE, Lineage, open_lineage
+from engine.runs.lineage.timing import Attempt, RunTime, run_times, running_reason
 
 __all__ = [
     "FINISHED", "TRANSITIONS", "ArtifactRecord", "DatasetRecord", "EdgeRecord", "Event", "IllegalTransition",
     "LeakRecord", "Metric", "PlanRecords", "ProtocolRecord", "RunDatasetRecord", "RunProtocolRecord", "RunRecord", "RunState",
     "SpecRecord", "WaiverRecord", "now_iso", "parse_iso", "LINEAGE_FILE", "Lineage", "open_lineage",
+    "Attempt", "RunTime", "run_times", "running_reason",
 ]

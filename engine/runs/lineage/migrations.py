@@ -118,3 +118,13 @@ def _m009(db: Database) -> None:
          "level": str, "similarity": float, "scores_json": str, "evidence": str, "outcome": str},
         pk=("spec_name", "train", "evaluation", "train_id", "eval_id"),
     )
+
+
+@MIGRATIONS(name="m010_plan_runs")
+def _m010(db: Database) -> None:
+    # The runs of each spec's latest plan. An edited spec (a seed dropped, a learning rate
+    # changed) plans other runs under the same name; the runs it no longer plans stay in
+    # `runs` but are not the study's numbers. A lineage written before this knew no plan:
+    # every run it holds stands as planned until the next `rlvr-run SPEC` records one.
+    db["plan_runs"].create({"spec_name": str, "run_id": str, "position": int}, pk=("spec_name", "run_id"))
+    db.execute("INSERT INTO plan_runs (spec_name, run_id, position) SELECT spec_name, id, rowid FROM runs")

@@ -20,6 +20,7 @@ from engine.runs.lineage.sqlite import Database
 
 from engine.errors import UserError
 from engine.runs.lineage.migrations import MIGRATIONS
+from engine.runs.lineage.timing import RunTime, run_times
 from engine.runs.lineage.records import (
     FINISHED,
     TRANSITIONS,
@@ -139,11 +140,16 @@ class Lineage:
 
     def record_plan_records(self, records: PlanRecords) -> list[str]:
         """Insert new runs as `planned`; refresh descriptive columns of known ones, never their state.
+        The runs are each spec's plan now: the spec's runs not among them are of an older plan.
 
         Returns the ids of the runs that were new.
         """
         new: list[str] = []
         with self._write() as db:
+            for spec_name in dict.fromkeys(run.spec_name for run in records.runs):
+                db["plan_runs"].delete_where("spec_name = ?", [spec_name])
+                db["plan_runs"].insert_all([{"spec_name": spec_name, "run_id": run.id, "position": i}
+                                            for i, run in enumerate(records.runs) if run.spec_name == spec_name])
             for run in records.runs:
                 if self._row(run.id) is None:
                     row = run.model_dump(mode="json")
@@ -176,10 +182,13 @@ class Lineage:
                 "spec_name", "train", "evaluation", "train_id", "eval_id"), replace=True)
 
     # ------------------------------------------------------------ life cycle
-    def set_state(self, run_id: str, to_state: RunState, reason: str = "", **fields: Any) -> RunRecord:
+    def set_state(self, run_id: str, to_state: RunState, reason: str = "", *, at: Optional[str] = None,
+                  **fields: Any) -> RunRecord:
         """Move a run to `to_state` (validated) and record the event, in one transaction.
 
-        `fields` updates other run columns in the same transaction (pid, exit_code, ...).
+        `fields` updates other run columns in the same transaction (pid, exit_code, ...). `at`: when
+        the change happened, when that was before now (a dead runner's run ended at its last
+        heartbeat, not when the next runner found it: the attempt's time must not hold the gap).
         """
         to_state = RunState(to_state)
         with self._write() as db:
@@ -190,7 +199,7 @@ class Lineage:
             if to_state not in TRANSITIONS[from_state]:
                 raise IllegalTransition(f"run {run_id}: {from_state.value} -> {to_state.value} is not allowed")
             update: dict[str, Any] = {"state": to_state.value, "reason": reason or None, **fields}
-            stamp = now_iso()
+            stamp = now_iso() if at is None else max(at, row.get("started_at") or at)
             if to_state is RunState.running:
                 update.update(started_at=stamp, finished_at=None, exit_code=None, heartbeat_at=stamp)
                 update.setdefault("host", socket.gethostname())
@@ -262,9 +271,28 @@ class Lineage:
         rows = self.db["runs"].rows_where(" AND ".join(where) or None, args, order_by="created_at, rowid")
         return [RunRecord.model_validate(r) for r in rows]
 
+    def plan_runs(self, spec_name: str) -> list[RunRecord]:
+        """The runs of the spec's latest recorded plan, in the order of `runs`; the spec's other
+        runs are of an older plan (an edit dropped or changed them)."""
+        rows = self.db.query("SELECT runs.* FROM runs JOIN plan_runs ON plan_runs.run_id = runs.id AND "
+                             "plan_runs.spec_name = runs.spec_name WHERE runs.spec_name = ? "
+                             "ORDER BY runs.created_at, runs.rowid", [spec_name])
+        return [RunRecord.model_validate(r) for r in rows]
+
     def events(self, run_id: Optional[str] = None) -> list[Event]:
         rows = self.db["events"].rows_where("run_id = ?" if run_id else None, [run_id] if run_id else [], order_by="id")
         return [Event.model_validate(r) for r in rows]
+
+    def run_times(self, run_ids: Optional[Iterable[str]] = None) -> dict[str, RunTime]:
+        """Each run's attempts and total time (`timing`); with `run_ids`, only theirs."""
+        if run_ids is None:
+            return run_times(self.events())
+        ids = _strings(run_ids, "run_ids")
+        events: list[Event] = []
+        for chunk in _chunks(ids):
+            rows = self.db["events"].rows_where(f"run_id IN ({','.join('?' * len(chunk))})", chunk, order_by="id")
+            events += [Event.model_validate(r) for r in rows]
+        return run_times(events)  # a run's events are in one chunk, in the order recorded
 
     def metrics(self, run_id: str) -> list[Metric]:
         return [Metric.model_validate(r) for r in self.db["metrics"].rows_where("run_id = ?", [run_id])]

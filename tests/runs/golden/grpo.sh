@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# rlvr-run grpo run 50273a6c9f04 (grpo@1) of spec golden.
+# rlvr-run grpo run c02b4fb0c3a0 (grpo@1) of spec golden.
 # Rendered from templates/launch/verl_grpo.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/50273a6c9f04}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/c02b4fb0c3a0}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=50273a6c9f04
+export RLVR_RUN_ID=c02b4fb0c3a0
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
-"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/ce82d82008eb/model
+"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/38b088b59681/model
 # verl's file logger truncates its file on every start: one metrics file per attempt.
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
@@ -22,11 +22,11 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
-    data.train_files=/runs/golden/50273a6c9f04/data/train.parquet \
-    data.val_files=/runs/golden/50273a6c9f04/data/valid.parquet \
+    data.train_files=/runs/golden/c02b4fb0c3a0/data/train.parquet \
+    data.val_files=/runs/golden/c02b4fb0c3a0/data/valid.parquet \
     data.filter_overlong_prompts=true \
     data.truncation=error \
-    actor_rollout_ref.model.path=/runs/golden/ce82d82008eb/model \
+    actor_rollout_ref.model.path=/runs/golden/38b088b59681/model \
     actor_rollout_ref.actor.use_kl_loss=true \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-06 \
@@ -56,18 +56,18 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
     +reward.custom_reward_function.reward_kwargs.mode=dense \
-    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/50273a6c9f04/config.yaml \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/c02b4fb0c3a0/config.yaml \
     trainer.val_before_train=true \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     'actor_rollout_ref.actor.checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=50273a6c9f04 \
+    trainer.experiment_name=c02b4fb0c3a0 \
     trainer.n_gpus_per_node=2 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/50273a6c9f04/checkpoints \
+    trainer.default_local_dir=/runs/golden/c02b4fb0c3a0/checkpoints \
     trainer.resume_mode=auto \
-    trainer.rollout_data_dir=/runs/golden/50273a6c9f04/traces/verl_rollouts \
+    trainer.rollout_data_dir=/runs/golden/c02b4fb0c3a0/traces/verl_rollouts \
     actor_rollout_ref.actor.clip_ratio_high=0.28
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).
 step="$("$RLVR_PYTHON" -m engine.train.verl_finish --run-dir "$RUN_DIR")"

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# rlvr-run repair run eeaca3fbcdc0 (repair@1) of spec golden.
+# rlvr-run repair run 07b6307b7376 (repair@1) of spec golden.
 # Rendered from templates/launch/verl_repair.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/eeaca3fbcdc0}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/07b6307b7376}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=eeaca3fbcdc0
+export RLVR_RUN_ID=07b6307b7376
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
-"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/50273a6c9f04/model
+"$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/c02b4fb0c3a0/model
 # Multi-round repair = GRPO whose rollouts run the rlvr_repair agent loop: answer, judge,
 # feed the verdict back, up to 2 rounds. verl imports the loop from this module.
 export VERL_USE_EXTERNAL_MODULES=engine.train.verl_repair_loop
@@ -24,11 +24,11 @@ export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     algorithm.use_kl_in_reward=false \
-    data.train_files=/runs/golden/eeaca3fbcdc0/data/train.parquet \
-    data.val_files=/runs/golden/eeaca3fbcdc0/data/train.parquet \
+    data.train_files=/runs/golden/07b6307b7376/data/train.parquet \
+    data.val_files=/runs/golden/07b6307b7376/data/train.parquet \
     data.filter_overlong_prompts=true \
     data.truncation=error \
-    actor_rollout_ref.model.path=/runs/golden/50273a6c9f04/model \
+    actor_rollout_ref.model.path=/runs/golden/c02b4fb0c3a0/model \
     actor_rollout_ref.actor.use_kl_loss=true \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-06 \
@@ -58,18 +58,18 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     reward.custom_reward_function.name=compute_score \
     reward.reward_manager.name=naive \
     +reward.custom_reward_function.reward_kwargs.mode=dense \
-    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/eeaca3fbcdc0/config.yaml \
+    +reward.custom_reward_function.reward_kwargs.run_config=/runs/golden/07b6307b7376/config.yaml \
     trainer.val_before_train=false \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     'actor_rollout_ref.actor.checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=eeaca3fbcdc0 \
+    trainer.experiment_name=07b6307b7376 \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/eeaca3fbcdc0/checkpoints \
+    trainer.default_local_dir=/runs/golden/07b6307b7376/checkpoints \
     trainer.resume_mode=auto \
-    trainer.rollout_data_dir=/runs/golden/eeaca3fbcdc0/traces/verl_rollouts \
+    trainer.rollout_data_dir=/runs/golden/07b6307b7376/traces/verl_rollouts \
     actor_rollout_ref.rollout.agent.default_agent_loop=rlvr_repair \
     actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# rlvr-run sft run ce82d82008eb (sft@1) of spec golden.
+# rlvr-run sft run 38b088b59681 (sft@1) of spec golden.
 # Rendered from templates/launch/verl_sft.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/ce82d82008eb}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/38b088b59681}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=ce82d82008eb
+export RLVR_RUN_ID=38b088b59681
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -16,8 +16,8 @@ export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
 timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
-    data.train_files=/runs/golden/ce82d82008eb/data/sft_train.parquet \
-    data.val_files=/runs/golden/ce82d82008eb/data/sft_valid.parquet \
+    data.train_files=/runs/golden/38b088b59681/data/sft_train.parquet \
+    data.val_files=/runs/golden/38b088b59681/data/sft_valid.parquet \
     data.messages_key=messages \
     model.path=Qwen/Qwen2.5-Coder-1.5B-Instruct \
     +model.override_config.attn_implementation=sdpa \
@@ -29,10 +29,10 @@ timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_nod
     trainer.total_epochs=1 \
     'trainer.logger=["console","file"]' \
     trainer.project_name=golden \
-    trainer.experiment_name=ce82d82008eb \
+    trainer.experiment_name=38b088b59681 \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
-    trainer.default_local_dir=/runs/golden/ce82d82008eb/checkpoints \
+    trainer.default_local_dir=/runs/golden/38b088b59681/checkpoints \
     trainer.resume_mode=auto \
     hydra.run.dir=logs/hydra
 # The checkpoint children load: the best validated saved step (else the last), merged to model/ (HF).

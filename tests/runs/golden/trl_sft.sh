@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# rlvr-run sft run ce32a2c88132 (sft@1) of spec golden-trl.
+# rlvr-run sft run 38d2c11ab134 (sft@1) of spec golden-trl.
 # Rendered from templates/launch/trl_sft.sh.j2; edit the template, not this file.
 # Everything it writes stays inside the run directory.
 set -euo pipefail
 # A Ray job without shared storage runs in its own copy of the run directory (RLVR_RUN_DIR).
-RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/ce32a2c88132}
+RUN_DIR=${RLVR_RUN_DIR:-/runs/golden/38d2c11ab134}
 cd "$RUN_DIR"
 mkdir -p logs outputs
-export RLVR_RUN_ID=ce32a2c88132
+export RLVR_RUN_ID=38d2c11ab134
 RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 # The executor sets one attempt id per try; a manual run gets a timestamp.
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"

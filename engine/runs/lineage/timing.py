@@ -1,0 +1,85 @@
+"""How long each run took: its attempts, read from the state changes lineage records.
+
+A run is tried again after a crash, a failure or a Ctrl-C; each try is one attempt, from its
+`running` event to the event that ended it (succeeded, failed, cancelled). A run's time is the
+sum of its attempts, never its last one alone (`RunRecord.started_at`/`finished_at` are the last
+attempt's): the cost page, `price --fit`, forecast against actual and the ETA all read it here.
+
+The runner writes the `running` event's reason with `running_reason`, which names the attempt and,
+for a run done in another run's process (evaluations of one checkpoint share one model load),
+that run: the process's time is then shared among the runs it did (`price.study`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Optional
+
+from engine.runs.lineage.records import Event, RunState, parse_iso
+
+_RUNNING = re.compile(r"attempt (\d+)(?: in the process of (\S+))?")
+
+
+def running_reason(attempt: int, process: Optional[str] = None) -> str:
+    """The reason of an attempt's `running` event (what `run_times` reads back)."""
+    return f"attempt {attempt}" + (f" in the process of {process}" if process else "")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    start: datetime
+    end: Optional[datetime]  # None: running now
+    ended: Optional[RunState]  # how it ended (None: running now)
+    process: Optional[str] = None  # the run whose process did this attempt's work, when not its own
+
+    def seconds(self, now: Optional[datetime] = None) -> float:
+        end = self.end or now or datetime.now(timezone.utc)
+        return max(0.0, (end - self.start).total_seconds())
+
+
+@dataclass(frozen=True)
+class RunTime:
+    run_id: str
+    attempts: tuple[Attempt, ...]
+
+    def seconds(self, now: Optional[datetime] = None) -> float:
+        """The sum of the run's attempts (a running one counts up to `now`)."""
+        return sum(a.seconds(now) for a in self.attempts)
+
+    @property
+    def current(self) -> Optional[Attempt]:
+        """The last attempt (the one running now, if any)."""
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def first_start(self) -> Optional[datetime]:
+        return self.attempts[0].start if self.attempts else None
+
+    @property
+    def last_end(self) -> Optional[datetime]:
+        return self.attempts[-1].end if self.attempts else None
+
+
+def run_times(events: Iterable[Event]) -> dict[str, RunTime]:
+    """Each run's attempts from its events (in the order lineage recorded them)."""
+    open_: dict[str, tuple[int, datetime, Optional[str]]] = {}
+    done: dict[str, list[Attempt]] = {}
+    for event in events:
+        when = parse_iso(event.time)
+        if when is None:
+            continue
+        attempts = done.setdefault(event.run_id, [])
+        if event.to_state is RunState.running:
+            match = _RUNNING.match(event.reason or "")
+            number = int(match.group(1)) if match else len(attempts) + 1
+            open_[event.run_id] = (number, when, match.group(2) if match else None)
+        elif event.run_id in open_:
+            number, start, process = open_.pop(event.run_id)
+            attempts.append(Attempt(number=number, start=start, end=max(when, start), ended=event.to_state,
+                                    process=process))
+    for run_id, (number, start, process) in open_.items():
+        done[run_id].append(Attempt(number=number, start=start, end=None, ended=None, process=process))
+    return {run_id: RunTime(run_id=run_id, attempts=tuple(a)) for run_id, a in done.items()}
