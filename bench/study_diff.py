@@ -8,7 +8,9 @@ even where their ids differ. Compared: every metric row (run, dataset, protocol,
 name is not a timing (seconds, rates per second, cache hits), and every JSON Lines record a run wrote
 under its folder with a `completion`, `prompt`, `chosen`, `rejected` or `text` field (samples,
 generations, rollout traces, pairs, harvests, training rows), keyed by file, problem, sample and
-round. `--run` runs the spec twice from scratch into temporary folders first (the same spec on the
+round: its texts and what it says of them (code, verdict, pass ratio, tokens, reward, seed). Not
+compared: per-test timings and the model key a record names (a checkpoint's content hash covers its
+trainer state, which holds the runs folder's path). `--run` runs the spec twice from scratch into temporary folders first (the same spec on the
 same machine must give 0 differences). Prints the counts, then the first differences of each kind.
 """
 
@@ -26,7 +28,9 @@ from engine.runs.lineage import LINEAGE_FILE, open_lineage
 # Wall-clock figures and what depends on the judge cache's warmth differ from run to run by nature.
 TIMING = re.compile(r"(_s$|_s_|_s/|/judge_s|per_s|wall|latency|step_time|cache_hit|^lr$|learning_rate)")
 TEXT_FIELDS = ("completion", "prompt", "chosen", "rejected", "text", "messages", "conversation")
-NOISE_FIELDS = {"latency_s", "judge_s", "judge_cpu_s", "cached", "time", "timestamp", "started", "finished"}
+# what a record says of its sample beside the text: compared with it
+OUTCOME_FIELDS = ("code", "verdict", "accepted", "pass_ratio", "passed", "total", "finish_reason", "completion_tokens",
+                  "reward", "round", "parent", "seed")
 
 
 def _label(run) -> str:
@@ -61,7 +65,7 @@ def texts(runs_dir: Path, spec: str) -> dict[tuple, str]:
                     continue
                 key = (_label(run), rel, record.get("problem_id", record.get("id")), record.get("sample"),
                        record.get("round"), n if "problem_id" not in record else None)
-                kept = {k: v for k, v in record.items() if k not in NOISE_FIELDS}
+                kept = {k: record[k] for k in (*TEXT_FIELDS, *OUTCOME_FIELDS) if k in record}
                 out[key] = json.dumps(kept, sort_keys=True, default=str)
     return out
 

@@ -56,19 +56,44 @@ def cost_table(study: Study, col: Column) -> Table:
 
 
 def training_cost_table(study: Study) -> Table:
-    """Wall time (the sum of the run's attempts), the share of a step spent judging, and the prompt
-    template trained on (and where the spec says so), per training run."""
+    """Per training run: wall time (the sum of its attempts); where a step's time went — generating
+    rollouts, judging them (the reward), updating the weights (medians over steps); the reward's
+    stalls — the longest a sample waited for a judge worker and the slowest sample (maxima over
+    steps), the timeouts (total); and the prompt template trained on (and where the spec says so).
+    A judge that idles the accelerators shows as a large judge share or queue wait."""
     rows = []
     times = run_times(study.events)
     for run in study.trained():
         series = study.series(run.id)
-        steps, judge = series.get("step_time_s", {}), series.get("judge_s", {})
+        steps, judge, gen = series.get("step_time_s", {}), series.get("judge_s", {}), series.get("generate_s", {})
+        update = series.get("update_s") or {s: max(0.0, t - judge.get(s, 0.0) - gen.get(s, 0.0))
+                                            for s, t in steps.items() if s in gen or s in judge}
         share = [judge[s] / steps[s] for s in judge if steps.get(s)]
         rows.append([study.unit(run), str(run.seed), run.state.value, _wall(times.get(run.id)),
-                     str(max(steps, default=0)), fmt(statistics.median(steps.values()) if steps else None),
-                     f"{statistics.median(share):.0%}" if share else "—", _prompt(study.configs.get(run.id) or {})])
-    return Table(headers=["phase", "seed", "state", "wall", "steps", "s/step", "judge share", "trained on prompt"],
-                 rows=rows)
+                     str(max(steps, default=0)), _median(steps), _median(gen), _median(judge), _median(update),
+                     f"{statistics.median(share):.0%}" if share else "—", _max(series.get("judge_queue_wait_s")),
+                     _max(series.get("slowest_sample_s")), _total(series.get("timeouts")),
+                     _prompt(study.configs.get(run.id) or {})])
+    return Table(headers=["phase", "seed", "state", "wall", "steps", "s/step", "generate s", "judge s", "update s",
+                          "judge share", "judge queue wait (max)", "slowest sample (max)", "timeouts",
+                          "trained on prompt"], rows=rows,
+                 footer=["_Per step, the median over steps: `generate`, rollouts before they are scored; `judge`, "
+                         "the reward (the whole batch through the judge); `update`, the rest of the step (trl logs no "
+                         "update time of its own; verl's `timing_s/update_actor`). The reward's stalls: the longest a "
+                         "sample waited for a judge worker and the slowest sample's own judging, each the maximum "
+                         "over steps, and the timeouts over all steps._"])
+
+
+def _median(values: Optional[dict]) -> str:
+    return fmt(statistics.median(values.values())) if values else "—"
+
+
+def _max(values: Optional[dict]) -> str:
+    return fmt(max(values.values())) if values else "—"
+
+
+def _total(values: Optional[dict]) -> str:
+    return f"{sum(values.values()):.0f}" if values else "—"
 
 
 def _prompt(config: dict) -> str:

@@ -23,6 +23,14 @@ SERIES: dict[str, tuple[str, ...]] = {
     "lr": ("learning_rate", "actor/lr", "optim/lr"),
     "step_time_s": ("step_time_s", "step_time", "timing_s/step"),
     "judge_s": ("judge/judge_s", "timing_s/reward"),
+    # where a step's time went beside the judge's: generating the rollouts, updating the weights
+    # (trl logs no update time: the cost page takes it as the step less generation and judging)
+    "generate_s": ("judge/generate_s", "timing_s/gen"),
+    "update_s": ("timing_s/update_actor",),
+    # reward stalls: the longest a sample waited for a judge worker, the slowest sample, timeouts
+    "judge_queue_wait_s": ("judge/judge_queue_wait_s",),
+    "slowest_sample_s": ("judge/slowest_sample_s",),
+    "timeouts": ("judge/timeouts",),
     "timeout_rate": ("judge/timeout_rate",),
     "accepted_rate": ("judge/accepted_rate",),
     "token_accuracy": ("mean_token_accuracy",),

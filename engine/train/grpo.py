@@ -45,6 +45,9 @@ class RewardGuard(TrainerCallback):
     def __init__(self, run: TrainRun, reward: JudgeReward, timeout_rate: Optional[float]) -> None:
         self.run, self.reward, self.timeout_rate = run, reward, timeout_rate
 
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.reward.begin_step()
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         rates = self.reward.step_rates()
         fault = judge_fault_reason(rates["judge_fault_rate"], state.global_step)

@@ -1,8 +1,8 @@
 """The RL reward of a trl run: the project's judge through `engine.judge.reward.compute_score_batch`
 (verl's reward, a step's completions in one judge stream), with what a reviewer needs kept beside it.
 
-Per step it logs judge time (the whole batch's, the longest queue wait of a sample, the slowest
-sample's own), timeouts, timeout rate, judge-fault rate and acceptance into the metric log (trl's
+Per step it logs the generation time before the scoring, judge time (the whole batch's, the
+longest queue wait of a sample, the slowest sample's own), timeouts, timeout rate, judge-fault rate and acceptance into the metric log (trl's
 `log_metric`), and appends the step's rollouts (all, or the first N, as the phase's
 `traces:` says) to `traces/rollouts.jsonl`: problem, the prompt it was asked, completion, reward,
 verdict, tokens (a flywheel pairs a harvested failure with the prompt that drew it).
@@ -45,6 +45,9 @@ class JudgeReward:
         self.traces = Path(run_dir) / TRACES_FILE
         self.traces.parent.mkdir(parents=True, exist_ok=True)
         self.last: dict[str, float] = {}
+        # When the step began or the last scoring ended: what passed since was generation (trl
+        # generates, then scores, then updates), so the cost page can set the judge's time beside it.
+        self.mark = time.perf_counter()
         # verdict counts of every batch scored since the step guard last read them: with gradient
         # accumulation trl scores several batches per optimizer step, and the step is all of them
         self.pending: Counter = Counter()
@@ -54,6 +57,7 @@ class JudgeReward:
                  **extra: Any) -> list[float]:
         texts = extra.get("final_text") or [_text(c) for c in completions]
         began = time.perf_counter()
+        generate_s = max(0.0, began - self.mark)
         results = compute_score_batch(["rlvr"] * len(texts), texts, ground_truth, mode=self.mode,
                                       run_config=self.run_config)
         judge_s = time.perf_counter() - began
@@ -64,7 +68,8 @@ class JudgeReward:
         # this step), and how many timed out.
         fresh = [r for r in results if not r.get("cached")]
         waits = [max(0.0, r.get("reward_wall_s", 0.0) - r.get("judge_wall_s", 0.0)) for r in fresh] or [0.0]
-        self.last = {"judge_s": judge_s, "judge_queue_wait_s": max(waits),
+        self.mark = time.perf_counter()
+        self.last = {"judge_s": judge_s, "generate_s": generate_s, "judge_queue_wait_s": max(waits),
                      "slowest_sample_s": max([r.get("judge_wall_s", 0.0) for r in fresh] or [0.0]),
                      "timeouts": float(sum(r["verdict"] == "TIMEOUT" for r in results)),
                      "timeout_rate": sum(r["verdict"] == "TIMEOUT" for r in results) / n,
@@ -78,6 +83,10 @@ class JudgeReward:
         step = (trainer_state.global_step + 1) if trainer_state is not None else 0
         self._trace(step, problem_id, prompts, texts, rewards, results, extra)
         return rewards
+
+    def begin_step(self) -> None:
+        """A training step begins: generation time counts from here."""
+        self.mark = time.perf_counter()
 
     def step_rates(self) -> dict[str, float]:
         """Timeout and judge-fault shares over every batch scored since the last call (the step

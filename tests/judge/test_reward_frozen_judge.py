@@ -5,6 +5,7 @@ gets from the reward the verdict the run's evaluations give it — never the def
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -85,8 +86,11 @@ def test_the_reward_logs_where_its_time_went(tmp_path):
     logged: dict[str, float] = {}
     reward = JudgeReward(run_dir, mode="dense", keep=0, attempt="a")
     fresh = [p.replace("```python\n", "```python\n# never judged before in this process\n") for p in (SLOW, CLOSE)]
+    reward.begin_step()
+    time.sleep(0.2)  # the step's generation, before the rollouts are scored
     reward(prompts=["p", "p"], completions=fresh, ground_truth=[truth, truth], problem_id=[THIRD.id] * 2,
            log_metric=logged.__setitem__)
     assert logged["judge/timeouts"] == 1.0 and logged["judge/timeout_rate"] == 0.5
     assert 0.5 <= logged["judge/slowest_sample_s"] <= logged["judge/judge_s"]
     assert 0.0 <= logged["judge/judge_queue_wait_s"] <= logged["judge/judge_s"]
+    assert 0.2 <= logged["judge/generate_s"] < 0.2 + logged["judge/judge_s"]

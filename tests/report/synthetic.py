@@ -50,7 +50,8 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
             runs.append(_run(root, trained, phase, variant, seed, phase, config))
             for step in range(1, 11):
                 for name, value in (("reward_mean", 0.1 * step + 0.01 * seed), ("kl", 0.01 * step), ("step_time_s", 2.0),
-                                    ("judge_s", 0.2)):
+                                    ("judge_s", 0.2), ("generate_s", 1.5), ("judge_queue_wait_s", 0.01 * step),
+                                    ("slowest_sample_s", 0.1), ("timeouts", float(step == 3))):
                     metrics.append(Metric(run_id=trained, dataset="train", name=name, value=value, step=step))
         for schedule, dataset in (("every_phase", "valid"), ("final", "test")):
             rid = f"eval-{trained}-{schedule}"

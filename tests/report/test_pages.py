@@ -136,3 +136,17 @@ def test_the_headline_is_a_table_on_a_terminal_and_markdown_in_a_pipe(report):
     asked = Console(file=io.StringIO(), force_terminal=True, width=100, color_system=None)
     print_results(asked, report, markdown=True)
     assert asked.file.getvalue().rstrip() == report.headline.rstrip()
+
+
+def test_the_cost_page_sets_the_rewards_time_and_stalls_beside_generation_and_update(report):
+    """Per training run: generate, judge and update seconds per step (update: the step less the
+    other two, trl logging none of its own), the judge's longest queue wait and slowest sample, and
+    the timeouts, so a judge that idles the accelerators shows."""
+    cost = (report.dir / "cost.md").read_text()
+    header = next(line for line in cost.splitlines() if line.startswith("| phase ") and "generate s" in line)
+    names = [c.strip() for c in header.strip("|").split("|")]
+    row = next(line for line in cost.splitlines() if line.startswith("| grpo ") and "| 10 " in line)
+    cells = dict(zip(names, (c.strip() for c in row.strip("|").split("|"))))
+    assert (cells["s/step"], cells["generate s"], cells["judge s"], cells["update s"]) == ("2.000", "1.500", "0.200",
+                                                                                          "0.300")
+    assert (cells["judge queue wait (max)"], cells["slowest sample (max)"], cells["timeouts"]) == ("0.100", "0.100", "1")
