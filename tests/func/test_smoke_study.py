@@ -82,6 +82,16 @@ def test_the_study_completes_after_a_kill_without_redoing_anything(study):
                       "GROUP BY run_id, dataset, protocol, name, step HAVING c > 1)").fetchone()[0] == 0
 
 
+def test_no_run_of_the_smoke_study_changed_nothing(study):
+    """GRPO, sparse GRPO and repair train on rollouts whose groups differ (the rollout temperature),
+    and the flywheel finds failures to learn from: none is a run the completion check flags."""
+    runs_dir = study[0]
+    with open_lineage(runs_dir / LINEAGE_FILE, readonly=True) as lineage:
+        flagged = [(r.phase, r.variant, r.seed, r.reason) for r in lineage.runs("smoke")
+                   if "changed nothing" in (r.reason or "")]
+    assert not flagged
+
+
 def _valid_accepted(runs_dir: Path) -> dict[tuple[str, object], float]:
     with open_lineage(runs_dir / LINEAGE_FILE, readonly=True) as lineage:
         out = {}
