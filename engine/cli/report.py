@@ -7,7 +7,7 @@ import argparse
 from engine.cli.views import console
 from engine.errors import UserError
 from engine.report.generate import write_reports
-from engine.runs.status import spec_name_of
+from engine.runs.status import edited_since_run, spec_name_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,6 +22,8 @@ def command(args: argparse.Namespace) -> int:
     if not reports:
         raise UserError(f"nothing to report: no runs{f' of {name!r}' if name else ''} in {args.runs_dir}/lineage.sqlite\n"
                         "  fix: run the spec first (`rlvr-run SPEC`), or pass --runs-dir")
+    if args.spec and (edited := edited_since_run(args.runs_dir, args.spec)):
+        console.print(f"note: {edited}", style="yellow", highlight=False, markup=False)
     for report in reports:
         console.print(f"{report.spec}: {len(report.pages)} pages, {len(report.images)} figures in "
                       f"{report.seconds:.1f} s → {report.dir / 'index.md'}", highlight=False)

@@ -153,9 +153,15 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
           datasets: Optional[list[str]] = None, out_dir: Optional[Path] = None,
           settings: Settings = Settings()) -> list[Task]:
     """One task per dataset the run uses for `use` (evaluate, or generate for best_of_n), with the
-    protocol frozen for `use`; `datasets` picks others (a training run scoring its checkpoints)."""
+    protocol frozen for `use`; `datasets` picks others (a training run scoring its checkpoints).
+
+    A trained run's rollouts (DPO's pairs, RAFT's cycles, a flywheel's harvest pass) are its
+    training rows: they are asked with the template it trains on (`FrozenRun.prompt_template`),
+    not whatever its rollout protocol names, and keyed by it."""
     registry = run_registry(run_dir)
     protocol = frozen.protocols[use]
+    if use == "rollout" and frozen.prompt is not None and frozen.prompt_template() != protocol.get("prompt"):
+        protocol = {**protocol, "prompt": frozen.prompt_template()}
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
     names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []

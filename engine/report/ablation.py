@@ -140,6 +140,8 @@ def versus_parent(study: Study, columns: list[Column]) -> Table:
             verdict = _verdict(d.low, d.high)
             if note := unchanged_note(ours, flagged):  # Δ = 0 on those seeds by construction
                 verdict += f"; {unit} {note}"
+            if note := unchanged_note(theirs, flagged):  # the "before" is the model its parent started from
+                verdict += f"; {parent} {note}"
             rows.append([unit, parent, col.dataset, fmt(float(p.theirs.mean())), fmt(float(p.ours.mean())),
                          f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})",
                          verdict, _mdd(p.ours, p.theirs, control_seeded=p.theirs_seeded)])

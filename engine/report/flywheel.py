@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from engine.report.main_table import Column
+from engine.report.main_table import Column, unchanged_note
 from engine.report.pairing import pair
 from engine.report.stats import paired_delta
 from engine.report.study import Cell, Study
 from engine.report.tables import Table, fmt
+from engine.runs.completion import unchanged_runs
 from engine.train.flywheel import FLYWHEEL_SERIES, NOT_THE_MODEL, classify
 
 ALL = "declared classes"
@@ -100,13 +101,19 @@ def shift_rows(col: Column, unit: str, against: str, classes: list[str]) -> tupl
     return rows, note
 
 
-def shift_table(columns: list[Column], unit: str, against: str, classes: list[str]) -> Table:
+def shift_table(columns: list[Column], unit: str, against: str, classes: list[str],
+                flagged: Optional[dict[str, str]] = None) -> Table:
+    """`flagged`: the study's runs resting on a model that changed nothing (`unchanged_runs`): a
+    shift resting on one is 0 by construction, and its footer says so."""
     rows, notes = [], []
     for col in columns:
         found, note = shift_rows(col, unit, against, classes)
         rows += found
         if note:
             notes.append(f"_{col.dataset}: {note}._")
+        if found:
+            notes += [f"_{col.dataset}: {side} {said}; the Δ rests on it._"
+                      for side in (unit, against) if (said := unchanged_note(col.cells.get(side) or [], flagged or {}))]
     return Table(headers=["dataset", "class", f"{against} share", f"{unit} share", "Δ share [95 %]", "verdict"],
                  rows=rows, footer=notes)
 
@@ -131,6 +138,6 @@ def errors_section(study: Study, columns: list[Column]) -> list[tuple[str, str, 
         parent = parent_unit(study, unit)
         if parent is None:
             continue
-        table = shift_table(columns, unit, parent, list(wheel["classes"]))
+        table = shift_table(columns, unit, parent, list(wheel["classes"]), unchanged_runs(study.runs, study.configs))
         out.append((unit, table.markdown(), f"{unit} against {parent}, the phase it starts from"))
     return out

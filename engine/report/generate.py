@@ -47,6 +47,7 @@ from engine.report.panels import (
 from engine.report.study import Study, load_study
 from engine.report.tables import Table
 from engine.resources import TEMPLATES
+from engine.runs.completion import unchanged_runs
 from engine.runs.lineage import LINEAGE_FILE, open_lineage
 
 REPORT_DIR = "report"
@@ -221,7 +222,8 @@ def _ablations(study: Study, columns: list[Column]) -> dict[str, Any]:
     for title, table, warnings in ablation_tables(study, columns):
         variant, _, phase = title.partition(" vs ")
         unit = f"{phase}/{variant}"
-        shift = (shift_table(columns, unit, phase, list(wheels[unit]["classes"])).markdown()
+        shift = (shift_table(columns, unit, phase, list(wheels[unit]["classes"]),
+                             unchanged_runs(study.runs, study.configs)).markdown()
                  if unit in wheels else "")
         out.append((title, table.markdown(), warnings, shift))
     return {"ablations": out}

@@ -126,6 +126,26 @@ def collect_status(runs_dir: Path | str, spec: Optional[str] = None) -> StatusRe
                         older=older)
 
 
+def edited_since_run(runs_dir: Path | str, spec: str) -> str:
+    """A sentence when SPEC is a spec file whose text differs from the one its study last ran with
+    ("" otherwise): the pages, `status` and `price` are that run's plan, not the edited file's."""
+    path, lineage_path = Path(spec), Path(runs_dir) / LINEAGE_FILE
+    if not path.is_file() or not lineage_path.exists():
+        return ""
+    import hashlib
+
+    from engine.spec.load import read_text
+
+    name = spec_name_of(spec)
+    with open_lineage(lineage_path, readonly=True) as lineage:
+        recorded = lineage.spec(name)
+    if recorded is None or hashlib.sha256(read_text(path).encode("utf-8")).hexdigest() == recorded.sha256:
+        return ""
+    return (f"{path} was edited since it last ran (the study's plan is that of {recorded.sha256[:12]}, recorded "
+            f"{recorded.recorded_at or 'earlier'}): these numbers are of the plan it last ran with; run "
+            f"`rlvr-run {path}` to plan the edit")
+
+
 def _row(rec: RunRecord, metrics: list[Metric], evaluated: list[str], time: Optional[RunTime]) -> StatusRow:
     return StatusRow(
         id=rec.id, spec_name=rec.spec_name, phase=rec.phase, variant=rec.variant, seed=rec.seed, kind=rec.kind,

@@ -220,16 +220,20 @@ def start_policy(run_dir: Path, wheel: FrozenFlywheel, source: Path) -> Optional
     policy after s - 1 updates (RAFT: cycle s, after s - 1 cycles). The harvested run's own model
     (`from:` = `of:`) is a GRPO or repair run's chosen checkpoint (step k: the policy of step
     k + 1's rollouts), or RAFT's last cycle's model, which sampled nothing (None: the latest
-    stand nearest); the model that run itself started from (`from:` its parent) is the policy of
-    its first step (0). Any other model drew none of them: None."""
-    parents = _parents(run_dir)
+    stand nearest); the model that run itself started from (`from:` its parent, or the base model
+    when both start from it) is the policy of its first step (0). Any other model drew none of
+    them: None."""
+    mine, theirs = _config(run_dir), _config(source)
+    if _init(mine) != "parent":  # no `from:`: its one parent is the run it harvests, not its model
+        return 0 if _init(theirs) == "base_model" else None
+    parents = list(mine.get("parents") or [])
     model_parent = next((p for p in parents if p != wheel.of_run), wheel.of_run)
     if model_parent == wheel.of_run:
         if wheel.of_kind not in ("grpo", "repair"):
             return None
         outcome = read_outcome(source)
         return outcome.chosen.step if outcome is not None and outcome.chosen is not None else None
-    return 0 if model_parent in _parents(source) else None
+    return 0 if _init(theirs) == "parent" and model_parent in (theirs.get("parents") or [])[:1] else None
 
 
 def policy_distance(h: Harvested, policy: Optional[int]) -> tuple[float, int]:
@@ -239,12 +243,16 @@ def policy_distance(h: Harvested, policy: Optional[int]) -> tuple[float, int]:
     return (abs((h.step - 1) - policy) if policy is not None else 0.0, -h.step)
 
 
-def _parents(run_dir: Path) -> list[str]:
+def _config(run_dir: Path) -> dict[str, Any]:
     try:
-        config = YAML(typ="safe").load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
+        return YAML(typ="safe").load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
     except OSError:
-        return []
-    return list(config.get("parents") or [])
+        return {}
+
+
+def _init(config: dict[str, Any]) -> str:
+    """What a run's model starts from: `parent` (its first parent's model) or `base_model`."""
+    return str(config.get("init") or ("parent" if config.get("parents") else "base_model"))
 
 
 def source_dir(run_dir: Path, wheel: FrozenFlywheel) -> Path:

@@ -190,8 +190,9 @@ def repair_rows(problems: dict[str, Problem], kept: Sequence[Harvested], report:
 def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem]], problems: dict[str, Problem],
                   backend: Backend, decoding: Any, judge: Judge, tries: int) -> dict[int, str]:
     """Failure index → the first accepted answer the repair loop got from the policy in `tries` tries.
-    Try t is sampled with the decoding's seed + t: the tries of a failure share their prompt, and
-    under one seed a per-request seeded engine (vLLM, a server) would give one answer `tries` times."""
+    Try t of failure i is sampled with the decoding's seed + i * tries + t: the tries of a failure
+    share their prompt, and so do alike failures (a collapsed policy leaves one wrong answer many
+    times); under one seed a per-request seeded engine (vLLM, a server) would answer them alike."""
     first = []
     for i, (h, prompt, _) in enumerate(asked):
         failed = SampleResult(problem_id=h.problem_id, verdict=_verdict(h.verdict), accepted=False, passed=0,
@@ -199,7 +200,8 @@ def _repair_tries(asked: Sequence[tuple[Harvested, list[dict[str, str]], Problem
         first += [Answer(key=f"{i}/{t}", problem=problems[h.problem_id], conversation=prompt, completion=h.completion,
                          result=failed) for t in range(tries)]
     one = replace(decoding, n=1)
-    seeds = [one.seed + int(a.key.split("/")[1]) for a in first]  # every first answer fails: all are asked, in order
+    # every first answer fails: all are asked, in order
+    seeds = [one.seed + int(i) * tries + int(t) for i, t in (a.key.split("/") for a in first)]
     chains = repair(first, generate=lambda convs: [g[0] for g in generate(backend, convs, one, seeds)],
                     text=lambda g: g.text, judge=judge, rounds=2)
     out: dict[int, str] = {}

@@ -87,3 +87,30 @@ def test_the_sft_rows_are_rendered_with_the_template_the_config_names(tmp_path):
     problem = train.datasets("train")[0].problems[0]
     short = PromptChoice(registry=run_registry(run_dir), template="short_chat", model=frozen.base_model)
     assert rows[0]["prompt"] == [m.model_dump() for m in short.prompt(problem)]
+
+
+def test_a_run_that_samples_its_own_training_rows_samples_them_on_its_training_template(tmp_path):
+    """RAFT (and DPO) sample with their rollout protocol and train on the samples. A rollout
+    protocol that names no template sampled on the model's default while the rows were rendered
+    with the training template (`short_chat`): completions to one prompt trained under another."""
+    from engine.evaluate.eval_run import protocol_sha256, tasks
+    from engine.plan.frozen import read_frozen_run, run_registry
+    from engine.prompts.templates import PromptChoice
+    from engine.runs.materialize import materialize
+
+    text = SPEC.replace("variants:", "  raft: {kind: raft, from: sft, trainer: trl, train: toy_train, "
+                                     "rollout: plain_rollout}\nvariants:")
+    checked = _checked(tmp_path, text)
+    run = next(r for r in checked.plan.runs if r.label == "raft@1")
+    assert run.config["prompt"]["template"] == "short_chat"
+    dirs = materialize(checked.plan, checked.validated, tmp_path / "runs")
+    run_dir = next(d.path for d in dirs if d.run.id == run.id)
+    frozen = read_frozen_run(run_dir)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    [task] = tasks(run_dir, str(model), frozen, "rollout", datasets=["toy_train"], out_dir=tmp_path / "out")
+    short = PromptChoice(registry=run_registry(run_dir), template="short_chat", model=frozen.base_model)
+    assert task.prompts[0] == [m.model_dump() for m in short.prompt(task.problems[0])]
+    # its records are keyed by the template they were asked with: none asked otherwise resumes into them
+    assert task.keys.protocol != protocol_sha256(frozen.protocols["rollout"])

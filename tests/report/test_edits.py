@@ -84,3 +84,41 @@ def test_editing_the_spec_back_makes_the_old_runs_current_again(tmp_path):
     with open_lineage(tmp_path / "lineage.sqlite", readonly=True) as lineage:
         assert {r.id for r in lineage.plan_runs(edited.NAME)} == set(before.values())
     assert "### Runs of an older plan" in (report.dir / "index.md").read_text()
+
+
+def test_a_lineage_written_before_plans_were_recorded_shows_the_latest_plan(tmp_path):
+    """A lineage of the previous schema knew no plan. It is upgraded by the next `rlvr-run` of
+    any spec in its folder, which records that spec's plan only: every other spec's runs stood as
+    planned, and the replaced ones went back into its cells (the SFT cell held the old and new
+    run of each seed and the dropped seed 3). The upgrade takes the newest run of each phase,
+    seed, kind and schedule, of the seeds and units the spec as last recorded still declares."""
+    from engine.runs.lineage.migrations import MIGRATIONS
+    from engine.runs.lineage.sqlite import Database
+
+    before, after = edited.build(tmp_path)
+    db = Database(tmp_path / "lineage.sqlite")  # the file as the previous version left it
+    db["plan_runs"].drop()
+    db[MIGRATIONS.migrations_table].delete_where("name = ?", ["m010_plan_runs"])
+    db.close()
+    with open_lineage(tmp_path / "lineage.sqlite"):  # `rlvr-run` of another spec upgrades the file
+        pass
+    [report] = write_reports(tmp_path)
+    with open_lineage(tmp_path / "lineage.sqlite", readonly=True) as lineage:
+        assert {r.id for r in lineage.plan_runs(edited.NAME)} == set(after.values())
+    sft = next(row for row in report.headline_table.rows if row[0] == "sft")
+    assert sft[1].startswith("0.000 ± 0.000"), sft
+    assert "toy_valid (seeds = 2, N = 20, n = 1)" in report.headline
+
+
+def test_a_report_of_a_spec_edited_since_it_last_ran_says_its_pages_are_of_the_last_run_plan(tmp_path, capsys):
+    """The pages are the plan the spec last ran with: `rlvr-run report SPEC` after an edit not yet
+    run showed them without a word, as if they were the edited spec's numbers."""
+    edited.build(tmp_path)
+    spec = tmp_path / "toy.yaml"
+    spec.write_text(edited.spec_text([1, 2], "1.0e-9"))  # the spec as last run
+    assert main(["report", str(spec), "--runs-dir", str(tmp_path)]) == 0
+    assert "edited since" not in capsys.readouterr().out
+    spec.write_text(edited.spec_text([1], "1.0e-9"))  # seed 2 dropped, not run yet
+    assert main(["report", str(spec), "--runs-dir", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{spec} was edited since it last ran" in out and f"rlvr-run {spec}" in out

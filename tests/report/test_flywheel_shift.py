@@ -44,3 +44,16 @@ def test_judge_faults_are_no_class_and_do_not_dilute_the_share():
     theirs._samples = theirs.samples() + [r.model_copy(update={"verdict": "INTERNAL_ERROR"}) for r in theirs.samples()]
     rows, _ = _shift([_cell("dpo", 1, GOOD)], [theirs])
     assert rows[0][2] == "0.500"  # 2 TIMEOUT of 4 answers the model gave, not of 8 records
+
+
+def test_a_shift_resting_on_a_run_that_changed_nothing_says_so():
+    # A flywheel DPO with nothing to learn from hands on its parent's model: its evaluation scores
+    # the parent's weights and the shift is 0 by construction; the table said "no clear change".
+    from engine.report.flywheel import shift_table
+
+    ours = [_cell("dpo", 1, BAD, verdict="TIMEOUT", run_id="eval-dpo-1")]
+    col = SimpleNamespace(dataset="valid", cells={"dpo_flywheel": ours, "grpo": [_timeouts(1)]}, context=CONTEXT)
+    flagged = {"eval-dpo-1": "no failure of TIMEOUT among 16 judged training samples of grpo"}
+    table = shift_table([col], "dpo_flywheel", "grpo", ["TIMEOUT"], flagged)
+    assert "+0.000" in table.rows[0][4]
+    assert any("dpo_flywheel changed nothing on seed 1" in line for line in table.footer), table.footer

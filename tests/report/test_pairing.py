@@ -123,3 +123,18 @@ def test_a_dataset_evaluated_in_two_schedules_counts_each_seed_once():
     assert "d (seeds = 3" in table.headers[1]
     assert table.rows[0][1].startswith("0.500 ± 0.500")  # the std of three seeds, not of six values
     assert any("evaluated twice under one protocol" in line and "every1" in line for line in table.footer)
+
+
+def test_a_phase_against_a_parent_that_changed_nothing_says_so():
+    """The SFT run of seed 1 changed nothing (its weights are the base's): grpo against sft on
+    seed 1 rests on it. The row named only the phase's own unchanged runs, never its parent's."""
+    from engine.runs.completion import UNCHANGED
+
+    ours, theirs = [_cell("grpo", 1, ALL)], [_cell("sft", 1, NONE)]
+    sft = RunRecord(id="sft-train-1", spec_name="s", phase="sft", seed=1, kind="sft", state="succeeded",
+                    reason=f"exit 0, outputs complete; {UNCHANGED}its gradient norm was 0")
+    study = _study(ours + theirs, trained=(sft,))
+    study.configs[theirs[0].run.id]["evaluates"] = sft.id
+    col = Column(dataset="d", cells={"grpo": ours, "sft": theirs}, why={}, context=CONTEXT, reference=ours[0])
+    [row] = versus_parent(study, [col]).rows
+    assert "sft changed nothing on seed 1" in row[7], row

@@ -230,3 +230,45 @@ def test_raft_samples_carry_their_cycle_and_cycles_are_read_in_number_order(tmp_
             format_ok=True, judge_s=0.0, judge_version="v")])
     assert [(s["completion"], s["step"]) for _, s in source_samples(source, "raft")] == [
         ("cycle 1", 1), ("cycle 2", 2), ("cycle 10", 10)]
+
+
+def test_the_tries_of_two_alike_failures_are_sampled_with_seeds_of_their_own(tmp_path):
+    # A policy whose rollouts collapsed leaves the same failing answer to one prompt several
+    # times. Under seed + try alone, each such failure was asked with the same seeds as the first:
+    # a seeded engine answered them alike, and 2 x 4 tries were 4 tries paid twice.
+    from engine.evaluate.backends.base import Decoding
+    from engine.train.flywheel_rows import repair_rows
+
+    problem = next(p for p in toy_problems("train") if p.kind == "stdio")
+    source = tmp_path / "source"
+    (source / "traces").mkdir(parents=True)
+    (source / "traces" / "rollouts.jsonl").write_text("{}\n")
+    wheel = WHEEL.model_copy(update={"classes": ["WRONG_ANSWER"]})
+    rel, sample = _sample(problem.id, "```python\nprint(0)\n```", "WRONG_ANSWER")
+    kept, report = harvest(tmp_path / "run", wheel, {problem.id: problem}, [(rel, sample), (rel, dict(sample))],
+                           source)
+    assert len([h for h in kept if h.error_class == "WRONG_ANSWER"]) == 2
+    engine = SeededEngine(f"```python\n{problem.solutions[0]}\n```")
+    with Judge(JudgeConfig(workers=1)) as judge:
+        repair_rows({problem.id: problem}, kept, report, lambda p: [{"role": "user", "content": p.statement}],
+                    engine, Decoding(temperature=1.0, seed=5), judge, share=0.5, tries=4)
+    assert sorted(engine.seeds) == list(range(5, 13))
+
+
+def test_a_flywheel_run_from_the_base_model_starts_where_the_harvested_run_started(tmp_path):
+    # A DPO with no `from:` has one parent, the run it harvests: it was taken to start from that
+    # run's chosen checkpoint (step 3) and paired the failures drawn there, though it starts from
+    # the base model, the policy of that run's first step (it too started from the base model).
+    from engine.train.flywheel import start_policy
+    from engine.train.outcome import Chosen, TrainingOutcome, write_outcome
+
+    source, run = tmp_path / "abc123", tmp_path / "dpo"
+    for folder, config in ((source, "parents: []\ninit: base_model\n"),
+                           (run, "parents: [abc123]\ninit: base_model\n")):
+        folder.mkdir()
+        (folder / "config.yaml").write_text(config)
+    write_outcome(source, TrainingOutcome(trainer="trl", chosen=Chosen(step=3, path="checkpoints/checkpoint-3",
+                                                                          why="best")))
+    assert start_policy(run, WHEEL, source) == 0
+    (source / "config.yaml").write_text("parents: [sft1]\ninit: parent\n")  # it started from an SFT: not the base
+    assert start_policy(run, WHEEL, source) is None

@@ -5,6 +5,8 @@ Append a new migration for every change; never edit one that has shipped.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from engine.runs.lineage.sqlite import Database, Migrations
 
 MIGRATIONS = Migrations("rlvr-run-lineage")
@@ -124,7 +126,50 @@ def _m009(db: Database) -> None:
 def _m010(db: Database) -> None:
     # The runs of each spec's latest plan. An edited spec (a seed dropped, a learning rate
     # changed) plans other runs under the same name; the runs it no longer plans stay in
-    # `runs` but are not the study's numbers. A lineage written before this knew no plan:
-    # every run it holds stands as planned until the next `rlvr-run SPEC` records one.
+    # `runs` but are not the study's numbers. A lineage written before this knew no plan, and
+    # the `rlvr-run` that upgrades it records one spec's plan only: every other spec's stands
+    # as `_latest_plan` infers it until its next `rlvr-run SPEC`.
     db["plan_runs"].create({"spec_name": str, "run_id": str, "position": int}, pk=("spec_name", "run_id"))
-    db.execute("INSERT INTO plan_runs (spec_name, run_id, position) SELECT spec_name, id, rowid FROM runs")
+    rows = list(db.query("SELECT rowid, id, spec_name, phase, variant, seed, kind, config_json, created_at "
+                         "FROM runs ORDER BY created_at, rowid"))
+    specs = {r["name"]: r["text"] for r in db.query("SELECT name, text FROM specs ORDER BY recorded_at")}
+    db["plan_runs"].insert_all({"spec_name": r["spec_name"], "run_id": r["id"], "position": r["rowid"]}
+                               for r in _latest_plan(rows, specs))
+
+
+def _latest_plan(rows: list[dict], specs: dict[str, str]) -> list[dict]:
+    """The runs an unrecorded plan most likely held (what the pages showed before plans were
+    recorded, less what the spec as last recorded no longer declares): the newest run of each
+    phase, variant, seed, kind and schedule (an edit that changed a run planned a newer one
+    under the same key), of a seed and a phase or variant that spec still has. A spec text that
+    does not parse keeps every seed and unit."""
+    import json
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    newest: dict[tuple, dict] = {}
+    for row in rows:  # oldest first: a later run of a key replaces an earlier one
+        try:
+            schedule = (json.loads(row["config_json"] or "{}") or {}).get("schedule")
+        except (ValueError, AttributeError):
+            schedule = None
+        newest[(row["spec_name"], row["phase"], row["variant"], row["seed"], row["kind"], schedule)] = row
+    declared: dict[str, tuple[Optional[set], set]] = {}
+    for name, text in specs.items():
+        try:
+            tree = YAML(typ="safe").load(text or "") or {}
+            seeds = tree.get("seeds")
+            units = set(tree.get("phases") or {}) | set(tree.get("variants") or {})
+            declared[name] = ({int(s) for s in seeds} if isinstance(seeds, list) else None, units)
+        except (YAMLError, AttributeError, TypeError, ValueError):
+            continue
+    kept = []
+    for row in sorted(newest.values(), key=lambda r: r["rowid"]):
+        seeds, units = declared.get(row["spec_name"], (None, set()))
+        if seeds is not None and row["seed"] is not None and row["seed"] not in seeds:
+            continue
+        if units and (row["variant"] or row["phase"]) not in units:
+            continue
+        kept.append(row)
+    return kept
