@@ -128,7 +128,8 @@ def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = Non
     full = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=1)
     median = {r.id: r.seconds.p50 for r in full.runs}
     took: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    actuals = attributed_seconds(list(records.values()), median, lineage.run_times(records))
+    actuals = attributed_seconds(list(records.values()), median,  # (older runs share their processes' time)
+                                 lineage.run_times(r.id for r in lineage.runs(spec_name)))
     for run in study.runs:
         actual = actuals.get(run.id)
         if actual is not None and median.get(run.id):

@@ -89,13 +89,19 @@ def attributed_seconds(records: Sequence[RunRecord], forecast_s: dict[str, float
                        times: Mapping[str, RunTime]) -> dict[str, float]:
     """Each succeeded run's actual seconds: the sum of its attempts (lineage's events), not its last
     one. An attempt done in a process with other runs (evaluations of one checkpoint) holds the
-    process's whole time, which is split among them in proportion to their forecasts."""
+    process's whole time, which is split among them in proportion to their forecasts.
+
+    `times` should hold every run of the study, those of an older plan too: a process shared with
+    a run an edit replaced was that run's as well, so it takes its share (a member without a
+    forecast weighs as the mean of those with one) instead of leaving the whole to the others."""
     now = datetime.now(timezone.utc)
     took: dict[str, float] = defaultdict(float)
     for group in _processes(times):
         start, end = _span(group, now)
         whole = (end - start).total_seconds()
-        weights = [max(forecast_s.get(run_id, 0.0), 0.0) for run_id, _ in group]
+        known = [max(forecast_s[run_id], 0.0) for run_id, _ in group if run_id in forecast_s]
+        fill = sum(known) / len(known) if known else 1.0
+        weights = [max(forecast_s[run_id], 0.0) if run_id in forecast_s else fill for run_id, _ in group]
         total = sum(weights)
         for (run_id, attempt), weight in zip(group, weights):
             took[run_id] += attempt.seconds(now) if len(group) == 1 else \
@@ -205,7 +211,8 @@ def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[Data
 def versus_lineage(lineage: Lineage, spec_name: str, **options) -> Versus:
     spec = lineage.spec(spec_name)
     records = lineage.plan_runs(spec_name)
-    return versus(spec_name, records, lineage.datasets(spec_name), lineage.run_times(r.id for r in records),
+    # every run's times, an older plan's too: a process it shared with a current run is split with it
+    return versus(spec_name, records, lineage.datasets(spec_name), lineage.run_times(r.id for r in lineage.runs(spec_name)),
                   registry=spec_registry(spec.path if spec else None), **options)
 
 

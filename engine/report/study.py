@@ -144,10 +144,13 @@ def load_study(lineage: Lineage, name: str) -> Study:
     runs = lineage.plan_runs(name)
     configs = {r.id: json.loads(r.config_json or "{}") for r in runs}
     ids = [r.id for r in runs]
+    spec_ids = {r.id for r in lineage.runs(name)}
     metrics: dict[str, list[Metric]] = {}
     for m in lineage.all_metrics(ids):
         metrics.setdefault(m.run_id, []).append(m)
     return Study(name=name, spec=lineage.spec(name), runs=runs, configs=configs, metrics=metrics,
-                 events=[e for e in lineage.events() if e.run_id in set(ids)], waivers=lineage.waivers(name),
+                 # every run's events, an older plan's too: a process it shared with a current run
+                 # splits its time with it (`price.study.attributed_seconds`)
+                 events=[e for e in lineage.events() if e.run_id in spec_ids], waivers=lineage.waivers(name),
                  datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids},
                  leaks=lineage.leaks(name), older=older_runs(lineage, name))

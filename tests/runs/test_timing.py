@@ -127,3 +127,18 @@ def test_status_shows_a_resumed_runs_time_as_the_sum_of_its_attempts(tmp_path):
         lineage.db["runs"].update("r", {"state": "succeeded", "started_at": _at(3700), "finished_at": _at(3760)})
     [row] = collect_status(tmp_path, "s").runs
     assert row.duration_s == 160
+
+
+def test_a_process_shared_with_a_run_of_an_older_plan_is_split_with_it():
+    """Two evaluations of one checkpoint ran in one 60 s process; an edit then replaced the one whose
+    process it was (its final protocol changed). The current evaluation holds its share of the
+    process, not the whole: the replaced run, with no forecast of its own, weighs as the others do."""
+    events = [_event("leader", 0, S.queued, S.running, "attempt 1"),
+              _event("follower", 0, S.queued, S.running, "attempt 1 in the process of leader"),
+              _event("follower", 60, S.running, S.succeeded), _event("leader", 60, S.running, S.succeeded)]
+    follower = RunRecord(id="follower", spec_name="s", phase="p", kind="eval", state=S.succeeded,
+                         started_at=_at(0), finished_at=_at(60))
+    assert attributed_seconds([follower], {"follower": 100.0}, run_times(events)) == {"follower": 30.0}
+    # without the older run's events (what the callers passed before), the follower was charged all 60 s
+    assert attributed_seconds([follower], {"follower": 100.0},
+                              run_times([e for e in events if e.run_id == "follower"])) == {"follower": 60.0}
