@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Callable, Iterable, Optional
 
@@ -28,6 +29,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "data": ("engine.cli.data", "id lists, leakage report, exports, preference pairs"),
 }
 SUBCOMMANDS = tuple(VERBS)
+# Verbs that may load a model in this process (rule 3's encoder, the tiny base model): the
+# libraries' own progress bars and warnings would land between rlvr-run's lines. `evaluate` is
+# what a run's launch.sh runs: its output is the run's log, where they belong.
+LOADS_MODELS = ("run", "validate", "data")
 
 
 def build_parser(verbs: Iterable[str] = SUBCOMMANDS) -> argparse.ArgumentParser:
@@ -54,6 +59,17 @@ def _normalize_argv(argv: list[str]) -> list[str]:
     return argv
 
 
+def quiet_libraries() -> None:
+    """Keep transformers' and the Hub's progress bars and logged warnings off this process's
+    terminal (they read these variables when first imported); a setting of the user's stays, and
+    the runs this process starts get the environment without ours (`run_environment`)."""
+    from engine.runs.executors.base import QUIETED_ENV, RUNNER_QUIET_ENV
+
+    ours = [name for name in RUNNER_QUIET_ENV if name not in os.environ]
+    os.environ.update({name: RUNNER_QUIET_ENV[name] for name in ours})
+    os.environ[QUIETED_ENV] = " ".join(dict.fromkeys([*os.environ.get(QUIETED_ENV, "").split(), *ours]))
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = _normalize_argv(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser(argv[:1])
@@ -62,6 +78,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if func is None:
         parser.print_help()
         return 2
+    if args.command in LOADS_MODELS:
+        quiet_libraries()
     from rich.text import Text
 
     from engine.cli.views import err_console
@@ -76,8 +94,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         err_console.print(Text("error: ", style="bold red") + Text(str(exc)), highlight=False)
         fix = getattr(args, "fix_for", lambda e: None)(exc)
         if fix:
-            err_console.print(f"fix: {fix}", highlight=False, soft_wrap=True)
+            err_console.print(Text(f"fix: {fix}"), highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]")
+        err_console.print(Text("interrupted", style="yellow"))
         return 130

@@ -9,10 +9,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from rich.progress import Progress, SpinnerColumn, TextColumn
+from rich.progress import Progress, SpinnerColumn
+from rich.text import Text
 
 from engine.cli.judge import add_judge_options, judge_config, judge_options_given
-from engine.cli.views import console, err_console, leakage_table, verify_line
+from engine.cli.views import (
+    console,
+    err_console,
+    leakage_table,
+    plain_progress_columns,
+    text_column,
+    verify_line,
+)
 from engine.data.files import write_problems
 from engine.data.idlist import select_ids, write_idlist
 from engine.data.loaders import load_reference
@@ -95,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load_with_progress(reference: str, spec: Optional[Path]):
-    with Progress(SpinnerColumn(), TextColumn("loading {task.description}: {task.completed} problems"),
+    with Progress(SpinnerColumn(), text_column("loading {task.description}: {task.completed} problems"),
                   console=err_console, transient=True) as bar:
         task = bar.add_task(reference, total=None)
         return load_reference(reference, spec_path=spec, on_row=lambda n: bar.update(task, completed=n))
@@ -141,8 +149,8 @@ def _cmd_data_export(args: argparse.Namespace) -> int:
     console.print(f"wrote {result.path}: {result.rows} {result.format} rows from {loaded.name} "
                   f"(fingerprint {loaded.fingerprint[:16]}), sha256 {result.sha256}")
     if result.skipped:
-        console.print(f"[yellow]skipped {len(result.skipped)}[/]: " + "; ".join(result.skipped[:5])
-                      + (" …" if len(result.skipped) > 5 else ""), highlight=False)
+        console.print(Text(f"skipped {len(result.skipped)}", style="yellow") + Text(
+            ": " + "; ".join(result.skipped[:5]) + (" …" if len(result.skipped) > 5 else "")), highlight=False)
     return 0
 
 
@@ -153,7 +161,7 @@ def _cmd_data_export_run(args: argparse.Namespace) -> int:
              if value is not None]
     if given:
         raise UserError(f"--run-dir takes everything from the run's config.yaml; drop {', '.join(given)}")
-    with err_console.status(f"exporting {args.run_dir}"):
+    with err_console.status(Text(f"exporting {args.run_dir}")):
         results = export_run(args.run_dir, args.format)
     console.print(summary_line(args.run_dir, results), highlight=False)
     return 0
@@ -170,7 +178,7 @@ def _cmd_data_leakage(args: argparse.Namespace) -> int:
     validated = validate_spec(args.spec, content=False)
     cache = SketchCache(root=args.cache_dir) if args.cache_dir else None
     with err_console.status("rule 3") as status:
-        report = check_leakage(validated, cache=cache, on_step=lambda step: status.update(step),
+        report = check_leakage(validated, cache=cache, on_step=lambda step: status.update(Text(step)),
                                confirm=confirm_by_execution)
     to_stdout = args.json == "-"
     if args.json:
@@ -191,9 +199,9 @@ def _cmd_data_leakage(args: argparse.Namespace) -> int:
             out.print(f"  {pair.train} × {pair.evaluation}: {describe(leak)} — {leak.level}, kind {leak.kind}, "
                       f"scores {_scores(leak.scores)}", highlight=False)
     for warning in report.warnings:
-        err_console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+        err_console.print(Text("warning: ", style="bold yellow") + Text(warning), highlight=False, soft_wrap=True)
     for diag in report.errors:
-        err_console.print(diag.render(), highlight=False)
+        err_console.print(Text(diag.render()), highlight=False, soft_wrap=True)
     return 1 if report.errors else 0
 
 
@@ -223,7 +231,7 @@ def _cmd_data_verify(args: argparse.Namespace) -> int:
     targets = verify_targets(args.target, args.dataset)
     for target in targets:
         loaded = _load_with_progress(target.reference, target.spec)
-        with Progress(*Progress.get_default_columns(), console=err_console, transient=True) as bar:
+        with Progress(*plain_progress_columns(), console=err_console, transient=True) as bar:
             task = bar.add_task(f"verifying {loaded.name}", total=len(loaded.problems))
             report, cached = verify_dataset(loaded.name, loaded.problems, loaded.fingerprint, target.judge,
                                             refresh=args.refresh, progress=lambda n: bar.advance(task, n))
@@ -244,7 +252,7 @@ def _cmd_data_pairs(args: argparse.Namespace) -> int:
                         "already, with the limits their records name\n"
                         "  fix: drop --verdicts to judge now with these options, or drop the options")
     prompt_for = registry_prompt(load_registry(find_registry(Path.cwd())), args.prompt)
-    with Progress(console=err_console, transient=True) as bar:
+    with Progress(*plain_progress_columns(), console=err_console, transient=True) as bar:
         task = bar.add_task("judging", total=None)
         problems, judged, version = judged_samples(
             args.problems, args.samples, verdicts_path=args.verdicts, config=judge_config(args),

@@ -9,11 +9,10 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TextColumn,
     TimeElapsedColumn,
 )
 
-from engine.cli.views import console, err_console, judge_tables
+from engine.cli.views import console, err_console, judge_tables, text_column
 from engine.errors import UserError
 from engine.judge.batch import judge_file
 from engine.judge.config import JudgeConfig
@@ -68,7 +67,7 @@ def judge_config(args: argparse.Namespace, *, sparse: bool = False) -> JudgeConf
 
 def command(args: argparse.Namespace) -> int:
     config = judge_config(args, sparse=args.mode == "sparse")
-    columns = (TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (text_column("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task("judge", total=None)
         summary = judge_file(

@@ -6,7 +6,9 @@ import argparse
 import time
 from typing import Optional
 
-from engine.cli.views import RunProgress, console, describe_plan, describe_price, err_console, print_results
+from rich.text import Text
+
+from engine.cli.views import RunProgress, console, describe_plan, err_console, print_results
 from engine.errors import UserError
 from engine.plan.model import Run
 from engine.report.generate import write_reports
@@ -39,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "when no run needs a GPU)")
     p.add_argument("--price", type=float, default=None, help="with --dry-run: cost of one GPU-hour")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan's forecast as JSON on stdout")
+    p.add_argument("--detail", action="store_true",
+                   help="with --dry-run: also list every run (id, parents, state) and every comparison's "
+                        "detectable difference")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots (default: all cores)")
     p.add_argument("--executor", choices=("local", "ray"), default=None,
                    help="where runs execute (default: the spec's executor.kind, else local)")
@@ -56,6 +61,8 @@ def command(args: argparse.Namespace) -> int:
         raise UserError("--gpus must be >= 0 and --cpus >= 1")
     if args.json and not args.dry_run:
         raise UserError("--json goes with --dry-run (a run's progress is `rlvr-run status --json`)")
+    if args.detail and not args.dry_run:
+        raise UserError("--detail goes with --dry-run (a run's states are `rlvr-run status`)")
     view = _View(args.runs_dir, quiet=args.json)
     try:
         outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
@@ -64,7 +71,7 @@ def command(args: argparse.Namespace) -> int:
     finally:
         view.close()
     if outcome.validated is not None:
-        _print_price(args, outcome)
+        _print_dry_run(args, outcome, view.planned)
     if outcome.result is not None:
         result = outcome.result
         counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
@@ -80,7 +87,8 @@ def command(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _print_price(args: argparse.Namespace, outcome) -> None:
+def _print_dry_run(args: argparse.Namespace, outcome, planned: Optional[Planned]) -> None:
+    """The plan and its forecast, summary first (see `describe_plan`)."""
     from engine.price.study import price_plan
 
     priced = price_plan(outcome.plan, outcome.validated, gpu_type=args.gpu_type, gpus=args.gpus or None,
@@ -88,7 +96,9 @@ def _print_price(args: argparse.Namespace, outcome) -> None:
     if args.json:
         print(priced.model_dump_json(indent=2))
         return
-    console.print(describe_price(priced))
+    unmet = unmet_warning(planned.unmet, planned.gpus) if planned is not None and planned.unmet else []
+    console.print(describe_plan(outcome.plan, planned.states if planned else {}, priced, unmet=unmet,
+                                detail=args.detail))
 
 
 def fix_for(exc: UserError) -> Optional[str]:
@@ -107,8 +117,13 @@ def unmet_lines(unmet: list[Run], gpus: int) -> str:
     lines = [f"{len(unmet)} run(s) need more GPUs than this machine offers (--gpus {gpus}):"]
     lines += [f"  {r.id} {r.label} needs {r.resources.gpus} GPU(s)" for r in unmet[:UNMET_SHOWN]]
     if len(unmet) > UNMET_SHOWN:
-        lines.append(f"  … and {len(unmet) - UNMET_SHOWN} more (the plan above lists them all)")
+        lines.append(f"  … and {len(unmet) - UNMET_SHOWN} more (`--dry-run --detail` lists every run)")
     return "\n".join(lines)
+
+
+def unmet_warning(unmet: list[Run], gpus: int) -> list[Text]:
+    return [Text("warning: ", style="yellow") + Text(unmet_lines(unmet, gpus)),
+            Text(f"fix: {fix_for(UnmetResources(unmet, gpus))}")]
 
 
 class _View:
@@ -119,19 +134,20 @@ class _View:
         self.status = err_console.status("validating", spinner="dots")
         self.status.start()
         self.progress: Optional[RunProgress] = None
+        self.planned: Optional[Planned] = None  # a dry run's plan, printed with its forecast
         self.pages = _Pages(runs_dir)
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, Validating):
-            self.status.update(f"validating: {event.step}")
+            self.status.update(Text(f"validating: {event.step}"))
         elif isinstance(event, Planned):
             self.status.stop()
             self.pages.spec = event.plan.spec_name
-            if event.dry_run and not self.quiet:
-                console.print(describe_plan(event.plan, event.states))
-            if event.unmet and not self.quiet:
-                console.print(f"[yellow]warning:[/] {unmet_lines(event.unmet, event.gpus)}", highlight=False)
-                console.print(f"fix: {fix_for(UnmetResources(event.unmet, event.gpus))}", highlight=False)
+            if event.dry_run:
+                self.planned = event
+            elif event.unmet:
+                for line in unmet_warning(event.unmet, event.gpus):
+                    console.print(line, highlight=False)
         elif isinstance(event, Executing):
             if event.todo == 0:
                 console.print(f"nothing to do: every run of {event.plan.spec_name} has already succeeded "

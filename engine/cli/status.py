@@ -1,5 +1,7 @@
-"""`rlvr-run status [SPEC]`: each run's state, start, duration and headline metric; with a spec,
-each running run's progress and ETA and the study's remaining wall time; `--watch` refreshes it."""
+"""`rlvr-run status [SPEC]`: with a spec, each running run's progress and ETA and the study's
+remaining wall time first; then the counts per state; then each run's state, start, duration and
+headline metric (queued and planned runs as a count unless --all). `--watch` refreshes it, fitted
+to the terminal's height."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", help="limit to this spec (and show its progress and time left)")
     p.add_argument("--runs-dir", default="runs", help="output root (default: runs/)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--all", action="store_true", dest="every_run",
+                   help="also list the queued and planned runs (by default a count)")
     p.add_argument("--watch", action="store_true", help="refresh live until every run of the current plan has finished (Ctrl-C stops)")
     p.add_argument("--every", type=float, default=5.0, help="with --watch: seconds between refreshes (default 5)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs the executor has, for the time left (default: one node)")
@@ -58,16 +62,18 @@ def command(args: argparse.Namespace) -> int:
               json.dumps({**report.model_dump(mode="json"), "eta": eta.model_dump(mode="json")}, indent=2))
         return 0
     if not args.watch:
-        console.print(render_status(report, render_eta(eta) if eta else None))
+        console.print(render_status(report, render_eta(eta) if eta else None, every_run=args.every_run))
         return 0
     from rich.live import Live
 
-    with Live(render_status(report, render_eta(eta) if eta else None), console=console,
-              refresh_per_second=1, transient=False) as live:
+    def view(report, eta):
+        return render_status(report, render_eta(eta) if eta else None, fit=console, every_run=args.every_run)
+
+    with Live(view(report, eta), console=console, refresh_per_second=1, transient=False) as live:
         # `runs` is each spec's current plan: a run an edit no longer plans, left queued by a
         # killed runner, is listed apart and never waited for.
         while any(r.state.value in ACTIVE for r in report.runs):
             time.sleep(args.every)
             report, eta = _view(args)
-            live.update(render_status(report, render_eta(eta) if eta else None))
+            live.update(view(report, eta))
     return 0

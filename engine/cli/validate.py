@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> int:
     with err_console.status("validating", spinner="dots") as status:
         checked = preflight(args.spec, content=not args.no_content,
-                            on_step=lambda step: status.update(f"validating: {step}"))
+                            on_step=lambda step: status.update(Text(f"validating: {step}")))
     validated = checked.validated
     from engine.price.study import detect_warnings
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
@@ -12,6 +12,8 @@ from rich.text import Text
 from engine.runs.lineage import FINISHED, RunState, parse_iso
 
 if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
+    from rich.progress import ProgressColumn
+
     from engine.evaluate.eval_run import EvalOutput
     from engine.evaluate.stages import ModelLoaded, StageUpdate
     from engine.isolation.content import LeakageReport
@@ -30,7 +32,10 @@ STATE_STYLES = {"new": "cyan", "planned": "cyan", "queued": "blue", "running": "
 
 
 def make_console(*, stderr: bool = False) -> Console:
-    out = Console(stderr=stderr)
+    # No console markup, no emoji codes: messages carry user text (`pip install 'rlvr-run[semantic]'`,
+    # `allow: [{rule: 3, datasets: [a, b]}]`, ids, paths) that rich would otherwise read as tags and
+    # drop. Style goes through `Text(..., style=...)`, never through `[style]...[/]` in a string.
+    out = Console(stderr=stderr, markup=False, emoji=False)
     if not out.is_terminal:
         out.width = max(out.width, PIPE_WIDTH)
     return out
@@ -40,26 +45,62 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 
+def text_column(template: str, *, style: str = "") -> "ProgressColumn":
+    """A progress column whose description (a dataset, a spec name) shows as written."""
+    from rich.progress import TextColumn
+
+    return TextColumn(template, style=style, markup=False)
+
+
+def plain_progress_columns() -> tuple["ProgressColumn", ...]:
+    """rich's default progress columns, with the description printed plain."""
+    from rich.progress import BarColumn, TaskProgressColumn, TimeRemainingColumn
+
+    return (text_column("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
+
+
 # ---------------------------------------------------------------- plan
-def describe_plan(plan: Plan, states: Optional[dict[str, str]] = None) -> RenderableType:
-    """The `--dry-run` view: one row per run, counts per kind and state, waivers, warnings."""
+def describe_plan(plan: Plan, states: Optional[dict[str, str]] = None, priced=None, *,
+                  unmet: Sequence[RenderableType] = (), detail: bool = True) -> RenderableType:
+    """The `--dry-run` view, top-down: what the study is (runs by kind and state), what it costs
+    (GPU-hours, wall time, critical path), what to look at (waivers, warnings, `unmet`), then the
+    tables: hours per phase, the smallest detectable difference per dataset, and with `detail`
+    every run and every comparison."""
     states = states or {}
-    table = Table(title=f"plan of {plan.spec_name}: {len(plan.runs)} runs", title_justify="left")
-    for column in ("run id", "phase", "variant", "seed", "kind", "parents", "state"):
-        table.add_column(column, no_wrap=column in ("run id", "parents"))
     by_state: dict[str, int] = {}
     for run in plan.runs:
         state = states.get(run.id, "new")
         by_state[state] = by_state.get(state, 0) + 1
+    kinds = ", ".join(f"{kind} {n}" for kind, n in plan.count_by_kind().items())
+    parts: list[RenderableType] = [Text(f"plan of {plan.spec_name}: {len(plan.runs)} runs", style="bold"),
+                                   Text(f"runs by kind: {kinds}"),
+                                   Text("runs by state: " + ", ".join(f"{s} {n}" for s, n in by_state.items()))]
+    if priced is not None:
+        parts += _price_summary(priced)
+    parts += [Text(f"waiver: {waiver_line(w)}", style="bold yellow") for w in plan.waivers]
+    warnings = [*plan.warnings, *(priced.warnings if priced is not None else [])]
+    parts += [Text(f"warning: {warning}", style="yellow") for warning in dict.fromkeys(warnings)]
+    parts += list(unmet)
+    if priced is not None:
+        parts += _price_tables(priced, detail=detail)
+    if detail:
+        parts.append(_runs_table(plan, states))
+    else:
+        parts.append(Text("--detail adds every run (id, parents, state) and every comparison's detectable "
+                          "difference", style="dim"))
+    return Group(*parts)
+
+
+def _runs_table(plan: Plan, states: dict[str, str]) -> Table:
+    table = Table(title=f"runs of {plan.spec_name}", title_justify="left")
+    for column in ("run id", "phase", "variant", "seed", "kind", "parents", "state"):
+        table.add_column(column, no_wrap=column in ("run id", "parents"))
+    for run in plan.runs:
+        state = states.get(run.id, "new")
         kind = run.kind.value + (f" ({run.schedule})" if run.schedule else "")
         table.add_row(run.id, run.phase, run.variant or "", "" if run.seed is None else str(run.seed),
                       kind, " ".join(run.parents), Text(state, style=STATE_STYLES.get(state, "")))
-    kinds = ", ".join(f"{kind} {n}" for kind, n in plan.count_by_kind().items())
-    parts: list[RenderableType] = [table, Text(f"runs by kind: {kinds}"),
-                                   Text("runs by state: " + ", ".join(f"{s} {n}" for s, n in by_state.items()))]
-    parts += [Text(f"waiver: {waiver_line(w)}", style="bold yellow") for w in plan.waivers]
-    parts += [Text(f"warning: {warning}", style="yellow") for warning in plan.warnings]
-    return Group(*parts)
+    return table
 
 
 def verify_line(report: VerifyReport, checker: Optional[str], *, cached: bool) -> str:
@@ -81,11 +122,11 @@ class RunProgress:
     STYLES = {"running": "yellow", "succeeded": "green", "failed": "red", "blocked": "magenta", "cancelled": "dim"}
 
     def __init__(self, out: Console, plan: Plan, *, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         self.labels = {r.id: r.label for r in plan.runs}
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            text_column("{task.description}", style="bold"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=out, transient=True,
         )
         self.task = self.progress.add_task(f"running {plan.spec_name}", total=total)
@@ -100,7 +141,8 @@ class RunProgress:
         style = self.STYLES.get(state.value, "")
         note = f" — {reason}" if state is not RunState.running and state is not RunState.succeeded else ""
         self.progress.console.print(
-            f"[{style}]{state.value:>9}[/] {run_id} {self.labels.get(run_id, '')}{note}", highlight=False
+            Text(f"{state.value:>9}", style=style) + Text(f" {run_id} {self.labels.get(run_id, '')}{note}"),
+            highlight=False,
         )
         if state in FINISHED or state is RunState.blocked:
             self.progress.advance(self.task)
@@ -120,21 +162,63 @@ def _started(stamp: Optional[str]) -> str:
     return when.astimezone().strftime("%m-%d %H:%M") if when else ""
 
 
-def render_status(report: StatusReport, eta: Optional[RenderableType] = None) -> RenderableType:
+WAITING = (RunState.queued, RunState.planned)
+ENDED_BADLY = (RunState.failed, RunState.blocked, RunState.cancelled)
+
+
+def render_status(report: StatusReport, eta: Optional[RenderableType] = None, *, fit: Optional[Console] = None,
+                  every_run: bool = False) -> RenderableType:
+    """What runs first (each running run's progress and ETA: `eta`, from `render_eta`), then the
+    counts per state, then the runs: queued and planned ones as a count unless `every_run`.
+
+    With `fit` (a live view), the whole fits that console's height: the running runs, then the
+    failed ones, then the most recently finished, as many as there are lines for."""
     if not report.runs:
         return Text(report.note)
+    listed = [r for r in report.runs if every_run or r.state not in WAITING]
+    waiting = len(report.runs) - len(listed)
+    footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
+    head: list[RenderableType] = [*([eta] if eta is not None else []), Text(f"{len(report.runs)} runs: {footer}")]
+    if waiting:
+        head.append(Text(f"{waiting} queued or planned run(s) not listed (--all lists them)", style="dim"))
+    if fit is None or fit.height is None:
+        return Group(*head, *_runs_and_notes(report, listed), *_older(report))
+    listed = sorted(listed, key=_watch_order)
+    older = [Text(f"{len(report.older)} run(s) of an older plan, not counted (`status` lists them)", style="dim")
+             ] if report.older else []
+    shown = len(listed)
+    while True:
+        hidden = len(listed) - shown
+        more = [Text(f"{hidden} more finished run(s) not shown (`status` lists them all)", style="dim")
+                ] if hidden else []
+        view = Group(*head, *(_runs_and_notes(report, listed[:shown]) if shown else []), *more, *older)
+        over = len(fit.render_lines(view, fit.options.update(height=None), pad=False)) - fit.height
+        if over <= 0 or shown == 0:
+            return view
+        shown = max(0, shown - over)
+
+
+def _watch_order(r) -> tuple:
+    """Running first, then what ended badly, then the rest; the most recent first in each."""
+    rank = 0 if r.state is RunState.running else 1 if r.state in ENDED_BADLY else 2
+    when = parse_iso(r.finished_at or r.started_at)
+    return rank, -(when.timestamp() if when else 0.0)
+
+
+def _runs_and_notes(report: StatusReport, runs: list) -> list[RenderableType]:
+    """The runs' table and a line per failed, blocked or cancelled run with its reason."""
     specs = sorted({r.spec_name for r in report.runs})
     columns = (["spec"] if len(specs) > 1 else []) + [
         "run id", "phase", "variant", "seed", "kind", "state", "started", "duration", "metric",
     ]
     rows, notes = [], []
-    for r in report.runs:
+    for r in runs:
         metric = f"{r.headline.name} {r.headline.value:.3f} {r.headline.dataset}" if r.headline else ""
         rows.append(([r.spec_name] if len(specs) > 1 else []) + [
             r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind, r.state.value,
             _started(r.started_at), format_duration(r.duration_s), metric,
         ])
-        if r.state in (RunState.failed, RunState.blocked, RunState.cancelled) and r.reason:
+        if r.state in ENDED_BADLY and r.reason:
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
     table = Table(title=f"runs of {', '.join(specs)}", title_justify="left")
     for i, column in enumerate(columns):
@@ -146,9 +230,7 @@ def render_status(report: StatusReport, eta: Optional[RenderableType] = None) ->
     state = columns.index("state")
     for row in rows:
         table.add_row(*(Text(cell, style=STATE_STYLES[cell] if i == state else "") for i, cell in enumerate(row)))
-    footer = " · ".join(f"{state} {n}" for state, n in report.counts.items())
-    return Group(table, *notes, Text(f"{len(report.runs)} runs: {footer}"), *_older(report),
-                 *([eta] if eta is not None else []))
+    return [table, *notes]
 
 
 OLDER_SHOWN = 10  # lines of runs of an older plan; `status --json` lists them all
@@ -202,7 +284,8 @@ def judge_tables(summary: JudgeSummary) -> tuple[Table, Table]:
     head.add_row("cache hits", f"{summary.cache_hits} ({summary.cache_hit_rate:.1%})")
     head.add_row("backend", f"{summary.backend}: {summary.isolation}")
     if summary.internal_errors:
-        head.add_row("[red]internal errors[/]", f"[red]{summary.internal_errors} (judge faults, not the model's)[/]")
+        head.add_row(Text("internal errors", style="red"),
+                     Text(f"{summary.internal_errors} (judge faults, not the model's)", style="red"))
     verdicts = Table(title="verdicts")
     verdicts.add_column("verdict")
     verdicts.add_column("samples", justify="right")
@@ -233,12 +316,12 @@ class StageProgress:
     line per tenth of each stage (a CI log stays short)."""
 
     def __init__(self, out: Console) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
         self.out = out
         self.live = out.is_terminal
-        self.bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=out, transient=True)
+        self.bars = Progress(text_column("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             text_column("{task.fields[rate]}"), TimeRemainingColumn(), console=out, transient=True)
         self.tasks: dict[tuple[str, str], int] = {}
         self.shown: dict[tuple[str, str], int] = {}
         self.began: dict[tuple[str, str], float] = {}
@@ -301,14 +384,24 @@ def _span(q) -> str:
     return f"{format_duration(q.p50)} [{format_duration(q.p10)}–{format_duration(q.p90)}]"
 
 
-def describe_price(priced) -> RenderableType:
-    """The dry run's forecast (engine.price.study.StudyPrice): hours per phase, wall time, critical path,
-    cost, and the smallest difference each comparison can detect."""
+def _price_summary(priced) -> list[Text]:
+    """The forecast's headline (engine.price.study.StudyPrice): hours and cost, wall time, critical path."""
     f = priced.forecast
     unit = f"{f.slot}-h"
-    phases = Table(title=f"forecast of {f.study} on {f.slots} {f.profile} {f.slot}(s)"
-                         + (f" over {f.nodes} nodes" if f.nodes > 1 else "") + f" (P50 [P10–P90], {f.draws} draws)",
-                   title_justify="left")
+    on = f"{f.slots} {f.profile} {f.slot}(s)" + (f" over {f.nodes} nodes" if f.nodes > 1 else "")
+    cost = (f" · cost {f.cost.p50:,.0f} [{f.cost.p10:,.0f}–{f.cost.p90:,.0f}] at {f.price_per_hour:g} per {unit}"
+            if f.cost else "")
+    return [Text(f"forecast on {on}, P50 [P10–P90] of {f.draws} draws: {_hours(f.slot_hours)} {unit}{cost}"),
+            Text(f"wall time: {_span(f.wall_s)} (lower bound {format_duration(f.lower_bound_s)})"),
+            Text(f"critical path: {_span(f.critical_path_s)}: {' → '.join(f.critical_path)}")]
+
+
+def _price_tables(priced, *, detail: bool) -> list[RenderableType]:
+    """Hours per phase, then the smallest difference in accepted@1 each comparison detects: one row
+    per dataset (a dataset's figure barely moves between comparisons), with `detail` one per comparison."""
+    f = priced.forecast
+    unit = f"{f.slot}-h"
+    phases = Table(title=f"{unit} per phase", title_justify="left")
     for column in ("phase", "runs", f"{unit}", "longest run", "steps"):
         phases.add_column(column, justify="left" if column == "phase" else "right")
     steps = {r.unit: r.steps for r in f.runs if r.steps}
@@ -318,23 +411,30 @@ def describe_price(priced) -> RenderableType:
     for g in f.phases:
         phases.add_row(g.name, str(g.runs), _hours(g.slot_hours), format_duration(longest.get(g.name)),
                        str(steps.get(g.name, "")))
-    lines = [phases,
-             Text(f"total: {_hours(f.slot_hours)} {unit}" + (f" · cost {f.cost.p50:,.0f} [{f.cost.p10:,.0f}–{f.cost.p90:,.0f}]"
-                                                            f" at {f.price_per_hour:g} per {unit}" if f.cost else "")),
-             Text(f"wall time on {f.slots} {f.slot}(s): {_span(f.wall_s)} (lower bound {format_duration(f.lower_bound_s)})"),
-             Text(f"critical path: {_span(f.critical_path_s)}: {' → '.join(f.critical_path)}"),
-             Text(f"not included: {f.contingency}", style="dim")]
-    lines += [Text(f"assumed: {note}", style="dim") for note in f.notes]
+    lines: list[RenderableType] = [phases]
     if priced.comparisons:
-        table = Table(title="smallest difference in accepted@1 each comparison detects (80 % power, 5 % two-sided)",
-                      title_justify="left")
-        for column in ("comparison", "dataset", "problems × samples × seeds", "MDD"):
-            table.add_column(column)
-        for c in priced.comparisons:
-            table.add_row(f"{c.unit} vs {c.control}", c.dataset, f"{c.problems} × {c.samples} × {c.seeds}", f"{c.mdd:.3f}")
+        title = "smallest difference in accepted@1 a comparison detects (80 % power, 5 % two-sided)"
+        table = Table(title=title, title_justify="left")
+        if detail:
+            for column in ("comparison", "dataset", "problems × samples × seeds", "MDD"):
+                table.add_column(column)
+            for c in priced.comparisons:
+                table.add_row(f"{c.unit} vs {c.control}", c.dataset, f"{c.problems} × {c.samples} × {c.seeds}",
+                              f"{c.mdd:.3f}")
+        else:
+            for column in ("dataset", "problems × samples × seeds", "MDD", "comparisons"):
+                table.add_column(column)
+            by_dataset: dict[str, list] = {}
+            for c in priced.comparisons:
+                by_dataset.setdefault(c.dataset, []).append(c)
+            for dataset, found in by_dataset.items():
+                sizes = ", ".join(dict.fromkeys(f"{c.problems} × {c.samples} × {c.seeds}" for c in found))
+                low, high = min(c.mdd for c in found), max(c.mdd for c in found)
+                table.add_row(dataset, sizes, f"{low:.3f}" + (f"–{high:.3f}" if high > low else ""), str(len(found)))
         lines.append(table)
-    lines += [Text(f"warning: {w}", style="yellow") for w in priced.warnings]
-    return Group(*lines)
+    lines += [Text(f"not included: {f.contingency}", style="dim")]
+    lines += [Text(f"assumed: {note}", style="dim") for note in f.notes]
+    return lines
 
 
 def render_versus(v) -> RenderableType:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from engine.runs.lineage import RunRecord
 
@@ -19,6 +19,17 @@ LOG_DIR = "logs"
 RUN_ID_ENV = "RLVR_RUN_ID"  # set in every launch script's environment; finds orphans after a crash
 GROUP_ENV = "RLVR_GROUP_RUN_IDS"  # the other runs a process does for its run (space-separated), found likewise
 ALSO_ENV = "RLVR_EVAL_ALSO"  # their run directories, one a line: an eval launch.sh evaluates them too
+# What the runner sets in its own environment when it may load a model itself (rule 3's encoder,
+# the tiny base model): the libraries' own progress bars and logged warnings stay off its terminal.
+# A launch script gets the environment without them: its output is its log, where they belong.
+RUNNER_QUIET_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+QUIETED_ENV = "RLVR_RUN_QUIETED"  # which of those the runner set (space-separated); a user's own stay
+
+
+def run_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a launch script starts from: the runner's, less what it set to quiet itself."""
+    quieted = set(environ.get(QUIETED_ENV, "").split()) | {QUIETED_ENV}
+    return {name: value for name, value in environ.items() if name not in quieted}
 
 
 @dataclass(frozen=True, kw_only=True)

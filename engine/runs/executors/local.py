@@ -20,7 +20,7 @@ import psutil
 
 from engine.errors import UserError
 from engine.resources import visible_gpus
-from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, RUN_ID_ENV, Job, Started
+from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, RUN_ID_ENV, Job, Started, run_environment
 from engine.runs.lineage import RunRecord, now_iso
 
 
@@ -81,7 +81,7 @@ class LocalExecutor:
         gpu_ids, self._free_gpus = self._free_gpus[: job.gpus], self._free_gpus[job.gpus :]
         self._free_cpus -= cpus
         env = {
-            **os.environ,
+            **run_environment(os.environ),
             RUN_ID_ENV: job.id,
             "RLVR_ATTEMPT": str(attempt),
             "RLVR_CPUS": str(cpus),
