@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine.cli.views import console, render_eta, render_status
 from engine.errors import UserError
-from engine.runs.status import collect_status
+from engine.runs.status import collect_status, edited_since_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,10 +57,17 @@ def command(args: argparse.Namespace) -> int:
     if args.every <= 0:
         raise UserError("--every must be a positive number of seconds")
     report, eta = _view(args)
+    # a spec file edited since its study last ran: what follows is the plan it ran with
+    edited = edited_since_run(args.runs_dir, args.spec) if args.spec else ""
     if args.json:
-        print(report.model_dump_json(indent=2) if eta is None else
-              json.dumps({**report.model_dump(mode="json"), "eta": eta.model_dump(mode="json")}, indent=2))
+        extra = {**({"eta": eta.model_dump(mode="json")} if eta else {}), **({"edited": edited} if edited else {})}
+        print(json.dumps({**report.model_dump(mode="json"), **extra}, indent=2) if extra else
+              report.model_dump_json(indent=2))
         return 0
+    if edited:
+        from rich.text import Text
+
+        console.print(Text(f"note: {edited}", style="yellow"))
     if not args.watch:
         console.print(render_status(report, render_eta(eta) if eta else None, every_run=args.every_run))
         return 0

@@ -122,3 +122,16 @@ def test_a_report_of_a_spec_edited_since_it_last_ran_says_its_pages_are_of_the_l
     assert main(["report", str(spec), "--runs-dir", str(tmp_path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"{spec} was edited since it last ran" in out and f"rlvr-run {spec}" in out
+
+
+def test_status_of_a_spec_edited_since_it_last_ran_says_so(tmp_path, capsys):
+    edited.build(tmp_path)
+    spec = tmp_path / "toy.yaml"
+    spec.write_text(edited.spec_text([1, 2], "1.0e-9"))
+    assert main(["status", str(spec), "--runs-dir", str(tmp_path)]) == 0
+    assert "edited since" not in capsys.readouterr().out
+    spec.write_text(edited.spec_text([1], "1.0e-9"))
+    assert main(["status", str(spec), "--runs-dir", str(tmp_path)]) == 0
+    assert f"{spec} was edited since it last ran" in " ".join(capsys.readouterr().out.split())
+    assert main(["status", str(spec), "--runs-dir", str(tmp_path), "--json"]) == 0
+    assert "was edited since it last ran" in json.loads(capsys.readouterr().out)["edited"]
