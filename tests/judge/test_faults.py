@@ -138,6 +138,14 @@ PROGRAMS = {
     "daemon": "import os, time\ntry:\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(30)\n"
               "        os._exit(0)\nexcept OSError:\n    pass\n" + GOOD,
     "kill_all": "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n" + GOOD,
+    # Reaching another process without a signal syscall: its CPU limit set to 0, or an fd whose
+    # owner it is (sent SIGKILL, by F_SETSIG, when the fd is ready). Wrong where it could.
+    "prlimit_other": "import os, resource\ntry:\n    resource.prlimit(os.getppid(), resource.RLIMIT_CORE, (0, 0))\n"
+                     "    REACHED = 1\nexcept OSError:\n    REACHED = 0\ndef add(a, b):\n    return a + b + REACHED\n",
+    "fd_owner_other": "import fcntl, os, struct\nr, w = os.pipe()\nREACHED = 0\nfor set_owner in (lambda: fcntl.fcntl(r, "
+                      "fcntl.F_SETOWN, os.getppid()), lambda: fcntl.fcntl(r, 10, 9), lambda: fcntl.ioctl(r, 0x8901, "
+                      "struct.pack('i', os.getppid()))):\n    try:\n        set_owner()\n        REACHED += 1\n"
+                      "    except OSError:\n        pass\ndef add(a, b):\n    return a + b + REACHED\n",
 }
 out = {}
 with Judge(JudgeConfig(workers=1, cache=False)) as judge:
@@ -183,6 +191,7 @@ def test_in_a_user_namespace_without_a_pid_namespace_the_judge_refuses_and_progr
     assert "no-new-processes,no-signals" in out["isolation"]
     verdicts = out["verdicts"]
     assert verdicts["good"] == verdicts["threads"] == verdicts["daemon"] == verdicts["kill_all"] == "ACCEPTED"
+    assert verdicts["prlimit_other"] == verdicts["fd_owner_other"] == "ACCEPTED"
     assert verdicts["fork"] == "RUNTIME_ERROR"
 
 

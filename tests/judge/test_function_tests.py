@@ -191,3 +191,30 @@ def test_asserts_parsed_together_still_judge_one_by_one(judge, broken):
     result = judge.judge(problem, "def f(x):\n    return x * x\n", code_is_program=True)
     assert (result.passed, result.total) == (3, len(asserts)), result.failures
     assert [f.index for f in result.failures] == ([1] if broken else [])
+
+
+def _check_problem(check: str) -> Problem:
+    return Problem(id="toy/raises", source="toy", split="test", kind="function", statement="", entry_point="half",
+                   function_tests=FunctionTests(candidate="candidate", check=check))
+
+
+def test_a_check_that_expects_the_program_to_raise_catches_its_exception(judge):
+    """Check functions run apart from the program and call into its process; an exception it
+    raises reaches them as the same builtin class, so `except ValueError:` catches it as it would
+    in one process (a correct program used to be RUNTIME_ERROR)."""
+    problem = _check_problem("def check(candidate):\n    assert candidate(4) == 2\n    try:\n        candidate(-1)\n"
+                             "        raise AssertionError('no error')\n    except ValueError:\n        pass\n")
+    honest = "def half(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x // 2\n"
+    assert judge.judge(problem, honest, code_is_program=True).verdict.value == "ACCEPTED"
+    wrong = honest.replace("ValueError('negative')", "KeyError('negative')")
+    result = judge.judge(problem, wrong, code_is_program=True)
+    assert result.verdict.value == "RUNTIME_ERROR" and "KeyError" in result.failures[0].message
+
+
+def test_stop_iteration_from_the_program_does_not_end_the_tests_iteration(judge):
+    """StopIteration stays the program's failure: raised into `all(map(...))` it would end the
+    iteration early and pass the test."""
+    problem = _check_problem("def check(candidate):\n"
+                             "    assert all(map(lambda c: candidate(c[0]) == c[1], [(4, 2), (9, 4), (-6, -3)]))\n")
+    result = judge.judge(problem, "def half(x):\n    raise StopIteration\n", code_is_program=True)
+    assert not result.accepted and result.verdict.value == "RUNTIME_ERROR", (result.verdict, result.failures[:1])

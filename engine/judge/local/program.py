@@ -123,6 +123,7 @@ class ProgramProcess:
         self.cpu_deadline = float("inf")  # the child's CPU clock
         self.over_cpu = False  # the last answer was not waited for: the child spent the test's CPU
         self.gone: dict | None = None  # how the child ended mid-test, as a "done" frame's fields
+        self.others = 0.0  # CPU seconds of the processes the child started, as last read (`_others_cpu`)
 
     def start(self, *, exports: bool) -> dict:
         """Fork the child and load the program there: the stand-ins for its names (`exports`), or {}."""
@@ -142,6 +143,7 @@ class ProgramProcess:
                 os._exit(70)
         self.pid, self.gone = pid, None
         self.clock = ((~pid) << 3) | 2  # the kernel's CPU clock of that process (CPUCLOCK_SCHED)
+        self.others, self.proc = 0.0, _ProcView(pid) if self.runner.pidns else None
         self._budget(self.runner.limits["cpu_s"] + 1.0)
         os.close(ask_r)
         os.close(answer_w)
@@ -193,7 +195,8 @@ class ProgramProcess:
         if self.gone is not None:
             report = {"t": "done", "i": i, **self.gone, "cpu": max(0.0, self.gone["cpu"] - began)}
         else:
-            report["cpu"] = max(0.0, self._cpu() - began)
+            others, self.others = self.others, self._others_cpu()
+            report["cpu"] = max(0.0, self._cpu() - began) + max(0.0, self.others - others)
         report["wall"] = time.monotonic() - start
         return report
 
@@ -221,7 +224,7 @@ class ProgramProcess:
         if answer is None:
             raise _ProgramGone("the program's process ended")
         if "x" in answer:
-            raise _ProgramRaised(_program_report(answer["x"]))
+            raise _program_exception(answer["x"])
         return plain.decode(answer["v"])
 
     def _ask(self, request: dict, keys: tuple[str, ...]) -> dict | None:
@@ -285,6 +288,13 @@ class ProgramProcess:
             pass  # reaped: its last reading stands; its end is read from its exit status
         return self.cpu
 
+    def _others_cpu(self) -> float:
+        """CPU seconds of every process the child started, alive, ended or reaped: the child's clock
+        counts its own threads only, and a program must not spread a test's work over children to
+        pass under its CPU limit. 0 where /proc cannot tell (`_ProcView`). What they spent before
+        a test (while the program loaded, or between tests) counts for it."""
+        return self.proc.others() if self.proc is not None else 0.0
+
     def _answer(self) -> dict | None:
         """The child's next answer; None when it ended or overran the test's wall or CPU limit
         (`over_cpu` says which), {} when what it wrote is not an answer."""
@@ -338,6 +348,66 @@ class ProgramProcess:
         return done
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class _ProcView:
+    """The runner's PID namespace as the nursery's /proc shows it (where the runner is the init of a
+    namespace of its own, every process in it but the runner is the program's): which entries are
+    not in it, and which one is the program's process. Taken once, right after the fork."""
+
+    def __init__(self, pid: int) -> None:
+        self.me, self.child, self.depth = "", "", 0
+        self.ours: set[str] = set()
+        self.outside: set[str] = set()
+        try:
+            self.me = os.readlink("/proc/self")
+            self.depth = len(_nspids(self.me))
+            for name in os.listdir("/proc"):
+                if name.isdigit() and name != self.me and self._ours(name) and _nspids(name)[self.depth - 1] == pid:
+                    self.child = name
+        except (OSError, ValueError, IndexError):
+            self.child = ""
+
+    def _ours(self, name: str) -> bool:
+        """Whether the entry is in the runner's namespace (told once per entry; a /proc wider than
+        the nursery's, the host's where no private one could be mounted, has others)."""
+        if name not in self.ours and name not in self.outside:
+            try:
+                inside = len(_nspids(name)) >= self.depth
+            except (OSError, ValueError):
+                return False
+            (self.ours if inside else self.outside).add(name)
+        return name in self.ours
+
+    def others(self) -> float:
+        """CPU seconds of every process in the namespace but the runner and the program's process,
+        with what each reaped, and what the program's process reaped."""
+        if not self.child:
+            return 0.0
+        ticks = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or name == self.me or not self._ours(name):
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rpartition(b")")[2].split()
+            except OSError:
+                continue  # gone since the listing: its time is now its reaper's
+            utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+            ticks += cutime + cstime + (0 if name == self.child else utime + stime)
+        return ticks / _CLK_TCK
+
+
+def _nspids(name: str) -> list[int]:
+    """A process's pid in each PID namespace it is in, outermost first (/proc/<pid>/status)."""
+    with open(f"/proc/{name}/status", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"NSpid:"):
+                return [int(n) for n in line.split()[1:]]
+    raise ValueError("no NSpid")
+
+
 def _stand_in(program: "ProgramProcess", name: str, kind):
     """What the tests get for one of the program's names: a function calls into its process, a
     value is decoded, a module is this process's own copy (only one already loaded here: a name
@@ -375,10 +445,39 @@ class _ProgramRaised(Exception):
         self.report = report
 
 
+# Builtin exceptions a test may catch from a call of the program (`except ValueError:`), taken
+# before any untrusted code ran. StopIteration and StopAsyncIteration stay out: raised into an
+# iterator the tests consume (`all(map(check, cases))`), they would end it early and pass the test.
+_CATCHABLE = {name: cls for name, cls in vars(builtins).items() if isinstance(cls, type)
+              and issubclass(cls, Exception) and not issubclass(cls, (StopIteration, StopAsyncIteration))}
+
+
+def _program_exception(raw) -> Exception:
+    """The program's exception, reported by its process, as the tests in the runner see it: an
+    exception of the same builtin class (made here, with the message only), so a test that expects
+    the program to raise catches it as it would in one process; otherwise `_ProgramRaised`. Either
+    way `exc_report` reads the program's report back from it, limited to what a program can cause."""
+    report = _program_report(raw)
+    cls = _CATCHABLE.get(raw.get("type")) if isinstance(raw, dict) else None
+    if cls is None:
+        return _ProgramRaised(report)
+    name, _, text = report["msg"].partition(": ")
+    try:
+        exc = cls(text if name == cls.__name__ else report["msg"])
+    except Exception:  # noqa: BLE001 — a class that needs more arguments (UnicodeDecodeError, ...)
+        return _ProgramRaised(report)
+    exc.program_report = report
+    return exc
+
+
 def _parse_answer(body: bytes) -> dict:
+    """An answer of the program's process; {} (out of turn) for anything else. What that process
+    writes is the program's, so nothing in it may fail the runner: nesting deep enough to exhaust
+    the parser's recursion, or a frame too big for the runner's memory, is the program's answer
+    out of turn, never a judge fault."""
     try:
         answer = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError, MemoryError):
         return {}
     return answer if isinstance(answer, dict) else {}
 
@@ -484,7 +583,7 @@ def _called(ns: dict, request: dict) -> dict:
                          **{k: plain.decode(v) for k, v in request["k"].items()})
         return {"v": plain.encode(value)}
     except BaseException as exc:  # noqa: BLE001 — the program's failure, reported to its test
-        return {"x": exc_report(exc)}
+        return {"x": {**exc_report(exc), "type": type(exc).__name__}}
 
 
 def _exported(ns: dict) -> dict:
@@ -525,6 +624,8 @@ def evaluate(src, ns: dict) -> dict:
 def exc_report(exc: BaseException) -> dict:
     if isinstance(exc, _ProgramRaised):
         return dict(exc.report)
+    if isinstance(getattr(exc, "program_report", None), dict):  # made by `_program_exception`
+        return dict(exc.program_report)
     if isinstance(exc, MemoryError):
         kind = "memory"
     elif isinstance(exc, AssertionError):

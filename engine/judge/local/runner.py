@@ -248,6 +248,7 @@ class Runner:
         fds = (os.open(f"in{i}", os.O_RDONLY),
                os.open(f"out{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
                os.open(f"err{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        reaped_before = _children_cpu()
         try:
             pid = faults.fork("test")
             if pid == 0:
@@ -269,9 +270,14 @@ class Runner:
                 os.close(fd)
         timed_out = wait_or_kill(pid, self.limits["wall_s"])
         _, status, usage = os.wait4(pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
         if self.pidns:
+            # Every process the test started is reaped here by now (this is their namespace's init),
+            # so its CPU counts too: a program must not spread its work over children it never
+            # reaps (their time is not in the test process's own) to pass under the CPU limit.
             limits.kill_all_in_namespace()
-        done = {"t": "done", "i": i, "cpu": usage.ru_utime + usage.ru_stime, "wall": time.monotonic() - start,
+            cpu = max(cpu, _children_cpu() - reaped_before)
+        done = {"t": "done", "i": i, "cpu": cpu, "wall": time.monotonic() - start,
                 "rss_kb": usage.ru_maxrss, "wall_killed": timed_out,
                 "stderr_tail": _tail(f"err{i}", self.limits["tail_bytes"])}
         if os.WIFSIGNALED(status):
@@ -279,6 +285,12 @@ class Runner:
         else:
             done["code"] = os.WEXITSTATUS(status)
         return done
+
+
+def _children_cpu() -> float:
+    """CPU seconds of every process this one has reaped so far (and of what they reaped)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _after_leaves(unit: dict) -> dict:
@@ -293,18 +305,60 @@ def _clear_leftovers() -> None:
     """Before a stdio test: what an earlier test of the sample left in the work directory goes.
     Each test is a fresh execution, and a program must not fill the directory so that the
     runner cannot write the next test's input (which would be the judge's fault)."""
-    for entry in os.scandir("."):
-        if entry.name in _OWN_FILES:
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            import shutil  # only here: every module the nursery holds costs each fork
+    empty_directory(".", keep=_OWN_FILES)
 
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
+
+def empty_directory(path: str, keep: frozenset[str] = frozenset()) -> None:
+    """Remove everything under `path` but the names in `keep` at its top, never following a
+    symlink, with one directory open at a time and no recursion: a program may nest directories
+    thousands deep (`shutil.rmtree` recursed past Python's limit, a judge fault on every later
+    sample of the worker) and past any path length. What cannot be removed is left."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    names: list[str] = []  # the way down from `path`
+    skipped = [set(keep)]  # per level: what stays
+    try:
+        while True:
+            down = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.name in skipped[-1]:
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        down = down or entry.name
+                        continue
+                    try:
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        skipped[-1].add(entry.name)
+            if down is not None:
+                try:
+                    os.chmod(down, 0o700, dir_fd=fd)  # a directory its program made unreadable
+                    child = os.open(down, flags, dir_fd=fd)
+                except OSError:
+                    skipped[-1].add(down)
+                    continue
+                os.close(fd)
+                fd = child
+                names.append(down)
+                skipped.append(set())
+                continue
+            if not names:
+                return
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            skipped.pop()
+            name = names.pop()
             try:
-                os.unlink(entry.path)
+                os.rmdir(name, dir_fd=fd)
             except OSError:
-                pass
+                skipped[-1].add(name)
+    finally:
+        os.close(fd)
 
 
 class JobBuffer:

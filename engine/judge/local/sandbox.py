@@ -242,6 +242,56 @@ def _no_fork_filter(arch: int, clone: int, denied: tuple[int, ...], clone3: int)
     return prog + [(_RET, 0, 0, _SECCOMP_ALLOW), (_RET, 0, 0, _SECCOMP_EPERM), (_RET, 0, 0, 0x00050000 | _ENOSYS)]
 
 
+# Signals reach another process by more than the signal syscalls: an fd's owner (fcntl F_SETOWN,
+# F_SETOWN_EX, and F_SETSIG, which picks any signal, SIGKILL included; ioctl FIOSETOWN, SIOCSPGRP)
+# is sent it when the fd is ready, and prlimit64 on another process of the same uid can set its
+# CPU limit to 0 (SIGKILL). Where no PID namespace hides the user's processes, a second filter
+# refuses those: prlimit64 unless on the caller itself (pid 0: how setrlimit and getrlimit reach
+# it), and those fcntl and ioctl commands.
+_OTHER_PROCESS_SYSCALLS = {"x86_64": (302, 72, 16), "aarch64": (261, 25, 29)}  # prlimit64 fcntl ioctl
+_FD_OWNER_FCNTL, _FD_OWNER_IOCTL = (8, 10, 15), (0x8901, 0x8902)
+
+
+def _other_process_filter(arch: int, prlimit: int, fcntl: int, ioctl: int) -> list[tuple[int, int, int, int]]:
+    """BPF as `_keyring_filter`, laid out from labels (`_assemble`)."""
+    arg0_low, arg0_high, arg1_low = 16, 20, 24
+    code: list = [(_LD_ABS, 4), (_JEQ, arch, None, "deny"), (_LD_ABS, 0), (_JEQ, prlimit, "prlimit", None),
+                  (_JEQ, fcntl, "fcntl", None), (_JEQ, ioctl, "ioctl", None), "allow:",
+                  "prlimit", (_LD_ABS, arg0_low), (_JEQ, 0, None, "deny"), (_LD_ABS, arg0_high),
+                  (_JEQ, 0, "allow", "deny"), "fcntl", (_LD_ABS, arg1_low)]
+    code += [(_JEQ, cmd, "deny", None) for cmd in _FD_OWNER_FCNTL] + ["allow:", "ioctl", (_LD_ABS, arg1_low)]
+    code += [(_JEQ, cmd, "deny", None) for cmd in _FD_OWNER_IOCTL] + ["allow:"]
+    return _assemble(code)
+
+
+def _assemble(code: list) -> list[tuple[int, int, int, int]]:
+    """Labels (a name), loads (code, offset), jumps (code, k, label if true, label if false; None:
+    the next instruction) and returns ("allow:", "deny:") into BPF instructions; "allow" and
+    "deny" label the two returns appended last."""
+    returns = {"allow:": _SECCOMP_ALLOW, "deny:": _SECCOMP_EPERM}
+    at: dict[str, int] = {}
+    out: list = []
+    for item in code:
+        if isinstance(item, str) and item not in returns:
+            at[item] = len(out)
+        else:
+            out.append(item)
+    at.update({name.rstrip(":"): len(out) + n for n, name in enumerate(returns)})
+
+    def skip(pc: int, label: str | None) -> int:
+        return 0 if label is None else at[label] - pc - 1
+
+    prog = []
+    for pc, item in enumerate(out):
+        if isinstance(item, str):
+            prog.append((_RET, 0, 0, returns[item]))
+        elif len(item) == 2:
+            prog.append((item[0], 0, 0, item[1]))
+        else:
+            prog.append((item[0], skip(pc, item[2]), skip(pc, item[3]), item[1]))
+    return prog + [(_RET, 0, 0, value) for value in returns.values()]
+
+
 def forbid_new_processes(*, signals: bool) -> None:
     """In the program's process, before it runs (see `_no_fork_filter`); `signals`: no signal to,
     trace of or read from any other process either. Raises where it cannot: a program whose
@@ -252,6 +302,8 @@ def forbid_new_processes(*, signals: bool) -> None:
         raise IsolationError(0, f"no syscall table for {machine}: the program's processes are unbounded")
     arch, clone, forks, clone3 = known
     _install_filter(_no_fork_filter(arch, clone, forks + (_SIGNAL_SYSCALLS[machine] if signals else ()), clone3))
+    if signals:
+        _install_filter(_other_process_filter(arch, *_OTHER_PROCESS_SYSCALLS[machine]))
 
 
 def _install_filter(prog: list[tuple[int, int, int, int]]) -> None:
@@ -265,6 +317,9 @@ def _install_filter(prog: list[tuple[int, int, int, int]]) -> None:
     check_rc(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "seccomp")
 
 
+WORKDIR_INODES = 65536  # files and directories a sample may hold in its work directory
+
+
 def _private_filesystem(hide: list[str], keep: list[str], workdir: str, uid: int | None) -> None:
     """The worker's view, which its nursery copies (and makes read-only, `lock_filesystem`)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -273,7 +328,10 @@ def _private_filesystem(hide: list[str], keep: list[str], workdir: str, uid: int
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=755")
     os.mkdir(workdir, 0o700)
     owner = f",uid={uid},gid={uid}" if uid is not None else ""
-    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size=512m,mode=700{owner}")
+    # Inodes bounded too: `size` counts file contents only, so empty files would be limited only by
+    # the kernel's memory (each ≈ 1 KB, charged to no limit of the program) and would take the
+    # worker longer to remove than the watchdog allows (a hung worker: a judge fault).
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size=512m,nr_inodes={WORKDIR_INODES},mode=700{owner}")
     _private_dev()
     hidden = []
     for path in sorted({os.path.abspath(h) for h in hide if os.path.isdir(h)}, key=len):

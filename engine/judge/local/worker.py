@@ -46,7 +46,7 @@ from engine.judge.local.jobs import Plans, runner_job, runner_plan
 from engine.judge.local.nursery import Nursery, NurseryDied
 from engine.judge.local.process import cpu_limited
 from engine.judge.local.program import BUILTINS, warm_program_side
-from engine.judge.local.runner import PROGRESS, JobBuffer, Runner
+from engine.judge.local.runner import PROGRESS, JobBuffer, Runner, empty_directory
 from engine.judge.local.wire import (
     HEADER,
     LAZY_POLL_S,
@@ -309,19 +309,12 @@ class Worker:
 
     def _clear_workdir(self) -> None:
         """Empty the work directory (its own tmpfs), or remove it (fallback without one)."""
-        import shutil
-
+        empty_directory(self.workdir)
         if not self.iso.mountns:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            return
-        for entry in os.scandir(self.workdir):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(entry.path)
-                except OSError:
-                    pass
+            try:
+                os.rmdir(self.workdir)
+            except OSError:
+                pass  # what could not be removed is set aside by the next job (`_fresh_workdir`)
 
 
 def _warm_up() -> None:
