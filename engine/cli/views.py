@@ -186,16 +186,23 @@ def render_status(report: StatusReport, eta: Optional[RenderableType] = None, *,
     listed = sorted(listed, key=_watch_order)
     older = [Text(f"{len(report.older)} run(s) of an older plan, not counted (`status` lists them)", style="dim")
              ] if report.older else []
-    shown = len(listed)
-    while True:
+
+    def view(shown: int) -> Group:
         hidden = len(listed) - shown
         more = [Text(f"{hidden} more finished run(s) not shown (`status` lists them all)", style="dim")
                 ] if hidden else []
-        view = Group(*head, *(_runs_and_notes(report, listed[:shown]) if shown else []), *more, *older)
-        over = len(fit.render_lines(view, fit.options.update(height=None), pad=False)) - fit.height
-        if over <= 0 or shown == 0:
-            return view
-        shown = max(0, shown - over)
+        return Group(*head, *(_runs_and_notes(report, listed[:shown]) if shown else []), *more, *older)
+
+    def fits(shown: int) -> bool:
+        return len(fit.render_lines(view(shown), fit.options.update(height=None), pad=False)) <= fit.height
+
+    # The most runs that fit: a row can take several lines (a narrow terminal wraps it), so the
+    # count is searched for, not stepped down by the lines over.
+    low, high = 0, len(listed)
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return view(low)
 
 
 def _watch_order(r) -> tuple:

@@ -74,3 +74,17 @@ def test_all_lists_the_queued_runs(tmp_path, capsys):
     assert main(["status", "synth", "--runs-dir", str(tmp_path), "--all"]) == 0
     out = capsys.readouterr().out
     assert all(rid in out for rid in QUEUED)
+
+
+def test_rows_that_wrap_still_fill_the_terminal(tmp_path):
+    """At 120 columns the metric column wraps each row over three lines: the view stepped its row
+    count down by the lines over, fell to no row at all (the failed run's too) and showed only
+    "26 more finished run(s) not shown". The most rows that fit are searched for instead."""
+    synthetic.build(tmp_path, seeds=2)  # one run failed, the rest succeeded
+    report = collect_status(tmp_path, "synth")
+    console = Console(width=120, height=25, record=True, color_system=None)
+    console.print(render_status(report, None, fit=console))
+    lines = console.export_text().rstrip("\n").splitlines()
+    assert len(lines) <= 25
+    rows = [line for line in lines if line.startswith("│ ") and not line.startswith("│  ")]
+    assert len(rows) >= 5 and "eval-dpo--1-every_phase" in rows[0], lines  # the failed run leads
