@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from engine.runs.lineage import FINISHED, RunState, parse_iso
+from engine.runs.lineage import FINISHED, UNCHANGED, RunState, parse_iso
 
 if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
     from rich.progress import ProgressColumn
@@ -227,6 +227,8 @@ def _runs_and_notes(report: StatusReport, runs: list) -> list[RenderableType]:
         ])
         if r.state in ENDED_BADLY and r.reason:
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
+        elif r.reason and UNCHANGED in r.reason:  # succeeded, but trained nothing: its cells repeat its parent
+            notes.append(Text(f"{r.id} {UNCHANGED}{r.reason.split(UNCHANGED, 1)[1]}", style="yellow"))
     table = Table(title=f"runs of {', '.join(specs)}", title_justify="left")
     for i, column in enumerate(columns):
         # Cells of known width: giving it spares rich measuring each of a long study's cells,

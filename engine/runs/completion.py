@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from engine.evaluate.records import FAULTS, GEN_ERROR, INTERNAL_ERROR, SampleRecord, read
 from engine.evaluate.eval_run import DatasetMetrics, EvalOutput
+from engine.runs.lineage.records import UNCHANGED
 from engine.spec.model import TRAINED_KINDS, PhaseKind
 from engine.train.outcome import (
     MODEL_DIR,
@@ -185,7 +186,6 @@ def _sampled(run_dir: Path) -> Optional[str]:
 
 # ---------------------------------------------------------------- runs that changed nothing
 
-UNCHANGED = "changed nothing: "  # marks a succeeded run's reason in lineage
 RL_KINDS = (PhaseKind.grpo.value, PhaseKind.repair.value)
 
 

@@ -88,3 +88,15 @@ def test_rows_that_wrap_still_fill_the_terminal(tmp_path):
     assert len(lines) <= 25
     rows = [line for line in lines if line.startswith("│ ") and not line.startswith("│  ")]
     assert len(rows) >= 5 and "eval-dpo--1-every_phase" in rows[0], lines  # the failed run leads
+
+
+def test_a_run_that_changed_nothing_says_so_in_status(tmp_path):
+    """A flywheel with nothing to learn from, a GRPO whose groups were all alike: the run succeeds,
+    and `status` says under its table that it changed nothing, and why."""
+    synthetic.build(tmp_path, seeds=1, problems=5)
+    with sqlite3.connect(tmp_path / LINEAGE_FILE) as db:
+        db.execute("UPDATE runs SET reason = ? WHERE id = 'grpo--1'",
+                   ["exit 0, outputs complete; changed nothing: every step had only zero-advantage groups"])
+    console = Console(width=160, height=200, record=True, color_system=None)
+    console.print(render_status(collect_status(tmp_path, "synth"), None))
+    assert "grpo--1 changed nothing: every step had only zero-advantage groups" in console.export_text()

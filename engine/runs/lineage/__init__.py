@@ -6,6 +6,7 @@
 
 from engine.runs.lineage.records import (
     FINISHED,
+    UNCHANGED,
     TRANSITIONS,
     ArtifactRecord,
     DatasetRecord,
@@ -29,7 +30,7 @@ from engine.runs.lineage.store import LINEAGE_FILE, Lineage, open_lineage
 from engine.runs.lineage.timing import Attempt, RunTime, run_times, running_reason
 
 __all__ = [
-    "FINISHED", "TRANSITIONS", "ArtifactRecord", "DatasetRecord", "EdgeRecord", "Event", "IllegalTransition",
+    "FINISHED", "UNCHANGED", "TRANSITIONS", "ArtifactRecord", "DatasetRecord", "EdgeRecord", "Event", "IllegalTransition",
     "LeakRecord", "Metric", "PlanRecords", "ProtocolRecord", "RunDatasetRecord", "RunProtocolRecord", "RunRecord", "RunState",
     "SpecRecord", "WaiverRecord", "now_iso", "parse_iso", "LINEAGE_FILE", "Lineage", "open_lineage",
     "Attempt", "RunTime", "run_times", "running_reason",

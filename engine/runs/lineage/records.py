@@ -32,6 +32,8 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     S.succeeded: frozenset(),
 }
 FINISHED = frozenset({S.succeeded, S.failed, S.cancelled})
+# marks a succeeded training run's reason when it changed nothing (`runs.completion.unchanged`)
+UNCHANGED = "changed nothing: "
 
 
 class IllegalTransition(RuntimeError):
