@@ -10,7 +10,8 @@ import json
 import time
 from pathlib import Path
 
-from engine.cli.views import console, render_eta, render_status
+from engine.cli.status_view import render_eta, render_status
+from engine.cli.views import console
 from engine.errors import UserError
 from engine.runs.status import collect_status, edited_since_run
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from engine.cli import main
-from engine.cli.views import render_eta, render_status
+from engine.cli.status_view import render_eta, render_status
 from engine.price.progress import study_eta
 from engine.runs.lineage import LINEAGE_FILE, open_lineage
 from engine.runs.status import collect_status

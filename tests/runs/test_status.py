@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from engine.cli import main
-from engine.cli.views import render_status
+from engine.cli.status_view import render_status
 from engine.runs.lineage import (
     Metric,
     PlanRecords,
