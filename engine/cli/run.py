@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --dry-run: also list every run (id, parents, state) and every comparison's "
                         "detectable difference")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots (default: all cores)")
-    p.add_argument("--executor", choices=("local", "ray"), default=None,
+    p.add_argument("--executor", choices=("local", "ray", "slurm"), default=None,
                    help="where runs execute (default: the spec's executor.kind, else local)")
     p.add_argument("--address", default=None,
                    help="the Ray cluster's dashboard address, e.g. http://head:8265 (with --executor ray)")

@@ -83,7 +83,8 @@ def _runs_and_notes(report: StatusReport, runs: list) -> list[RenderableType]:
     for r in runs:
         metric = f"{r.headline.name} {r.headline.value:.3f} {r.headline.dataset}" if r.headline else ""
         rows.append(([r.spec_name] if len(specs) > 1 else []) + [
-            r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind, r.state.value,
+            r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind,
+            r.state.value + (f" · {r.queue}" if r.queue else ""),
             _started(r.started_at), format_duration(r.duration_s), metric,
         ])
         if r.state in ENDED_BADLY and r.reason:
@@ -99,7 +100,8 @@ def _runs_and_notes(report: StatusReport, runs: list) -> list[RenderableType]:
         table.add_column(column, no_wrap=column != "metric", width=width)
     state = columns.index("state")
     for row in rows:
-        table.add_row(*(Text(cell, style=STATE_STYLES[cell] if i == state else "") for i, cell in enumerate(row)))
+        table.add_row(*(Text(cell, style=STATE_STYLES[cell.split(" · ")[0]] if i == state else "")
+                        for i, cell in enumerate(row)))
     return [table, *notes]
 
 

@@ -50,7 +50,7 @@ def choose(problems: Sequence[Problem], prompts: Sequence[Shown], generations: S
     todo = [(problem, [g for g in sorted(by_problem[problem.id], key=lambda g: g.sample) if not is_fault(g)], view)
             for problem, view in zip(problems, views) if by_problem.get(problem.id)]
     items = [(view, g.completion) for _, candidates, view in todo if view is not None for g in candidates]
-    results = judge.judge_many(items)
+    results = judge.judge_many(items, shown=True)
     faults = sum(r.verdict is Verdict.INTERNAL_ERROR for r in results)
     if faults:  # a faulted candidate would rank as a 0: the choice would be the judge's, not the tests'
         raise UserError(f"best-of-n on {dataset or 'this dataset'}: the judge faulted (INTERNAL_ERROR) on the public "

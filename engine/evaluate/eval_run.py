@@ -45,6 +45,7 @@ from engine.plan.frozen import (
 )
 from engine.prompts.templates import PromptChoice
 from engine.resources import visible_gpus
+from engine.spec.validated import protocol_sha256
 
 METRICS_FILE = "metrics.json"
 BEST_OF_N_FILE = "best_of_n.json"  # per dataset: problems, samples expected, generated and failed
@@ -127,10 +128,6 @@ def generator_for(frozen: FrozenRun, settings: Settings, model: str,
     return LazyGenerator(shape, loaded)
 
 
-def protocol_sha256(protocol: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(protocol, sort_keys=True).encode()).hexdigest()
-
-
 def decoding_of(protocol: dict[str, Any], run_seed: Optional[int] = None) -> Decoding:
     return Decoding(temperature=protocol.get("temperature") or 0.0, top_p=protocol.get("top_p") or 1.0,
                     top_k=protocol.get("top_k") if protocol.get("top_k") is not None else -1,
@@ -159,9 +156,7 @@ def tasks(run_dir: Path, model: str, frozen: FrozenRun, use: str = "evaluate", *
     training rows: they are asked with the template it trains on (`FrozenRun.prompt_template`),
     not whatever its rollout protocol names, and keyed by it."""
     registry = run_registry(run_dir)
-    protocol = frozen.protocols[use]
-    if use == "rollout" and frozen.prompt is not None and frozen.prompt_template() != protocol.get("prompt"):
-        protocol = {**protocol, "prompt": frozen.prompt_template()}
+    protocol = frozen.protocol(use)
     choice = PromptChoice(registry=registry, template=protocol.get("prompt"), model=frozen.base_model)
     names = datasets if datasets is not None else [n for n, e in frozen.datasets.items() if use in e.uses]
     out = []
@@ -209,7 +204,7 @@ def evaluate_runs(run_dirs: Sequence[Path], model: str, settings: Settings = Set
             shape = engine_shape(generation_settings(run, settings, model), model, visible_gpus())
             if repr(shape) not in generators:
                 generators[repr(shape)] = generator_for(run, settings, model, on_progress)
-            judge_config = run.judge_config()
+            judge_config = run.judge_config("evaluate")
             if repr(judge_config) not in judges:
                 judges[repr(judge_config)] = Judge(judge_config)
                 judges[repr(judge_config)].require_isolation()  # before generating: a judge that may not judge wastes no GPU
@@ -283,7 +278,9 @@ def _dataset_metrics(task: Task, frozen: FrozenRun, judge_version: str, timing: 
     if rounds > 1:
         metrics.update({f"repair/{k}": v for k, v in repair_summary(records).items()})
     if chosen:
-        metrics.update({"best_of_n/candidates": float(chosen[0].candidates),
+        # samples each choice was made from, over every problem: one whose samples all failed on the
+        # server was chosen from none, and the first problem alone would speak for all of them
+        metrics.update({"best_of_n/candidates": sum(c.candidates for c in chosen) / len(chosen),
                         "best_of_n/cost_tokens_mean": sum(c.cost_tokens for c in chosen) / len(chosen),
                         "best_of_n/cost_tokens": float(sum(c.cost_tokens for c in chosen)),
                         # declared `without_public: first`: problems whose answer is their first sample

@@ -32,7 +32,7 @@ def score_model(run_dir: Path, model: str, frozen: FrozenRun, *, protocol: str, 
                 on_progress: stages.ProgressHandler = stages._quiet) -> list[Scored]:
     """Generate with the run's `protocol` on `datasets`, judge, summarize (resumes from `out_dir`)."""
     todo = tasks(run_dir, model, frozen, protocol, datasets=datasets, out_dir=out_dir)
-    judge_config = frozen.judge_config()
+    judge_config = frozen.judge_config(protocol)
     owned = backend is None
     backend = backend or generator_for(frozen, settings, model, on_progress)
     out = []

@@ -151,16 +151,25 @@ def load_encoder() -> Encoder:
     """The verified model, loaded once per process (several seconds); never touches the network."""
     folder = model_dir()
     weights = verify_files(folder)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing file must fail, never be fetched
+    # A missing file must fail, never be fetched: the hub is off while the model loads, and only
+    # then, since the runs this process starts inherit its environment and may need the hub.
+    before = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
     try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise SemanticNotInstalled(f"sentence-transformers is not installed ({exc}); {INSTALL_HINT}") from None
-    try:
-        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
-    except Exception as exc:  # a broken install (torch, transformers versions): the stage did not run, said so
-        raise SemanticUnavailable(f"the {MODEL_NAME} model did not load ({type(exc).__name__}: {exc}); "
-                                  f"reinstall the extra") from exc
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise SemanticNotInstalled(f"sentence-transformers is not installed ({exc}); {INSTALL_HINT}") from None
+        try:
+            model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+        except Exception as exc:  # a broken install (torch, transformers versions): the stage did not run, said so
+            raise SemanticUnavailable(f"the {MODEL_NAME} model did not load ({type(exc).__name__}: {exc}); "
+                                      f"reinstall the extra") from exc
+    finally:
+        if before is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = before
     model.max_seq_length = MAX_TOKENS
     return Encoder(model=model, weights_sha256=weights)
 

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from engine.errors import Diagnostic, SpecError
 from engine.isolation.blind_choice import check_best_of_n
-from engine.isolation.content import Confirmer, check_content, registry_loader
+from engine.isolation.content import Confirmer, LeakageReport, check_content, registry_loader
 from engine.isolation.idlists import check_idlists
 from engine.isolation.rules import check_isolation
 from engine.spec.load import parse_spec
@@ -91,6 +91,8 @@ def _merge(validated: ValidatedSpec, report: RuleReport, diags: list[Diagnostic]
     validated.content_fingerprints.update(report.fingerprints)
     validated.dataset_sizes.update(report.sizes)
     validated.leaks += report.leaks
+    if isinstance(report, LeakageReport):
+        validated.semantic = report.semantic
 
 
 def _warn_unused_content_waivers(validated: ValidatedSpec, *, content: bool) -> None:

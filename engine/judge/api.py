@@ -12,6 +12,7 @@ import collections
 from typing import Callable, Iterable, Iterator, Sequence
 
 from engine.judge.cache import ResultCache, job_key
+from engine.judge.cases import most_demanding
 from engine.errors import UserError
 from engine.judge.config import PROCESSES, JudgeBackend, JudgeConfig, JudgeJob, missing_isolation, test_count
 from engine.judge.verdict import SampleResult, Verdict
@@ -82,10 +83,12 @@ class Judge:
         self._checked = True
 
     def judge(
-        self, problem: Problem, completion: str, *, stop_on_first_failure: bool | None = None, code_is_program: bool = False
+        self, problem: Problem, completion: str, *, stop_on_first_failure: bool | None = None, code_is_program: bool = False,
+        shown: bool = False,
     ) -> SampleResult:
         return self.judge_many(
-            [(problem, completion)], stop_on_first_failure=stop_on_first_failure, code_is_program=code_is_program
+            [(problem, completion)], stop_on_first_failure=stop_on_first_failure, code_is_program=code_is_program,
+            shown=shown,
         )[0]
 
     def judge_many(
@@ -95,11 +98,12 @@ class Judge:
         stop_on_first_failure: bool | None = None,
         code_is_program: bool = False,
         progress: Callable[[int], None] | None = None,
+        shown: bool = False,
     ) -> list[SampleResult]:
         """Judge every (problem, completion); results in input order. `progress(n)` reports n more done."""
         results: list[SampleResult | None] = [None] * len(items)
         for i, result in self.judge_stream(items, stop_on_first_failure=stop_on_first_failure,
-                                           code_is_program=code_is_program):
+                                           code_is_program=code_is_program, shown=shown):
             results[i] = result
             if progress:
                 progress(1)
@@ -111,6 +115,7 @@ class Judge:
         *,
         stop_on_first_failure: bool | None = None,
         code_is_program: bool = False,
+        shown: bool = False,
     ) -> Iterator[tuple[int, SampleResult]]:
         """Yield `(index, result)` for every (problem, completion) of `items` as its verdict is known.
 
@@ -127,7 +132,12 @@ class Judge:
         replaced.
 
         What is derived from a problem's tests (plans, cache keys) is kept per problem object:
-        treat a Problem as immutable once judged (build a new one for other tests)."""
+        treat a Problem as immutable once judged (build a new one for other tests).
+
+        `shown`: the problems are public views (`engine.isolation.public.public_view`), the tests
+        the model was shown, for repair feedback or a best-of-n choice: all of them are judged,
+        never cut to the protocol's most demanding ones (`config.most_demanding` chooses the tests
+        that score an answer, not which of the shown examples count)."""
         self.require_isolation()
         sparse = self.config.stop_on_first_failure if stop_on_first_failure is None else stop_on_first_failure
         ready: collections.deque[tuple[int, SampleResult]] = collections.deque()  # known without a backend
@@ -139,6 +149,8 @@ class Judge:
 
         def jobs() -> Iterator[JudgeJob]:
             for i, (problem, completion) in enumerate(items):
+                if self.config.most_demanding and not shown:
+                    problem = most_demanding(problem, self.config.most_demanding)
                 program, formats[i] = self._program(problem, completion, code_is_program)
                 if not program:
                     ready.append((i, _fit(_no_code(problem), formats.pop(i))))

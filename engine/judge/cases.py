@@ -59,6 +59,7 @@ def clear_plan_cache() -> None:
     """Forget cached plans (the throughput bench times the cold path with it)."""
     _plan.cache_clear()
     _STDIO_PLANS.clear()
+    _DEMANDING.clear()
 
 
 def _meant(problem: Problem) -> frozenset[str]:
@@ -288,3 +289,54 @@ def stdio_plan(problem: Problem, *, compare: str, tol: float) -> CasePlan:
 
 
 _STDIO_PLANS = PerObject(256)
+
+
+def most_demanding(problem: Problem, n: int) -> Problem:
+    """The problem with only its `n` most demanding tests (a protocol's `tests: {most_demanding: n}`):
+    those with the largest input — the bytes of a stdio test's input, of the arguments a function
+    test passes the problem's function (the whole test where it calls it nowhere visible) —
+    ties going to the earlier test, run in their own order. Deterministic: the same tests on every
+    machine. The problem itself when it has `n` tests or fewer (an unsplit HumanEval `check` is one
+    test); else one copy per problem object, so the samples of a problem share its plan and cache key."""
+    return _DEMANDING.get(problem, n, lambda: _most_demanding(problem, n))
+
+
+def _largest(sizes: list[int], n: int) -> list[int]:
+    """Indices of the `n` largest sizes (ties: the earlier index), in index order."""
+    return sorted(sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))[:n])
+
+
+def _most_demanding(problem: Problem, n: int) -> Problem:
+    if problem.kind == "stdio":
+        if len(problem.stdio_tests) <= n:
+            return problem
+        keep = _largest([len(t.input.encode()) for t in problem.stdio_tests], n)
+        return problem.model_copy(update={"stdio_tests": [problem.stdio_tests[i] for i in keep]})
+    tests = problem.function_tests
+    if tests is None or len(tests.asserts) + len(tests.challenge) <= n:
+        return problem
+    every = [*tests.asserts, *tests.challenge]
+    names = {problem.entry_point, tests.candidate} - {None}
+    keep = _largest([_input_bytes(a, names) for a in every], n)
+    # the judge runs asserts and challenge tests alike: the kept ones become the asserts
+    return problem.model_copy(update={"function_tests": tests.model_copy(update={
+        "asserts": [every[i] for i in keep], "challenge": []})})
+
+
+def _input_bytes(src: str, names: set[str]) -> int:
+    """The size of a function test's input: the source of the arguments it passes the problem's
+    function (`f(xs) == 3`: `xs`; the expected value is output, not input), all of them where it
+    calls it more than once; the whole test where it calls it nowhere we can see."""
+    try:
+        tree = ast.parse(src.strip())
+    except SyntaxError:
+        return len(src.encode())
+    text = src.strip()
+    calls = [node for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names]
+    if not calls:
+        return len(src.encode())
+    return sum(len((ast.get_source_segment(text, a) or "").encode()) for c in calls for a in [*c.args, *c.keywords])
+
+
+_DEMANDING = PerObject(1024)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Literal, Optional, Protocol
+from typing import Any, Iterable, Iterator, Literal, Mapping, Optional, Protocol
 
 from engine.errors import UserError
 from engine.judge.verdict import SampleResult
@@ -70,12 +70,16 @@ class JudgeConfig:
     # Judge even where the network and the filesystem cannot be isolated (see `require_isolation`).
     allow_unsandboxed: bool = False
     python: Optional[str] = None  # the workers' interpreter (stdlib only is needed); default: this one
+    # Run only each problem's N most demanding tests (a protocol's `tests: {most_demanding: N}`,
+    # `cases.most_demanding`); None: all of them.
+    most_demanding: Optional[int] = None
 
     @property
     def version(self) -> str:
         """The judge version and the limits that can move a verdict (recorded with every number)."""
         return (f"rlvr-judge-{JUDGE_VERSION}/{self.backend}/cpu{self.timeout_s:g}s/mem{self.memory_mb}MB/"
-                f"{self.compare}" + (f"{self.float_tol:g}" if self.compare == "float" else ""))
+                f"{self.compare}" + (f"{self.float_tol:g}" if self.compare == "float" else "")
+                + (f"/top{self.most_demanding}" if self.most_demanding else ""))
 
     @property
     def wall_s(self) -> float:
@@ -164,6 +168,11 @@ class JudgeBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def protocol_tests(protocol: Optional[Mapping[str, Any]]) -> Optional[int]:
+    """A frozen protocol's `tests: {most_demanding: N}` (None: every test is judged)."""
+    return ((protocol or {}).get("tests") or {}).get("most_demanding")
 
 
 def test_count(problem: Problem) -> int:

@@ -63,7 +63,7 @@ from engine.spec.model import (
     Spec,
 )
 from engine.spec.registry import Registry
-from engine.spec.validated import ValidatedSpec
+from engine.spec.validated import ValidatedSpec, frozen_protocol
 
 
 @dataclass(kw_only=True)
@@ -424,7 +424,7 @@ def _make_run(planner: _Planner, unit: Unit, *, kind: PhaseKind, seed: Optional[
         "init": "parent" if parent else "base_model",
         "datasets": {n: {**as_json(spec.datasets[n]), **d.model_dump(exclude={"role"}), **planner.files.get(n, {})}
                      for n, d in datasets.items()},
-        "protocols": {use: {"name": name, **as_json(resolved_protocols[name])} for use, name in names.items()},
+        "protocols": {use: frozen_protocol(name, resolved_protocols[name]) for use, name in names.items()},
         "judge": as_json(spec.judge),
         "resources": resources.model_dump(exclude_none=True),
         **extra,

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
@@ -20,7 +20,7 @@ from engine.data.idlist import apply_idlist
 from engine.data.loaders import load_dataset_problems
 from engine.errors import UserError
 from engine.files import atomic_write
-from engine.judge.config import JudgeConfig
+from engine.judge.config import JudgeConfig, protocol_tests
 from engine.spec.model import (
     DatasetSpec,
     EarlyStopSpec,
@@ -128,6 +128,11 @@ class FrozenRun(BaseModel):
         """Names of the datasets used for any of `wanted` (train, select, early_stop, monitor, ...)."""
         return [name for name, d in self.datasets.items() if set(wanted) & set(d.uses)]
 
+    def protocol(self, use: str) -> dict[str, Any]:
+        """The protocol the run generates with for `use` (`run_protocol`)."""
+        return run_protocol({"protocols": self.protocols, "prompt": self.prompt and {"template": self.prompt.template}},
+                            use)
+
     def prompt_template(self) -> Optional[str]:
         """The template a trained run trains and samples on (`plan.expand.training_prompt`; None:
         the model's defaults). A config written before the rule: its rollout protocol's."""
@@ -135,10 +140,24 @@ class FrozenRun(BaseModel):
             return self.prompt.template
         return self.protocols.get("rollout", {}).get("prompt")
 
-    def judge_config(self, **overrides: Any) -> JudgeConfig:
+    def judge_config(self, use: Optional[str] = None, **overrides: Any) -> JudgeConfig:
         """The run's frozen `judge:` settings (backend, limits, compare mode): every verdict the run
-        gives — evaluation, reward, repair feedback, a re-judged page — comes from this config."""
-        return JudgeConfig.from_spec(JudgeSpec.model_validate(self.judge), **overrides)
+        gives — evaluation, reward, repair feedback, a re-judged page — comes from this config.
+        `use` names the protocol (evaluate, rollout) the verdicts are for: its `tests:` choose the
+        tests judged."""
+        return JudgeConfig.from_spec(JudgeSpec.model_validate(self.judge),
+                                     **{"most_demanding": protocol_tests(self.protocols.get(use or "")), **overrides})
+
+
+def run_protocol(config: Mapping[str, Any], use: str) -> dict[str, Any]:
+    """The protocol a run (its config) generates with for `use`, as its records are keyed and
+    lineage hashes it: the frozen one, except that a trained run's rollouts are asked with the
+    template it trains on (`prompt`, `plan.expand.training_prompt`), whatever its rollout protocol names."""
+    protocol = dict(config["protocols"][use])
+    prompt = config.get("prompt")
+    if use == "rollout" and isinstance(prompt, dict) and prompt.get("template") != protocol.get("prompt"):
+        protocol["prompt"] = prompt.get("template")
+    return protocol
 
 
 def read_frozen_run(run_dir: Path) -> FrozenRun:

@@ -3,7 +3,8 @@
 A run's id is the first 12 hex digits of the sha256 of the canonical JSON of its fully
 resolved config plus its parents' ids (`run_id`), less where a served model is reached: an
 endpoint's `base_url` is in the config (the run reads it) but not in the id, so a server restarted
-on another address serves the same run (what it serves is checked by its fingerprint).
+on another address serves the same run (what it serves is checked by its fingerprint). Response-length
+priors (`response_tokens`) are in the config too (the forecast reads them) and not in the id.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from engine.plan.key import RunKey
 from engine.spec.model import TRAINED_KINDS, PhaseKind, ProtocolSpec, Resources
-from engine.spec.validated import AppliedWaiver
+from engine.spec.validated import PRICING_ONLY, AppliedWaiver
 
 ID_LEN = 12
 BASE = "base"
@@ -111,11 +112,18 @@ def canonical_json(data: Any) -> str:
 
 
 def identity_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a run's config its id hashes: all of it but an endpoint's address."""
+    """The part of a run's config its id hashes: all of it but an endpoint's address and the
+    response-length priors (of its protocols and its base model), which only price it."""
+    out = dict(config)
     endpoint = config.get("endpoint")
-    if not isinstance(endpoint, dict) or "base_url" not in endpoint:
-        return config
-    return {**config, "endpoint": {k: v for k, v in endpoint.items() if k != "base_url"}}
+    if isinstance(endpoint, dict) and "base_url" in endpoint:
+        out["endpoint"] = {k: v for k, v in endpoint.items() if k != "base_url"}
+    if isinstance(config.get("protocols"), dict):
+        out["protocols"] = {use: {k: v for k, v in p.items() if k != PRICING_ONLY} if isinstance(p, dict) else p
+                            for use, p in config["protocols"].items()}
+    if isinstance(config.get("base_model"), dict):
+        out["base_model"] = {k: v for k, v in config["base_model"].items() if k != PRICING_ONLY}
+    return out
 
 
 def run_id(config: dict[str, Any], parents: Iterable[str]) -> str:

@@ -1,7 +1,9 @@
 """Refit a profile's constants from a finished study, so a cluster calibrates itself after one study.
 
-Each finished run's forecast is a sum of parts (start, generate, update, judge, …), each
-driven by one group of constants. The fit finds one factor per group, x ≥ 0, so that
+Each finished run's forecast is a sum of parts (start, generate, update, judge, …), and every
+second of it is filed under the one group of constants that drives it (`RunCost.add` takes the
+group, `engine.price.model.GROUPS`): the fit reads those same seconds, so what it writes
+reproduces what it fitted. The fit finds one factor per group, x ≥ 0, so that
 Σ_group x·(the run's forecast seconds of that group) matches the runs' actual durations in
 least squares (non-negative least squares over all finished runs); durations are multiplied
 by their group's factor and speeds divided by it. A group no run exercised, or one the data
@@ -13,36 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 from engine.errors import UserError
 from engine.price.forecast import SHARED_PARTS, context, joiners
-from engine.price.model import run_cost
+from engine.price.model import GROUPS, run_cost
 from engine.price.profiles import FASTER_WHEN_HIGH, HARDWARE_FILE, Profile
 from engine.price.shapes import StudyShape
 from engine.price.study import attributed_seconds
 from engine.runs.lineage import RunRecord, RunTime
-
-# constant groups, and which group each part of each run kind falls in
-GROUPS = {
-    "engine": ("engine_start_s",), "trainer": ("trainer_start_s",),
-    "generation": ("gen_step_ms", "gen_step_ms_per_seq", "gen_max_tok_s"),
-    "rollout": ("rollout_tok_s", "tail_ms"), "judge": ("judge_cpu_s",), "logprob": ("logprob_tok_s",),
-    "update": ("update_tok_s",), "sft": ("sft_tok_s",), "save": ("save_s",), "merge": ("merge_s",),
-    "overhead": ("step_overhead_s",),
-}
-EVAL_KINDS = {"eval", "best_of_n"}
-SFT_KINDS = {"sft", "dpo", "raft"}
-
-
-def group_of(kind: str, part: str, slot: str) -> Optional[str]:
-    if part == "start":
-        return "engine" if kind in EVAL_KINDS else "trainer"
-    if part in ("generate", "select"):
-        return "rollout" if slot == "GPU" and kind in ("grpo", "repair") and part == "generate" else "generation"
-    if part == "update":
-        return "sft" if kind in SFT_KINDS else "update"
-    return {"judge": "judge", "logprob": "logprob", "save": "save", "merge": "merge", "overhead": "overhead"}.get(part)
 
 
 @dataclass(frozen=True)
@@ -56,25 +37,38 @@ class Fit:
 def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord],
                 times: Mapping[str, RunTime]) -> Fit:
     """The factors, fitted on each succeeded run's time: the sum of its attempts."""
+    costs = group_seconds(study, profile)
+    actual = attributed_seconds(records, {run_id: sum(groups.values()) for run_id, groups in costs.items()}, times)
+    return fit_seconds(study, costs, actual)
+
+
+def group_seconds(study: StudyShape, profile: Profile) -> dict[str, dict[str, float]]:
+    """Each run's forecast seconds at the profile's median, by constant group, as the forecast
+    counts them (a job's later evaluations load nothing: SHARED_PARTS skipped)."""
+    ctx = context(study, profile, profile.median())
+    skip = joiners(study.runs, study.groups_evals)
+    out: dict[str, dict[str, float]] = {}
+    for run in study.runs:
+        groups = out.setdefault(run.id, {})
+        for (part, group), seconds in run_cost(ctx, run).by_group.items():
+            if not (run.id in skip and part in SHARED_PARTS):
+                groups[group] = groups.get(group, 0.0) + seconds
+    return out
+
+
+def fit_seconds(study: StudyShape, costs: Mapping[str, Mapping[str, float]], actual: Mapping[str, float]) -> Fit:
+    """The factors that make Σ_group factor·seconds match each finished run's `actual` seconds."""
     import numpy as np
     from scipy.optimize import nnls
 
-    ctx = context(study, profile, profile.median())
-    skip = joiners(study.runs, study.groups_evals)  # as the forecast packs them: a job's later evaluations load nothing
-    shared = lambda run, part: run.id in skip and part in SHARED_PARTS  # noqa: E731
-    costs = {run.id: {part: v for part, v in run_cost(ctx, run).parts.items() if not shared(run, part)}
-             for run in study.runs}
-    actual = attributed_seconds(records, {run_id: sum(parts.values()) for run_id, parts in costs.items()}, times)
     runs = [r for r in study.runs if r.id in actual]
     if len(runs) < 2:
         raise UserError(f"{study.name}: {len(runs)} finished run(s); a fit needs at least two")
     names = list(GROUPS)
     matrix = np.zeros((len(runs), len(names)))
     for i, run in enumerate(runs):
-        for part, seconds in costs[run.id].items():
-            group = group_of(run.kind, part, profile.slot)
-            if group:
-                matrix[i, names.index(group)] += seconds
+        for group, seconds in costs[run.id].items():
+            matrix[i, names.index(group)] += seconds
     y = np.array([actual[r.id] for r in runs])
     used = matrix.sum(axis=0) > 0
     x = np.ones(len(names))
@@ -93,7 +87,8 @@ def fitted_entry(profile: Profile, fit: Fit, study: str) -> dict:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     constants = {}
     for name, band in profile.entry.constants.items():
-        # shares (judge_overlap, timeout_rate) are not durations: no factor moves them
+        # judge_overlap is in no group (a share, not a duration): it keeps its value; timeout_rate is
+        # judging's (the timeouts' seconds scale with it) and moves with judge_cpu_s
         group = next((g for g, members in GROUPS.items() if name in members), "")
         factor = fit.factors.get(group, 1.0)
         scale = 1 / factor if name in FASTER_WHEN_HIGH else factor
@@ -108,11 +103,18 @@ def fitted_entry(profile: Profile, fit: Fit, study: str) -> dict:
 
 
 def write_profile(registry: Path, name: str, entry: dict) -> Path:
-    """Add or replace profile `name` in the registry's hardware.yaml, keeping its comments."""
+    """Add or replace profile `name` in the registry's hardware.yaml, keeping its comments. The new
+    file is validated before it replaces the old one (a profile that would not load is refused, the
+    file untouched), written atomically (`engine.files.atomic_write`), and under a lock beside it, so
+    that two fits at once each add their profile instead of one losing the other's."""
+    import fcntl
+    import io
+
+    from pydantic import ValidationError
     from ruamel.yaml import YAML
 
-    from engine.price.profiles import load_profiles
-
+    from engine.files import atomic_write
+    from engine.price.profiles import HardwareFile, ProfileEntry, load_profiles
     from engine.resources import shipped
 
     published = load_profiles(shipped("registry")).profiles
@@ -120,13 +122,28 @@ def write_profile(registry: Path, name: str, entry: dict) -> Path:
         raise UserError(f"--as {name}: {name!r} is a shipped profile (its constants are the published figures); "
                         f"name the refit profile after your cluster instead, e.g. --as {name}-mine")
     path = Path(registry) / HARDWARE_FILE
+    try:
+        ProfileEntry.model_validate(entry)
+    except ValidationError as exc:
+        raise UserError(f"the refit profile {name!r} is not a valid hardware profile ({_first_error(exc)}); "
+                        f"{path} is unchanged") from None
     yaml = YAML()
     yaml.width = 4096
-    data = yaml.load(path.read_text(encoding="utf-8"))
-    data["profiles"][name] = entry
-    partial = path.with_name(f".{path.name}.partial")
-    with partial.open("w", encoding="utf-8") as fh:
-        yaml.dump(data, fh)
-    partial.replace(path)
-    load_profiles(Path(registry))  # what was written must load
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, or by the kernel if this process dies
+        data = yaml.load(path.read_text(encoding="utf-8"))
+        data["profiles"][name] = entry
+        text = io.StringIO()
+        yaml.dump(data, text)
+        try:
+            HardwareFile.model_validate(YAML(typ="safe").load(text.getvalue()))
+        except ValidationError as exc:
+            raise UserError(f"adding profile {name!r} would leave {path} unreadable ({_first_error(exc)}); "
+                            "it is unchanged") from None
+        atomic_write(path, text.getvalue())
     return path
+
+
+def _first_error(exc) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(map(str, err['loc']))}: {err['msg']}"

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from engine.errors import UserError
 from engine.plan.model import evaluation_key
-from engine.price.model import Context, RunCost, run_cost
+from engine.price.model import Context, RunCost, prior_used, run_cost
 from engine.price.profiles import NAMES, Constants, Profile
 from engine.price.shapes import RunShape, StudyShape
 from engine.price.simulate import SimJob, critical_path, lower_bound, pack
@@ -62,6 +62,13 @@ class GroupForecast(BaseModel):
     seconds: Quantiles  # run-seconds summed (wall of each run, not slot-weighted)
 
 
+class ResponsePriorUse(BaseModel):
+    median: float
+    sigma: float
+    max_tokens: float
+    source: str  # protocol | model | default (the hardware file's, for a non-reasoning coder)
+
+
 class Forecast(BaseModel):
     study: str
     profile: str
@@ -81,12 +88,65 @@ class Forecast(BaseModel):
     cost: Optional[Quantiles] = None
     contingency: str = CONTINGENCY
     notes: list[str] = Field(default_factory=list)
+    # protocol name → the response-length prior its generation was priced with, and where it came from
+    response_priors: dict[str, ResponsePriorUse] = Field(default_factory=dict)
+
+
+def response_priors(runs: Sequence[RunShape], study: StudyShape, profile: Profile) -> dict[str, ResponsePriorUse]:
+    """The response-length prior of every protocol `runs` generate with (`model.lengths`)."""
+    out: dict[str, ResponsePriorUse] = {}
+    ctx = context(study, profile, profile.median())
+    for run in runs:
+        for use, protocol in (run.config.get("protocols") or {}).items():
+            name = str(protocol.get("name") or use)
+            if name in out or run.scores_samples:
+                continue
+            p, cap, source = prior_used(ctx, protocol)
+            out[name] = ResponsePriorUse(median=p.response_median_tokens, sigma=p.response_sigma, max_tokens=cap,
+                                         source=source)
+    return out
+
+
+def prior_notes(priors: dict[str, ResponsePriorUse], model: str) -> list[str]:
+    """What the forecast says under it: which prior each protocol used; the protocols that fell back
+    to the default in one line, with the fix."""
+    notes, fallback = [], [name for name, use in priors.items() if use.source == "default"]
+    for name, use in priors.items():
+        if use.source != "default":
+            whose = "declared on the protocol" if use.source == "protocol" else f"the base model {model}'s prior"
+            notes.append(f"protocol {name}: response lengths median {use.median:g}, sigma {use.sigma:g} tokens, "
+                         f"clipped at {use.max_tokens:g} ({whose})")
+    if fallback:
+        use = priors[fallback[0]]
+        notes.append(f"protocol{'s' if len(fallback) > 1 else ''} {', '.join(fallback)}: no response-length prior, "
+                     f"priced at the registry default (median {use.median:g}, sigma {use.sigma:g} tokens: "
+                     "registry/hardware.yaml, a non-reasoning coder); a model that reasons at length needs "
+                     "`response_tokens: {median: M, sigma: S}` on its protocol or its base model")
+    return notes
+
+
+def model_notes(runs: Sequence[RunShape], study: StudyShape, profile: Profile) -> list[str]:
+    """What the forecast assumed of the model and the machine for lack of facts. A GPU dry run refuses
+    a model of unknown size (`shapes.require_size`); a CPU one, and a recorded study's re-forecast,
+    price it at the profile's size, which can be thousands of times off. A profile without
+    `memory_gb` (a hardware file written before it) prices no rollout beyond the KV cache's room."""
+    notes = []
+    if study.params_b is None:
+        notes.append(f"the base model's size is unknown: priced as the {profile.name} profile's "
+                     f"{profile.entry.params_b:g} B-parameter model; add `params_b: <billions of parameters>` "
+                     "under base_model, or name a model from registry/models.yaml")
+    if profile.slot == "GPU" and profile.entry.memory_gb is None and any(r.kind in ("grpo", "repair") for r in runs):
+        notes.append(f"hardware profile {profile.name} has no `memory_gb`: rollouts are priced as if the KV cache "
+                     "held every sequence of a step (long responses priced low); add `memory_gb:` (one GPU's "
+                     f"memory, GB) to the profile in {profile.path}")
+    return notes
 
 
 def context(study: StudyShape, profile: Profile, constants: Constants) -> Context:
     scale = profile.entry.params_b / study.params_b if study.params_b else 1.0
     return Context(c=constants, priors=profile.priors, slot=profile.slot, scale=scale, sizes=study.sizes,
-                   sources=study.sources)
+                   sources=study.sources, model_lengths=study.model_lengths, runs=study.by_id(),
+                   params_b=study.params_b or profile.entry.params_b, memory_gb=profile.entry.memory_gb)
 
 
 def job_key(run: RunShape, grouped: bool) -> str:
@@ -180,6 +240,9 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
     slots = default_slots(study, profile, gpus, cpus, nodes)
     skipped = set(skip)
     runs = [r for r in study.runs if r.id not in skipped]
+    if profile.slot == "CPU" and (big := next((r for r in runs if r.gpus), None)):
+        raise UserError(f"run {big.label} needs {big.gpus} GPU(s) but profile {profile.name} prices CPU slots; "
+                        "pass --gpu-type with a GPU profile (h100, a100, or one of your own)")
     rng = random.Random(RNG_SEED)
     per_run: dict[str, list[float]] = defaultdict(list)
     hours, walls, paths = [], [], []
@@ -212,6 +275,7 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
             median_costs, median_chain = costs, chain
             bound = max(length, work / slots) if profile.slot == "CPU" else lower_bound(jobs, slots)
     label = {r.id: r.label for r in study.runs}
+    priors = response_priors(runs, study, profile)
     run_rows = [RunForecast(id=r.id, label=r.label, unit=r.unit, kind=r.kind, slots=held(profile, r.gpus, r.cpus),
                             seconds=Quantiles.of(per_run[r.id]),
                             parts={k: round(v, 1) for k, v in median_costs[r.id].parts.items()},
@@ -223,7 +287,10 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
         phases=_groups(run_rows, per_run, lambda r: r.unit), kinds=_groups(run_rows, per_run, lambda r: r.kind),
         slot_hours=total, wall_s=Quantiles.of(walls), critical_path_s=Quantiles.of(paths),
         critical_path=[label.get(j, j) for j in median_chain], lower_bound_s=bound,
-        price_per_hour=price, cost=total.scaled(price) if price is not None else None, notes=list(study.notes))
+        price_per_hour=price, cost=total.scaled(price) if price is not None else None,
+        notes=list(dict.fromkeys([*study.notes, *(n for r in runs for n in median_costs[r.id].notes),
+                                  *prior_notes(priors, study.model), *model_notes(runs, study, profile)])),
+        response_priors=priors)
 
 
 def _groups(rows: list[RunForecast], per_run: dict[str, list[float]], key) -> list[GroupForecast]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import BaseModel
 
@@ -55,10 +55,38 @@ class Comparison(BaseModel):
     mdd: float
 
 
-def comparisons(study: StudyShape, prior: PowerPrior) -> list[Comparison]:
-    """Every comparison the result pages will make, with its MDD under the prior."""
+def from_unit(spec: Mapping[str, Any], unit: str) -> Optional[str]:
+    """The control of a unit's comparison with what it starts from, as the pages make it: a variant's
+    own `from:` when it declares one (matrix.yaml's dpo_grpo is GRPO from dpo, not from grpo's sft),
+    else its phase's; a variant named in `from:` is its phase/variant unit. Never the run a flywheel
+    harvests: that is a second parent, not the model it starts from. None: no `from:` declared (the
+    pages compare such a phase with nothing). `spec` is the spec as data (its `phases` and `variants`)."""
+    phase, _, variant = unit.partition("/")
+    variants = spec.get("variants") or {}
+    declared = (variants.get(variant) or {}) if variant else {}
+    parent = declared.get("from") or ((spec.get("phases") or {}).get(phase) or {}).get("from")
+    if parent in variants:  # a variant's unit is phase/variant, as its cells are keyed
+        return f"{(variants[parent] or {}).get('phase')}/{parent}"
+    return parent
+
+
+def controls(spec: Mapping[str, Any], unit: str) -> list[tuple[str, str]]:
+    """(kind, control) of every comparison the pages make of `unit`: a variant against its phase
+    ("ablation"), and any unit against the one it starts from ("parent", `from_unit`)."""
+    out = [("ablation", unit.split("/")[0])] if "/" in unit else []
+    parent = from_unit(spec, unit)
+    return out + ([("parent", parent)] if parent else [])
+
+
+def spec_data(spec: Any) -> dict[str, Any]:
+    """A validated `Spec`'s phases and variants as the data `from_unit` reads (the pages read the
+    recorded spec's YAML, which is the same data)."""
+    return spec.model_dump(mode="json", by_alias=True, include={"phases", "variants"})
+
+
+def comparisons(study: StudyShape, prior: PowerPrior, spec: Mapping[str, Any]) -> list[Comparison]:
+    """Every comparison the result pages will make (`controls`), with its MDD under the prior."""
     units: dict[str, dict] = {}
-    parent_unit: dict[str, str] = {}
     by_id = study.by_id()
     for run in study.runs:
         if run.kind == "eval":
@@ -70,9 +98,6 @@ def comparisons(study: StudyShape, prior: PowerPrior) -> list[Comparison]:
                 entry["datasets"][name] = int(protocol.get("n") or 1)
             if run.seed is not None:
                 entry["seeds"].add(run.seed)
-        else:
-            parent = by_id.get(run.parents[0]) if run.parents else None
-            parent_unit.setdefault(run.unit, parent.unit if parent else "base")
     out: list[Comparison] = []
 
     def add(kind: str, unit: str, control: str) -> None:
@@ -91,12 +116,9 @@ def comparisons(study: StudyShape, prior: PowerPrior) -> list[Comparison]:
                                           sample_correlation=prior.sample_correlation, alpha=prior.alpha,
                                           power=prior.power, control_seeded=bool(theirs["seeds"]))))
 
-    for unit, parent in parent_unit.items():
-        if "/" not in unit:
-            add("parent", unit, parent)
-    for unit in parent_unit:
-        if "/" in unit:
-            add("ablation", unit, unit.split("/")[0])
+    for unit in units:
+        for kind, control in controls(spec, unit):
+            add(kind, unit, control)
     return out
 
 

@@ -82,9 +82,25 @@ class Priors(StrictModel):
     raft_accept_share: float = Field(default=0.3, ge=0, le=1)
     feedback_tokens: float = Field(default=150, ge=0)
     dense_timeout_tests: float = Field(default=5, ge=1)
+    # Judging a sample costs the tests it runs times one test's seconds (registry/hardware.yaml): a
+    # problem's tests by dataset source, and how much longer one of a problem's most demanding tests
+    # takes than its average test (`tests: {most_demanding: N}`).
+    tests_per_problem: dict[str, float] = Field(default_factory=lambda: {"default": 1.0})
+    demanding_test_factor: float = Field(default=1.0, gt=0)
+    # Long sequences (registry/hardware.yaml says where each comes from): decoding a token reads every
+    # earlier token's KV cache, so decode throughput is rollout_tok_s / (1 + context / kv_context_tokens);
+    # a token trained or scored in a sequence of L tokens costs (1 + L / attention_tokens) times one in
+    # a short sequence (attention's FLOPs grow with L, the weights' do not).
+    kv_context_tokens: float = Field(default=5000, gt=0)
+    attention_tokens: float = Field(default=40000, gt=0)
+    # KV cache bytes per token per billion parameters (it depends on layers and KV heads, not on size alone)
+    kv_bytes_per_token_per_b: float = Field(default=10000, gt=0)
 
     def prompt(self, source: str) -> float:
         return self.prompt_tokens.get(source, self.prompt_tokens.get("default", 400))
+
+    def tests(self, source: str) -> float:
+        return max(self.tests_per_problem.get(source, self.tests_per_problem.get("default", 1.0)), 1.0)
 
 
 class PriorsOverride(StrictModel):
@@ -97,6 +113,9 @@ class PriorsOverride(StrictModel):
     raft_accept_share: Optional[float] = Field(default=None, ge=0, le=1)
     feedback_tokens: Optional[float] = Field(default=None, ge=0)
     dense_timeout_tests: Optional[float] = Field(default=None, ge=1)
+    kv_context_tokens: Optional[float] = Field(default=None, gt=0)
+    attention_tokens: Optional[float] = Field(default=None, gt=0)
+    kv_bytes_per_token_per_b: Optional[float] = Field(default=None, gt=0)
 
 
 class PowerPrior(StrictModel):
@@ -113,6 +132,8 @@ class ProfileEntry(StrictModel):
     slot: Literal["GPU", "CPU"]
     slots_per_node: int = Field(ge=0)
     params_b: float = Field(gt=0)
+    # a GPU's memory (GB): what the rollout engine's KV cache can hold beside the weights (absent: no limit)
+    memory_gb: Optional[float] = Field(default=None, gt=0)
     constants: dict[str, Band]
     priors: Optional[PriorsOverride] = None
     fitted_from: Optional[str] = None  # the study whose lineage `price --fit` read

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from engine.errors import SpecError
 from engine.plan.model import Plan
 from engine.runs.lineage import DatasetRecord, Lineage, RunRecord
-from engine.spec.model import ExecutorKind
-from engine.spec.registry import Registry
+from engine.spec.model import ExecutorKind, ModelRef
+from engine.spec.registry import ModelEntry, Registry
 from engine.spec.validated import ValidatedSpec
+from engine.train.launch import params_b_of
 
 UNKNOWN_SIZE = 1000  # problems assumed for a dataset whose size nothing tells (said in the notes)
 
@@ -64,8 +66,12 @@ class StudyShape:
     runs: list[RunShape]
     sizes: dict[str, int]  # dataset → problems
     sources: dict[str, str]  # dataset → registry source
-    params_b: Optional[float]  # the base model's size, when the registry knows it
+    params_b: Optional[float]  # the base model's size: spelled out, from the registry, or its weight files
     notes: list[str] = field(default_factory=list)  # assumptions made for lack of facts
+    # The base model's response-length prior ({median, sigma}: spelled out or its registry entry's),
+    # used by every protocol that declares none; `model` names it for the forecast's notes.
+    model_lengths: Optional[dict[str, float]] = None
+    model: str = ""
     # The executor runs the evaluations of one checkpoint in one process (the local executor does;
     # the Ray executor submits one job per run, each loading its model).
     groups_evals: bool = True
@@ -80,9 +86,50 @@ def mark_sample_scoring(runs: list[RunShape]) -> list[RunShape]:
     return [replace(r, scores_samples=True) if r.kind == "eval" and r.evaluates in best_of_n else r for r in runs]
 
 
-def _params_b(base_model: Any, registry: Registry) -> Optional[float]:
-    entry = registry.models.get(base_model) if isinstance(base_model, str) else None
-    return entry.params_b if entry else None
+@dataclass(frozen=True)
+class BaseModelFacts:
+    name: str
+    params_b: Optional[float]
+    lengths: Optional[dict[str, float]]
+
+
+def _entry(path: Optional[str], registry: Registry) -> Optional[ModelEntry]:
+    """The registry entry a resolved model path is (by name, hub id or local build folder)."""
+    if not path:
+        return None
+    for name, entry in registry.models.items():
+        if path in (name, entry.hf_id) or (entry.build is not None and entry.build.folder(name) == path):
+            return entry
+    return None
+
+
+def base_model_facts(base_model: Any, registry: Registry) -> BaseModelFacts:
+    """What pricing knows of the base model (a registry name, a resolved ModelRef, or the dict a frozen
+    config holds): what the spec spelled out first, then its registry entry, then its weight files."""
+    if isinstance(base_model, dict):
+        base_model = ModelRef.model_validate(base_model)
+    if isinstance(base_model, str):
+        entry = registry.models.get(base_model)
+        base_model = ModelRef(path=base_model)
+    else:
+        entry = _entry(getattr(base_model, "path", None), registry)
+    declared = getattr(base_model, "response_tokens", None) or (entry.response_tokens if entry else None)
+    size = getattr(base_model, "params_b", None) or (entry.params_b if entry else None)
+    if size is None and base_model is not None:
+        size = params_b_of(registry.models, base_model)
+    return BaseModelFacts(name=str(getattr(base_model, "path", "") or ""), params_b=size,
+                          lengths=declared.model_dump() if declared is not None else None)
+
+
+def require_size(study: StudyShape, validated: ValidatedSpec) -> None:
+    """A GPU forecast scales every throughput by the model's size: a size nothing gives (a spelled-out
+    model the registry does not know, without weight files here) is refused, naming the field to add."""
+    if study.params_b is not None:
+        return
+    raise SpecError([validated.loaded.diagnostic(
+        ("base_model",), "the base model's size is unknown, and a GPU forecast scales every throughput by it",
+        "add `params_b: <billions of parameters>` under base_model (e.g. `params_b: 14.8`), or name a model "
+        "from registry/models.yaml")])
 
 
 def _idlist_size(path: Path) -> Optional[int]:
@@ -124,7 +171,7 @@ def _sizes(configs: list[dict[str, Any]], registry: Registry, loaded: dict[str, 
 
 
 def shape_of_plan(plan: Plan, validated: ValidatedSpec, *, executor: Optional[str] = None) -> StudyShape:
-    """The planned study; `executor` ("local" | "ray") is the command line's `--executor`, which
+    """The planned study; `executor` ("local" | "ray" | "slurm") is the command line's `--executor`, which
     overrides the spec's `executor.kind` as it does for the run itself."""
     runs = [RunShape(id=r.id, label=r.label, kind=r.kind.value, phase=r.phase, variant=r.variant, seed=r.seed,
                      parents=tuple(r.parents), evaluates=r.evaluates, gpus=r.resources.gpus, cpus=r.resources.cpus,
@@ -132,11 +179,12 @@ def shape_of_plan(plan: Plan, validated: ValidatedSpec, *, executor: Optional[st
     runs = mark_sample_scoring(runs)
     notes: list[str] = []
     sizes, sources = _sizes([r.config for r in runs], validated.registry, dict(validated.dataset_sizes), notes)
-    return StudyShape(name=plan.spec_name, runs=runs, sizes=sizes, sources=sources,
-                      params_b=_params_b(validated.spec.base_model if isinstance(validated.spec.base_model, str)
-                                         else None, validated.registry), notes=notes,
+    written = validated.loaded.spec.base_model
+    base = base_model_facts(written if isinstance(written, str) else validated.spec.base_model, validated.registry)
+    return StudyShape(name=plan.spec_name, runs=runs, sizes=sizes, sources=sources, params_b=base.params_b,
+                      notes=notes, model_lengths=base.lengths, model=written if isinstance(written, str) else base.name,
                       groups_evals=(ExecutorKind(executor) if executor else validated.spec.executor.kind)
-                      is ExecutorKind.local)
+                      in (ExecutorKind.local, ExecutorKind.slurm))
 
 
 def shape_of_record(rec: RunRecord) -> RunShape:
@@ -159,11 +207,12 @@ def shape_of_records(spec_name: str, records: Sequence[RunRecord], datasets: Seq
     loaded = {d.name: d.problems for d in datasets if d.problems}
     notes: list[str] = []
     sizes, sources = _sizes([r.config for r in runs], registry, loaded, notes)
-    base = next((r.config.get("base_model") for r in runs), None)
-    # A Ray submission id on any run: the study ran on the Ray executor, one job per run.
-    return StudyShape(name=spec_name, runs=runs, sizes=sizes, sources=sources,
-                      params_b=_params_b(base, registry), notes=notes,
-                      groups_evals=not any(r.job_id for r in records))
+    base = base_model_facts(next((r.config.get("base_model") for r in runs), None), registry)
+    # A Ray submission id on any run: the study ran on the Ray executor, one job per run (Slurm's
+    # numeric job ids group evaluations, as the local executor does).
+    ray = any(r.job_id and not r.job_id.isdigit() for r in records)
+    return StudyShape(name=spec_name, runs=runs, sizes=sizes, sources=sources, params_b=base.params_b, notes=notes,
+                      model_lengths=base.lengths, model=base.name, groups_evals=not ray)
 
 
 def shape_of_lineage(lineage: Lineage, spec_name: str, registry: Registry) -> StudyShape:

@@ -14,9 +14,10 @@ from pydantic import BaseModel, Field
 from engine.errors import UserError
 from engine.plan.model import Plan
 from engine.price.forecast import DRAWS, Forecast, forecast
-from engine.price.power import Comparison, comparisons, undetectable
+from engine.price.power import Comparison, comparisons, spec_data, undetectable
 from engine.price.profiles import HARDWARE_FILE, Profile, load_profile
-from engine.price.shapes import StudyShape, shape_of_plan, shape_of_records
+from engine.price.shapes import StudyShape, require_size, shape_of_plan, shape_of_records
+from engine.price.slurm import for_slurm
 from engine.runs.lineage import Attempt, DatasetRecord, Lineage, RunRecord, RunState, RunTime
 from engine.spec.registry import Registry, project_registry
 from engine.spec.validated import ValidatedSpec
@@ -48,7 +49,11 @@ def price_plan(plan: Plan, validated: ValidatedSpec, *, gpu_type: Optional[str] 
     command line's `--executor`; default: the spec's)."""
     study = shape_of_plan(plan, validated, executor=executor)
     profile = resolve_profile(study, gpu_type, validated.registry)
-    found = comparisons(study, profile.power)
+    if profile.slot == "GPU":
+        require_size(study, validated)
+    if (executor or validated.spec.executor.kind.value) == "slurm":
+        study, nodes = for_slurm(study, profile, gpus=gpus, nodes=nodes)
+    found = comparisons(study, profile.power, spec_data(validated.spec))
     detect = validated.spec.detect
     return StudyPrice(forecast=forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, price=price, draws=draws),
                       comparisons=found, warnings=undetectable(found, detect.min_effect if detect else None))
@@ -244,4 +249,4 @@ def detect_warnings(plan: Plan, validated: ValidatedSpec) -> list[str]:
 
     study = shape_of_plan(plan, validated)
     prior = load_profiles(registry_with_profiles(validated.registry)).power
-    return undetectable(comparisons(study, prior), detect.min_effect)
+    return undetectable(comparisons(study, prior, spec_data(validated.spec)), detect.min_effect)

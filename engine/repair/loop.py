@@ -85,5 +85,5 @@ def _public_results(answers: Sequence[Answer], judge: Judge,
         if a.problem.id not in views:  # one object per problem: the judge keeps its plan per object
             views[a.problem.id] = public_view(a.problem, a.conversation)
     asked = [a for a in answers if views[a.problem.id] is not None]
-    judged = iter(judge.judge_many([(views[a.problem.id], a.completion) for a in asked]) if asked else [])  # type: ignore[misc]
+    judged = iter(judge.judge_many([(views[a.problem.id], a.completion) for a in asked], shown=True) if asked else [])  # type: ignore[misc]
     return [next(judged) if views[a.problem.id] is not None else None for a in answers]

@@ -4,18 +4,20 @@ accepted@1, its paired-bootstrap interval and the probability of improvement."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from engine.price.power import from_matrices
+from engine.price.power import from_matrices, from_unit
 from engine.price.profiles import PowerPrior, load_profiles
 from engine.report.main_table import PRIMARY_METRIC, Column, problem_values, unchanged_note
 from engine.report.pairing import pair
-from engine.report.stats import paired_delta
+from engine.report.stats import Delta, delta_note, paired_delta
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
 from engine.runs.completion import unchanged_runs
 
 IDENTITY = {"variant", "phase", "run_id"}  # keys that name the run, not what it does
+FIRST_ANSWERS = f"{PRIMARY_METRIC} (whether each problem's first answer was accepted)"
 
 
 def _prior() -> PowerPrior:
@@ -66,8 +68,38 @@ def _declared_covers(key: str, declared: list[str]) -> bool:
             or any(field in declared for field in COVERED_BY.get(top, ())))
 
 
-def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Table, list[str]]]:
-    """(title, table, warnings) per variant."""
+@dataclass(frozen=True)
+class Compared:
+    """One declared comparison on one dataset: a variant against its phase, paired by seed and problem."""
+
+    variant: str  # the unit, phase/variant
+    control: str  # the phase
+    dataset: str
+    control_mean: Optional[float] = None
+    variant_mean: Optional[float] = None
+    delta: Optional[Delta] = None
+    mdd: Optional[float] = None  # the smallest difference this comparison detects (80 % power)
+    why: str = ""  # why there is no Δ (the pairing refused)
+
+    @property
+    def detectable(self) -> Optional[bool]:
+        """Whether |Δ| reaches the smallest difference the comparison detects (None: no Δ)."""
+        return None if self.delta is None or self.mdd is None else abs(self.delta.delta) >= self.mdd
+
+
+@dataclass
+class Ablation:
+    variant: str
+    phase: str
+    rows: list[Compared]
+    differ: list[str]
+    declared: list[str]
+    warnings: list[str]
+    notes: list[str]
+
+
+def ablations(study: Study, columns: list[Column]) -> list[Ablation]:
+    """Each declared variant against its phase (the control), per dataset, checked against the configs."""
     out = []
     flagged = unchanged_runs(study.runs, study.configs)
     variants = sorted({(r.variant, r.phase) for r in study.trained() if r.variant})
@@ -75,28 +107,43 @@ def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Tabl
         differ, declared = config_diff(study, variant, phase)
         extra = [k for k in differ if not _declared_covers(k, declared)]
         warnings = ([f"differs beyond the declared factor ({', '.join(declared)}): {', '.join(extra)}"] if extra else [])
+        unit = f"{phase}/{variant}"
         rows, notes = [], []
         for col in columns:
-            ours, theirs = col.cells.get(f"{phase}/{variant}"), col.cells.get(phase)
+            ours, theirs = col.cells.get(unit), col.cells.get(phase)
             if not ours or not theirs:
                 continue
             p = pair(ours, theirs, problem_values)
             if isinstance(p, str):
-                rows.append([col.dataset, "—", "—", "—", f"— ({p})", "—"])
+                rows.append(Compared(unit, phase, col.dataset, why=p))
                 continue
-            d = paired_delta(p.ours, p.theirs)
-            rows.append([col.dataset, fmt(float(p.theirs.mean())), fmt(float(p.ours.mean())),
-                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})",
-                         _mdd(p.ours, p.theirs, control_seeded=p.theirs_seeded)])
-            if note := p.note(f"{phase}/{variant}", phase):
+            rows.append(Compared(unit, phase, col.dataset, float(p.theirs.mean()), float(p.ours.mean()),
+                                 paired_delta(p.ours, p.theirs),
+                                 from_matrices(p.ours, p.theirs, _prior(), control_seeded=p.theirs_seeded)))
+            if note := p.note(unit, phase):
                 notes.append(f"_{col.dataset}: {note}._")
             notes += [f"_{col.dataset}: {side} {note}; the Δ rests on it._" for side, cells in
-                      ((f"{phase}/{variant}", ours), (phase, theirs)) if (note := unchanged_note(cells, flagged))]
-        table = Table(headers=["dataset", f"{phase} (control)", f"{phase}/{variant}", f"Δ {PRIMARY_METRIC} [95 %]",
+                      ((unit, ours), (phase, theirs)) if (note := unchanged_note(cells, flagged))]
+        out.append(Ablation(variant, phase, rows, differ, declared, warnings, notes))
+    return out
+
+
+def delta_text(d: Delta) -> str:
+    return f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]"
+
+
+def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Table, list[str]]]:
+    """(title, table, warnings) per variant."""
+    out = []
+    for a in ablations(study, columns):
+        rows = [[r.dataset, "—", "—", "—", f"— ({r.why})", "—"] if r.delta is None else
+                [r.dataset, fmt(r.control_mean), fmt(r.variant_mean), delta_text(r.delta),
+                 f"{r.delta.p_improve:.2f} (seeds = {r.delta.seeds})", fmt(r.mdd)] for r in a.rows]
+        table = Table(headers=["dataset", f"{a.phase} (control)", f"{a.phase}/{a.variant}", f"Δ {PRIMARY_METRIC} [95 %]",
                                "P(improvement)", "detectable Δ (80 %)"], rows=rows,
-                      footer=[f"_Declared factor: {', '.join(declared) or '—'}; configs differ in: "
-                              f"{', '.join(differ) or 'nothing'}._", *notes])
-        out.append((f"{variant} vs {phase}", table, warnings))
+                      footer=[f"_Declared factor: {', '.join(a.declared) or '—'}; configs differ in: "
+                              f"{', '.join(a.differ) or 'nothing'}._", *a.notes, delta_note(FIRST_ANSWERS)])
+        out.append((f"{a.variant} vs {a.phase}", table, a.warnings))
     return out
 
 
@@ -109,15 +156,9 @@ def _verdict(low: float, high: float) -> str:
 
 
 def parent_of(study: Study, unit: str) -> Optional[str]:
-    """The unit a phase or variant starts from: a variant's own `from:` when it declares one
-    (matrix.yaml's dpo_grpo is GRPO from dpo, not from grpo's sft), else its phase's."""
-    phase, _, variant = unit.partition("/")
-    variants = study.spec_data.get("variants") or {}
-    declared = variants.get(variant) or {} if variant else {}
-    parent = declared.get("from") or ((study.spec_data.get("phases") or {}).get(phase) or {}).get("from")
-    if parent in variants:  # a variant's unit is phase/variant, as its cells are keyed
-        return f"{(variants[parent] or {}).get('phase')}/{parent}"
-    return parent
+    """The unit a phase or variant starts from (`engine.price.power.from_unit`: the dry run's
+    detectable differences are computed against the same control)."""
+    return from_unit(study.spec_data, unit)
 
 
 def versus_parent(study: Study, columns: list[Column]) -> Table:
@@ -148,4 +189,4 @@ def versus_parent(study: Study, columns: list[Column]) -> Table:
             if note := p.note(unit, str(parent)):
                 notes.append(f"_{unit} against {parent} on {col.dataset}: {note}._")
     return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)",
-                          "verdict", "detectable Δ (80 %)"], rows=rows, footer=notes)
+                          "verdict", "detectable Δ (80 %)"], rows=rows, footer=[*notes, delta_note(FIRST_ANSWERS)])

@@ -1,12 +1,18 @@
-"""Failure cases: per phase, failed problems with the completion, the verdict and the failing
-PUBLIC test (never a private test's content); and answers repaired from wrong to accepted."""
+"""Failure cases: per phase and failure class (verdict), a few failed problems with the
+completion, the verdict and the failing PUBLIC test (never a private test's content), and how
+many more failed that way; and answers repaired from wrong to accepted.
+
+The page stays a page at a seed study's size (tens of runs, thousands of judged samples): each
+phase shows at most PER_CLASS examples of each class, counted over all its seeds, and at most
+REPAIRED repaired answers per dataset; the rest are counted, never listed."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from engine.data.dataset import LoadedDataset
 from engine.evaluate.records import SampleRecord
@@ -17,9 +23,9 @@ from engine.plan.frozen import CONTENT_FILE, load_frozen_dataset, read_frozen_ru
 from engine.problem import Problem
 from engine.prompts.templates import PromptChoice
 from engine.report.main_table import Column
-from engine.report.study import Study
+from engine.report.study import Cell, Study
 
-PER_PHASE = 3
+PER_CLASS = 2
 REPAIRED = 5
 MAX_LINES = 30
 
@@ -32,11 +38,41 @@ class Case:
     completion: str
     public: str  # the first failing public test, or why there is none to show
     repaired_from: Optional[str] = None  # the failing first answer, for a repaired case
+    seed: Optional[int] = None
 
 
 def _clip(text: str) -> str:
     lines = text.strip().splitlines()
     return "\n".join(lines[:MAX_LINES] + ([f"… ({len(lines) - MAX_LINES} more lines)"] if len(lines) > MAX_LINES else []))
+
+
+@dataclass
+class Failed:
+    """One phase's failures of one class on one dataset: a few examples and a count of the rest."""
+
+    unit: str
+    verdict: str
+    examples: list[Case]
+    samples: int  # first-round failed samples of this class, over every seed
+    problems: int  # distinct problems among them
+    seeds: int
+
+    @property
+    def more(self) -> int:
+        return self.samples - len(self.examples)
+
+
+@dataclass
+class Cases:
+    """A dataset's failure cases: per phase and class, then repaired answers (with a count of the rest)."""
+
+    failed: list[Failed]
+    repaired: list[Case]
+    repaired_total: int
+
+    @property
+    def repaired_more(self) -> int:
+        return self.repaired_total - len(self.repaired)
 
 
 @dataclass(frozen=True)
@@ -82,7 +118,7 @@ def shown(run_dir: Path, dataset: str) -> Union[Shown, Unreadable]:
         problems = _LOADED[key]
         choice = PromptChoice(registry=registry, template=frozen.protocols.get("evaluate", {}).get("prompt"),
                               model=frozen.base_model)
-        config = frozen.judge_config()
+        config = frozen.judge_config("evaluate")
     except Exception as exc:  # the data moved since the run: show the cases without their public tests
         return Unreadable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": "))
     return Shown(problems=problems, choice=choice, judge=config)
@@ -112,7 +148,7 @@ class LazyJudge:
         key = repr(config)
         if key not in self.judges:
             self.judges[key] = Judge(config)
-        return self.judges[key].judge(problem, completion)
+        return self.judges[key].judge(problem, completion, shown=True)
 
 
 def public_case(judge: LazyJudge, run: Union[Shown, Unreadable], problem_id: str, completion: str) -> str:
@@ -136,30 +172,64 @@ def public_case(judge: LazyJudge, run: Union[Shown, Unreadable], problem_id: str
     return "; ".join(parts)
 
 
-def cases(study: Study, col: Column) -> tuple[list[Case], list[Case]]:
-    """(failures per phase, repaired cases) on one dataset column."""
-    failed: list[Case] = []
+def cases(study: Study, col: Column, portable: Callable[[str], str] = str) -> Cases:
+    """Per phase (in plan order) and failure class, up to PER_CLASS examples from the phase's
+    first-round failures over all its seeds (distinct problems, by problem id, then seed), with
+    the count of the rest; and up to REPAIRED repaired answers with the count of the rest.
+    `portable` rewrites the folders named in why a run's problems could not be read back; answers
+    and tests are shown as they were."""
+    failed: list[Failed] = []
     repaired: list[Case] = []
+    repaired_total = 0
     with LazyJudge() as judge:
         for unit in study.units():
             if unit not in col.cells:
                 continue
-            run = shown(Path(col.cells[unit][0].run.run_dir or "."), col.dataset)
-            records = col.cells[unit][0].samples()
-            firsts = [r for r in records if r.round == 1 and not r.accepted]
-            for r in sorted(firsts, key=lambda r: r.problem_id)[:PER_PHASE]:
-                failed.append(Case(unit, r.problem_id, r.verdict, _clip(r.completion),
-                                   public_case(judge, run, r.problem_id, r.completion)))
-            repaired += _repaired(unit, records)[: REPAIRED - len(repaired)]
-    return failed, repaired
+            cells = sorted(col.cells[unit], key=lambda c: (c.run.seed is None, c.run.seed or 0))
+            by_class: dict[str, list[tuple[Cell, SampleRecord]]] = {}
+            for cell in cells:
+                for r in cell.samples():
+                    if r.round == 1 and not r.accepted:
+                        by_class.setdefault(r.verdict, []).append((cell, r))
+            runs: dict[str, Union[Shown, Unreadable]] = {}  # read back once per run, only when shown
+            for verdict in sorted(by_class, key=lambda v: (-len(by_class[v]), v)):  # the commonest first
+                found = by_class[verdict]
+                examples: list[Case] = []
+                seen: set[str] = set()
+                for cell, r in sorted(found, key=lambda f: (_natural(f[1].problem_id), f[0].run.seed or 0)):
+                    if len(examples) == PER_CLASS:
+                        break
+                    if r.problem_id in seen:
+                        continue
+                    seen.add(r.problem_id)
+                    if cell.run.id not in runs:
+                        found_run = shown(Path(cell.run.run_dir or "."), col.dataset)
+                        runs[cell.run.id] = (Unreadable(portable(found_run.reason)) if isinstance(found_run, Unreadable)
+                                             else found_run)
+                    examples.append(Case(unit, r.problem_id, r.verdict, _clip(r.completion),
+                                         public_case(judge, runs[cell.run.id], r.problem_id, r.completion),
+                                         seed=cell.run.seed))
+                failed.append(Failed(unit, verdict, examples, len(found), len({r.problem_id for _, r in found}),
+                                     len({c.run.id for c, _ in found})))
+            for cell in cells:
+                found = _repaired(unit, cell.samples(), cell.run.seed)
+                repaired_total += len(found)
+                repaired += found[: REPAIRED - len(repaired)]
+    return Cases(failed, repaired, repaired_total)
 
 
-def _repaired(unit: str, records: list[SampleRecord]) -> list[Case]:
+def _natural(problem_id: str) -> list:
+    """p2 before p10: digits compare as numbers (split() alternates text and digits, so the
+    lists compare position by position, text with text and number with number)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", problem_id))]
+
+
+def _repaired(unit: str, records: list[SampleRecord], seed: Optional[int]) -> list[Case]:
     by_uid = {r.uid: r for r in records}
     out = []
     for r in records:
         first = by_uid.get(r.parent or "")
         if r.round > 1 and r.accepted and first is not None:
             out.append(Case(unit, r.problem_id, f"{first.verdict} → ACCEPTED", _clip(r.completion), "",
-                            repaired_from=_clip(first.completion)))
+                            repaired_from=_clip(first.completion), seed=seed))
     return out

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from engine.price.power import from_unit
 from engine.report.main_table import Column, unchanged_note
 from engine.report.pairing import pair
-from engine.report.stats import paired_delta
+from engine.report.stats import delta_note, paired_delta
 from engine.report.study import Cell, Study
 from engine.report.tables import Table, fmt
 from engine.runs.completion import unchanged_runs
@@ -115,20 +116,16 @@ def shift_table(columns: list[Column], unit: str, against: str, classes: list[st
             notes += [f"_{col.dataset}: {side} {said}; the Δ rests on it._"
                       for side in (unit, against) if (said := unchanged_note(col.cells.get(side) or [], flagged or {}))]
     return Table(headers=["dataset", "class", f"{against} share", f"{unit} share", "Δ share [95 %]", "verdict"],
-                 rows=rows, footer=notes)
+                 rows=rows, footer=[*notes, SHARE_NOTE])
+
+
+SHARE_NOTE = delta_note("a class's share (per problem, the share of its first answers of that class: `truncated` when "
+                        "generation hit the token limit, else the verdict)", p_improve=False, detectable=False)
 
 
 def parent_unit(study: Study, unit: str) -> Optional[str]:
-    """The unit a flywheel unit starts from (`from:`; a variant without one: its phase's)."""
-    spec = study.spec_data
-    phase, _, variant = unit.partition("/")
-    written = ((spec.get("variants") or {}).get(variant) or {}) if variant else {}
-    parent = written.get("from") or ((spec.get("phases") or {}).get(phase) or {}).get("from")
-    if not parent:
-        return None
-    if parent in (spec.get("variants") or {}):
-        return f"{(spec['variants'][parent] or {}).get('phase')}/{parent}"
-    return parent
+    """The unit a flywheel unit starts from: the one control rule the pages and the MDD share."""
+    return from_unit(study.spec_data, unit)
 
 
 def errors_section(study: Study, columns: list[Column]) -> list[tuple[str, str, str]]:

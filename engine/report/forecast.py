@@ -44,6 +44,22 @@ def forecast_tables(f: Forecast) -> tuple[Table, list[str]]:
     return table, lines
 
 
+def forecast_line(f: Forecast) -> str:
+    """The forecast in one line: device-hours and wall time, each P50 [P10–P90]."""
+    unit = f"{f.slot}-h"
+    return (f"Forecast: {f.slot_hours.p50:,.2f} [{f.slot_hours.p10:,.2f}–{f.slot_hours.p90:,.2f}] {unit} on profile "
+            f"`{f.profile}` with {f.slots} {f.slot} slot(s), wall time {_band(f.wall_s)}.")
+
+
+def actual_line(v: Versus) -> str:
+    """What the study took, in one line, against the forecast."""
+    if v.actual_wall_s:
+        return (f"Actual: wall time {_duration(v.actual_wall_s)}, the forecast's error {v.wall_error:+.0%} "
+                f"({v.finished} of {v.total} runs succeeded).")
+    return (f"Actual: {v.finished} of {v.total} runs succeeded; the study's wall time is set against the "
+            f"forecast only when every run has ({v.total - v.finished} have not).")
+
+
 def versus_tables(v: Versus) -> tuple[Table, Table, str]:
     kinds = Table(headers=["kind", "runs finished", "forecast", "actual", "error"],
                   rows=[[k.kind, str(k.runs), _duration(k.forecast_s), _duration(k.actual_s), f"{k.error:+.0%}"]

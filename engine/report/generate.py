@@ -8,7 +8,8 @@ never sees half a page. A page whose data is missing says so instead of failing 
 from __future__ import annotations
 
 import functools
-import json
+import os
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,18 +22,28 @@ from engine.errors import UserError
 from engine.evaluate.metrics import mean_pass_at_k
 from engine.files import atomic_write
 from engine.judge.config import judged_unsandboxed
-from engine.report import plots
-from engine.report.ablation import ablation_tables, versus_parent
-from engine.report.failures import cases
+from engine.report import isolation_record, plots
+from engine.report.ablation import ablation_tables, ablations, delta_text, versus_parent
+from engine.report.failures import PER_CLASS, REPAIRED, cases
 from engine.report.flywheel import errors_section, flywheel_units, harvest_table, shift_table
 from engine.price.forecast import Forecast
-from engine.report.forecast import COMMAND, forecast_tables, study_forecast, study_versus, versus_tables
+from engine.price.study import Versus
+from engine.report.forecast import (
+    COMMAND,
+    actual_line,
+    forecast_line,
+    forecast_tables,
+    study_forecast,
+    study_versus,
+    versus_tables,
+)
 from engine.report.main_table import (
     Column,
     column,
     datasets,
     detail_table,
     headline_table,
+    protocol_label,
 )
 from engine.report.panels import (
     VERDICTS,
@@ -45,20 +56,21 @@ from engine.report.panels import (
     unchanged_table,
 )
 from engine.report.study import Study, load_study
-from engine.report.tables import Table
+from engine.report.tables import Table, fmt
 from engine.resources import TEMPLATES
 from engine.runs.completion import unchanged_runs
-from engine.runs.lineage import LINEAGE_FILE, open_lineage
+from engine.runs.lineage import LINEAGE_FILE, RunRecord, open_lineage
 
 REPORT_DIR = "report"
-PAGES = ("index", "results", "ablations", "matched-cost", "errors", "cost", "curves", "repair", "failures")
+PAGES = ("index", "results", "ablations", "matched-cost", "errors", "cost", "curves", "repair", "failures",
+         "isolation", "runs")
 CURVES = ("reward_mean", "reward_std", "kl", "entropy", "response_length", "timeout_rate", "loss",
           "select/accepted@1")
-RULES = ("1. test sets never train, build pairs, select or stop early",
-         "2. valid sets never train or build pairs",
-         "3. no problem on both sides of the train/eval line (id and content)",
-         "4. regression and evaluation sets are frozen id lists, hashes recorded",
-         "5. compared runs share the evaluation protocol exactly")
+INDEX_FAILED = 10  # failed, blocked or cancelled runs listed on the index; the runs page lists them all
+UNSETTLED = ("failed", "blocked", "cancelled")
+# Pages that show answers and tests as they were: a path in them is data, never rewritten (their
+# own words that may name a folder, a run's unreadable problems, are made portable where written).
+VERBATIM = ("failures",)
 
 
 @dataclass
@@ -98,8 +110,9 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
     report.headline_table = headline_table(study, columns)
     report.headline = report.headline_table.markdown()
     priced = _Priced(study)
+    places = Places(study, out)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
-        "index": lambda: {**_index(study), **priced.forecast()},
+        "index": lambda: _index(study, columns, report.headline, priced, places),
         "results": lambda: {"headline": report.headline, "unchanged": unchanged_table(study),
                             "versus_parent": versus_parent(study, columns).markdown(),
                             "details": [(c.dataset, detail_table(study, c).markdown()) for c in columns if c.cells]},
@@ -107,10 +120,13 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
         "matched-cost": lambda: _matched(study, columns, out, report),
         "errors": lambda: _errors(study, columns, out, report),
         "cost": lambda: {"eval": [(c.dataset, cost_table(study, c).markdown()) for c in columns if c.cells],
-                         "training": training_cost_table(study).markdown(), **priced.versus()},
+                         "training": training_cost_table(study).markdown(), **priced.forecast(), **priced.versus()},
         "curves": lambda: _curves(study, out, report),
         "repair": lambda: _repair(study, columns),
-        "failures": lambda: _failures(study, columns) if failures else {"columns": [], "skipped": True},
+        "failures": lambda: _failures(study, columns, places) if failures else {"columns": [], "skipped": True,
+                                                                         "per_class": PER_CLASS, "repaired_max": REPAIRED},
+        "isolation": lambda: isolation_record.page(study),
+        "runs": lambda: _runs(study, places),
     }
     env = _environment(TEMPLATES / "report")
     for page, build in builders.items():
@@ -120,8 +136,9 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
             context, error = {}, f"{type(exc).__name__}: {exc}"
             report.failed[page] = error
         text = (env.get_template(f"{page}.md.j2").render(study=study.name, pages=PAGES, **context) if error is None
-                else f"# {page}\n\nThis page could not be built from the data there is: {error}\n")
-        report.pages.append(_write(out / f"{page}.md", text))
+                else f"# {page}\n\n[index](index.md)\n\nThis page could not be built from the data there is: {error}\n")
+        report.pages.append(_write(out / f"{page}.md", text if page in VERBATIM and error is None
+                                   else places.portable(text)))
     report.seconds = time.perf_counter() - began
     return report
 
@@ -130,49 +147,135 @@ def _write(path: Path, text: str) -> Path:
     return atomic_write(path, text)
 
 
-def _index(study: Study) -> dict[str, Any]:
+class Places:
+    """Where a study's files are, as its pages link them: relative to the report folder, so that
+    pages copied with their runs folder still resolve, and no page names a machine's folders."""
+
+    def __init__(self, study: Study, out: Path) -> None:
+        self.out = Path(out).resolve()
+        # a run's folder is `runs/<spec>/<run id>` (materialize); lineage records where it was
+        # made, which a copied study no longer is: the run id finds it
+        self.moved: dict[str, str] = {str(run.run_dir): self.relative(self.out.parent / run.id)
+                                      for run in study.runs if run.run_dir}
+        for root in {self.out.parent.parent, Path(os.path.abspath(out)).parent.parent}:  # resolved or as given
+            self.moved[str(root)] = self.relative(root)
+        if study.spec and study.spec.path:
+            self.moved[study.spec.path] = spec_name(study)
+        self.moved[str(Path.home())] = "~"
+        # longest first, and only whole paths: `/root` is home, `/rootfs` and `/mnt/root` are not
+        keys = [k for k in sorted(self.moved, key=len, reverse=True) if k not in ("", "/")]
+        self._pattern = (re.compile("|".join(r"(?<![\w./~-])" + re.escape(k) + r"(?![\w.-])" for k in keys))
+                         if keys else None)
+
+    def relative(self, path: Path) -> str:
+        return Path(os.path.relpath(Path(path).resolve(), self.out)).as_posix()
+
+    def folder(self, run: RunRecord) -> Optional[Path]:
+        found = self.out.parent / run.id
+        return found if found.is_dir() else None
+
+    def run(self, run: RunRecord) -> str:
+        folder = self.folder(run)
+        return f"[{run.id}]({self.relative(folder)}/)" if folder else run.id
+
+    def log(self, run: RunRecord) -> str:
+        """The run's latest attempt's log, linked, or — when it has none."""
+        folder = self.folder(run)
+        logs = sorted((folder / "logs").glob("attempt-*.log"), key=_attempt) if folder else []
+        return f"[{logs[-1].name}]({self.relative(logs[-1])})" if logs else "—"
+
+    def portable(self, text: str) -> str:
+        """`text` with every folder of this machine the study knows replaced by its relative path
+        (a failed run's reason names its log; an unreadable run's error its folder)."""
+        return self._pattern.sub(lambda m: self.moved[m.group(0)], text) if self._pattern else text
+
+
+def _attempt(path: Path) -> int:
+    digits = path.stem.rpartition("-")[2]
+    return int(digits) if digits.isdigit() else 0
+
+
+def spec_name(study: Study) -> str:
+    return Path(study.spec.path).name if study.spec and study.spec.path else study.name
+
+
+def _run_rows(study: Study, runs: list[RunRecord], places: Places) -> list[list[str]]:
+    return [[places.run(r), study.unit(r), str(r.seed if r.seed is not None else "—"), str(r.kind.value),
+             r.state.value, places.portable(r.reason or ""), places.log(r)] for r in runs]
+
+
+RUN_HEADERS = ["run", "phase", "seed", "kind", "state", "reason", "log"]
+
+
+def _index(study: Study, columns: list[Column], headline: str, priced: "_Priced", places: Places) -> dict[str, Any]:
     counts = Counter(r.state.value for r in study.runs)
-    failed = Table(headers=["run", "phase", "seed", "kind", "state", "reason"],
-                   rows=[[r.id, study.unit(r), str(r.seed if r.seed is not None else "—"), str(r.kind.value), r.state.value,
-                          r.reason or ""] for r in study.runs if r.state.value in ("failed", "blocked", "cancelled")])
-    waivers = Table(headers=["rule", "what", "reason", "spec line"],
-                    rows=[[str(w.rule), w.what, w.reason, str(w.spec_line or "—")] for w in study.waivers])
-    leaks = Table(headers=["training", "evaluation", "kind", "scores", "test run", "outcome"],
-                  rows=[[f"{k.train}: {k.train_id}", f"{k.evaluation}: {k.eval_id}", k.kind, _scores(k.scores_json),
-                         k.evidence or "—", k.outcome] for k in study.leaks])
-    data = Table(headers=["dataset", "source", "split", "role", "problems", "id list sha256", "verified"],
-                 rows=[[d.name, d.source, d.split or "—", d.role, str(d.problems or "—"),
-                        (d.idlist_sha256 or "—")[:12], d.verified or "—"] for d in study.datasets])
+    unsettled = [r for r in study.runs if r.state.value in UNSETTLED]
+    failed = Table(headers=RUN_HEADERS, rows=_run_rows(study, unsettled[:INDEX_FAILED], places))
+    unsandboxed = sorted({m.judge_version for ms in study.metrics.values() for m in ms
+                          if m.judge_version and judged_unsandboxed(m.judge_version)})
+    return {"counts": dict(counts), "total": len(study.runs), "unsandboxed": unsandboxed,
+            "headline": headline, "comparisons": _comparisons(study, columns),
+            "forecast_two": priced.two_lines(),
+            "failed": failed.markdown() if unsettled else "", "failed_more": max(0, len(unsettled) - INDEX_FAILED),
+            "older": len(study.older), "spec_name": spec_name(study),
+            "spec_sha": (study.spec.sha256 if study.spec else "")[:12], **isolation_record.summary(study)}
+
+
+def _comparisons(study: Study, columns: list[Column]) -> str:
+    """Each declared variant against its phase, per dataset: Δ, its interval, and whether |Δ|
+    reaches the smallest difference the comparison can detect."""
+    rows, notes = [], []
+    for a in ablations(study, columns):
+        notes += a.notes  # which seeds a Δ was paired on, and a side that changed nothing
+        for r in a.rows:
+            if r.delta is None:
+                rows.append([f"{r.variant} vs {r.control}", r.dataset, f"— ({r.why})", "—", "—"])
+                continue
+            reached = ("yes" if r.detectable else "no") + (", interval excludes 0" if r.delta.low > 0 or r.delta.high < 0
+                                                           else ", interval holds 0")
+            rows.append([f"{r.variant} vs {r.control}", r.dataset, f"{delta_text(r.delta)} (seeds = {r.delta.seeds})",
+                         fmt(r.mdd), reached])
+    return Table(headers=["comparison", "dataset", "Δ accepted@1 [95 %]", "detectable Δ (80 %)", "beats detectable Δ"],
+                 rows=rows, footer=notes).markdown() if rows else ""
+
+
+def _runs(study: Study, places: Places) -> dict[str, Any]:
     older = Table(headers=["run", "phase", "seed", "kind", "state", "what changed"],
                   rows=[[r.id, r.phase + (f"/{r.variant}" if r.variant else "") + (f":{r.schedule}" if r.schedule else ""),
                          str(r.seed if r.seed is not None else "—"), r.kind, r.state.value, r.changed]
                         for r in study.older])
-    unsandboxed = sorted({m.judge_version for ms in study.metrics.values() for m in ms
-                          if m.judge_version and judged_unsandboxed(m.judge_version)})
-    return {"counts": dict(counts), "total": len(study.runs), "failed": failed.markdown(), "rules": RULES,
-            "unsandboxed": unsandboxed,
-            "waivers": waivers.markdown(), "datasets": data.markdown(),
-            "leaks": leaks.markdown() if study.leaks else "", "older": older.markdown() if study.older else "",
-            "spec_path": study.spec.path if study.spec else "", "spec_sha": (study.spec.sha256 if study.spec else "")[:12]}
-
-
-def _scores(scores_json: str) -> str:
-    return ", ".join(f"{name} {value:.2f}" for name, value in json.loads(scores_json or "{}").items()) or "—"
+    return {"runs": Table(headers=RUN_HEADERS, rows=_run_rows(study, study.runs, places)).markdown(),
+            "older": older.markdown() if study.older else ""}
 
 
 class _Priced:
-    """The study's forecast, computed once for the index and the cost page."""
+    """The study's forecast and how it went, computed once for the index and the cost page."""
 
     def __init__(self, study: Study) -> None:
         self.study = study
         self._forecast: Optional[Forecast] = None
-        self._error = ""
+        self._versus: Optional[Versus] = None
+        self._error = ""  # why there is no forecast
+        self._versus_error = ""  # why a forecast there is was not set against the actual
         try:
             self._forecast = study_forecast(study)
         except UserError as exc:  # an uncalibrated or unknown profile: the rest of the pages stand
             self._error = f"No forecast: {exc}"
         except Exception as exc:  # partial data must not take the other pages down
             self._error = f"No forecast: {type(exc).__name__}: {exc}"
+        if self._forecast is None:
+            self._versus_error = self._error
+            return
+        try:
+            self._versus = study_versus(study, self._forecast)
+        except Exception as exc:  # the forecast stands; only its comparison with the actual is missing
+            self._versus_error = f"Actual: not set against the forecast: {type(exc).__name__}: {exc}"
+
+    def two_lines(self) -> list[str]:
+        if self._forecast is None:
+            return [self._error]
+        return [forecast_line(self._forecast),
+                actual_line(self._versus) if self._versus is not None else self._versus_error]
 
     def forecast(self) -> dict[str, Any]:
         if self._forecast is None:
@@ -181,9 +284,10 @@ class _Priced:
         return {"forecast": table.markdown(), "forecast_lines": lines}
 
     def versus(self) -> dict[str, Any]:
-        if self._forecast is None:
-            return {"versus_kinds": "", "versus_runs": "", "versus_whole": self._error, "versus_command": COMMAND}
-        kinds, runs, whole = versus_tables(study_versus(self.study, self._forecast))
+        if self._versus is None:
+            return {"versus_kinds": "", "versus_runs": "", "versus_whole": self._versus_error,
+                    "versus_command": COMMAND}
+        kinds, runs, whole = versus_tables(self._versus)
         return {"versus_kinds": kinds.markdown(), "versus_runs": runs.markdown(), "versus_whole": whole,
                 "versus_command": COMMAND}
 
@@ -194,13 +298,15 @@ def _matched(study: Study, columns: list[Column], out: Path, report: Report) -> 
         if not col.cells:
             continue
         table, points = matched_cost(study, col)
-        image = plots.cost_scatter(out / "img" / f"cost-{col.dataset}.png", points, f"{col.dataset}: accepted vs tokens")
+        image = plots.cost_scatter(out / "img" / f"cost-{col.dataset}.png", points,
+                                   f"{col.dataset}, {protocol_label(study, col)}: accepted vs tokens", study.units())
         report.images.append(image)
         panels.append((col.dataset, table.markdown(), image.relative_to(out).as_posix()))
         by_unit = {u: [[mean_pass_at_k(_firsts(c), k) for k in range(1, _n(c) + 1)] for c in cells]
                    for u, cells in col.cells.items() if _n(cells[0]) > 1}
         if by_unit:
-            image = plots.pass_at_k(out / "img" / f"passk-{col.dataset}.png", by_unit, f"{col.dataset}: pass@k")
+            image = plots.pass_at_k(out / "img" / f"passk-{col.dataset}.png", by_unit,
+                                    f"{col.dataset}, {protocol_label(study, col)}: pass@k", study.units())
             report.images.append(image)
             curves.append((col.dataset, image.relative_to(out).as_posix()))
     return {"panels": panels, "curves": curves}
@@ -242,7 +348,8 @@ def _errors(study: Study, columns: list[Column], out: Path, report: Report) -> d
         if not shares:
             continue
         image = plots.stacked_errors(out / "img" / f"errors-{col.dataset}.png", list(shares), VERDICTS,
-                                     list(shares.values()))
+                                     list(shares.values()), f"{col.dataset}, {protocol_label(study, col)}: "
+                                     "share of first answers per verdict")
         report.images.append(image)
         panels.append((col.dataset, error_table(study, col).markdown(), image.relative_to(out).as_posix()))
     return {"panels": panels, "flywheel": _flywheel(study, columns)}
@@ -259,7 +366,7 @@ def _curves(study: Study, out: Path, report: Report) -> dict[str, Any]:
                 units.setdefault(study.unit(run), {})[run.seed or 0] = values
         if units:
             name = metric.replace("/", "-").replace("@", "at")
-            image = plots.curve(out / "img" / f"curve-{name}.png", metric, units)
+            image = plots.curve(out / "img" / f"curve-{name}.png", metric, units, order=study.units())
             report.images.append(image)
             figures.append((metric, image.relative_to(out).as_posix()))
     return {"figures": figures}
@@ -283,10 +390,7 @@ def _repair(study: Study, columns: list[Column]) -> dict[str, Any]:
     return {"panels": panels, "training": training}
 
 
-def _failures(study: Study, columns: list[Column]) -> dict[str, Any]:
-    out = []
-    for col in columns:
-        if col.cells:
-            failed, repaired = cases(study, col)
-            out.append((col.dataset, failed, repaired))
-    return {"columns": out, "skipped": False}
+def _failures(study: Study, columns: list[Column], places: Places) -> dict[str, Any]:
+    return {"columns": [(col.dataset, cases(study, col, places.portable)) for col in columns if col.cells],
+            "skipped": False,
+            "per_class": PER_CLASS, "repaired_max": REPAIRED}

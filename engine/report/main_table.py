@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from engine.judge.config import protocol_tests
 from engine.evaluate.metrics import RAN, pass_at_k
 from engine.evaluate.records import SampleRecord
 from engine.report.pairing import seed_rows
@@ -223,12 +224,47 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
                 text += f" (seeds = {e.seeds}; {col.why.get(unit, 'one missing')})"
             if e and (note := unchanged_note(col.cells[unit], flagged)):
                 text += f" ({note})"
+            if e and (chosen := best_of_n_note(study, col.cells[unit])):
+                text += f" ({chosen})"
             row.append(text)
         rows.append(row)
     table = Table(headers=["phase", *(c.header() for c in columns)], rows=[r for r in rows if _has_any(r)])
     table.footer = [protocol_sentence(study, c) for c in columns if c.reference] + [
         twice_sentence(c) for c in columns if c.twice] + [INTERVAL_SENTENCE]
+    if any(best_of_n_note(study, cells) for c in columns for cells in c.cells.values()):
+        table.footer.append(BEST_OF_N_SENTENCE)
     return table
+
+
+def best_of_n_note(study: Study, cells: list[Cell]) -> str:
+    """What a best-of-n unit's cell scores: not one answer of the column's protocol but the one its
+    public tests chose among n samples of its own protocol (the column's protocol judges that
+    choice). Empty for any other unit."""
+    chosen = best_of_n_drawn(study, cells)
+    if chosen is None:
+        return ""
+    n, p = chosen
+    drawn = f" at temperature {p['temperature']}" if p.get("temperature") is not None else ""
+    named = f", protocol `{p['name']}`" if p.get("name") else ""
+    return f"best-of-{n}: one of {n} samples{drawn}{named}, chosen by the public tests"
+
+
+def best_of_n_drawn(study: Study, cells: list[Cell]) -> Optional[tuple[int, dict]]:
+    """(n, protocol) of the samples a best-of-n unit's choice was made among: the generate protocol
+    its chooser ran with. The recorded `best_of_n/candidates` is the first problem's count, fewer
+    when some of its samples failed on the server: only a fallback. None for any other unit."""
+    cell = next((c for c in cells if "best_of_n/candidates" in c.metrics), None)
+    if cell is None:
+        return None
+    chooser = (study.configs.get(cell.run.id) or {}).get("evaluates")
+    p = ((study.configs.get(chooser or "") or {}).get("protocols") or {}).get("generate") or {}
+    return int(p.get("n") or cell.metrics["best_of_n/candidates"]), p
+
+
+BEST_OF_N_SENTENCE = ("_A best-of-n cell scores a choice, not one answer of the column's protocol: its unit drew n "
+                      "samples per problem under its own protocol (named in the cell) and its public tests chose "
+                      "one; the column's protocol judged the choice (and its repair rounds, if any). Its tokens "
+                      "are priced on the matched-cost page._")
 
 
 def twice_sentence(col: Column) -> str:
@@ -237,11 +273,12 @@ def twice_sentence(col: Column) -> str:
             f"{listed}._")
 
 
-INTERVAL_SENTENCE = (f"_Each cell: the mean over seeds ± their standard deviation of one metric on the judged "
-                     f"first-round records; in brackets its 95 % percentile-bootstrap interval ({REPS} draws), "
-                     "resampling seeds (each with its own decoding draw) and, within them, problems — the same "
-                     "problems for every seed. A cell whose records are not all readable shows its recorded mean "
-                     "without an interval._")
+INTERVAL_SENTENCE = ("_Each cell: the mean over seeds ± the sample standard deviation over seeds (divided by "
+                     "seeds − 1; none with one seed) of one metric on the judged first-round records; in brackets its "
+                     f"95 % percentile-bootstrap interval ({REPS} draws), resampling seeds (each with its own decoding "
+                     "draw) and, within them, problems — the same problems for every seed. A cell without brackets: a "
+                     "metric without a per-problem form (a quantile) or records not all readable, its recorded "
+                     "values' mean ± std over seeds._")
 
 
 def _has_any(row: list[str]) -> bool:
@@ -256,7 +293,10 @@ def detail_table(study: Study, col: Column) -> Table:
         if unit not in col.cells:
             continue
         rows.append([unit, *((cell_text(e) if (e := cell_estimate(col.cells[unit], m)) else "—") for m in metrics)])
-    return Table(headers=["phase", *metrics], rows=rows, footer=[protocol_sentence(study, col)] if col.reference else [])
+    chosen = [f"_{unit}: {note}._" for unit in study.units() if unit in col.cells
+              and (note := best_of_n_note(study, col.cells[unit]))]
+    return Table(headers=["phase", *metrics], rows=rows,
+                 footer=([protocol_sentence(study, col)] if col.reference else []) + chosen + [INTERVAL_SENTENCE])
 
 
 def protocol_sentence(study: Study, col: Column) -> str:
@@ -270,7 +310,30 @@ def protocol_sentence(study: Study, col: Column) -> str:
                 f"with its own decoding seed derived from the protocol's ({p.get('seed') or 0}) and the run's — "
                 "independent draws, shared by a variant and its control of one seed")
     problems = int(ref.metrics.get("problems", 0))
-    return (f"_{col.dataset}: {decoding}, n = {p.get('n') or 1} per problem, at most {p.get('max_tokens')} new tokens, "
-            f"prompt template `{p.get('prompt') or 'registry default'}` (protocol `{ref.protocol}`, sha256 "
-            f"{col.context.protocol_sha256[:12]}); {problems} problems, id list sha256 {col.context.idlist_sha256[:12]}; "
-            f"judge `{col.context.judge_version}`._")
+    most = protocol_tests(p)
+    tests = (f", judged on each problem's {most} most demanding tests (the largest inputs; all of a problem with "
+             f"fewer)" if most else "")
+    return (f"_{col.dataset}: {decoding}, n = {p.get('n') or 1} per problem, at most {p.get('max_tokens')} new tokens"
+            f"{tests}, "
+            f"prompt template `{p.get('prompt') or 'registry default'}`, {repair_words(p)} (protocol `{ref.protocol}`, "
+            f"sha256 {col.context.protocol_sha256[:12]}); {problems} problems, id list sha256 "
+            f"{col.context.idlist_sha256[:12]}; judge `{col.context.judge_version}`._")
+
+
+def repair_words(protocol: dict) -> str:
+    rounds = protocol.get("rounds") or 1
+    if rounds == 1:
+        return "no repair rounds"
+    return (f"repair rounds: a failing answer gets the public tests' feedback and another try, up to {rounds} answers "
+            "per problem (the cells count first answers; the repair page the last)")
+
+
+def protocol_label(study: Study, col: Column) -> str:
+    """The column's protocol in a few words, for a figure's title."""
+    if col.reference is None:
+        return "no protocol"
+    p = study.protocol(col.reference.run)
+    temp = p.get("temperature") or 0
+    rounds = p.get("rounds") or 1
+    return (f"protocol {col.reference.protocol} (" + ("greedy" if not temp else f"temperature {temp}")
+            + f", n = {p.get('n') or 1}" + (f", repair: up to {rounds} answers" if rounds > 1 else "") + ")")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from engine.report.main_table import Column
+from engine.report.main_table import Column, best_of_n_drawn
+from engine.report.plots import CostPoint
 from engine.report.study import Study
 from engine.report.tables import Table, fmt
 from engine.runs.completion import unchanged_runs
@@ -24,6 +25,13 @@ REPAIR = (("accepted@1", "accepted@1"), ("repair/accepted@multi", "accepted@mult
           ("repair/tokens_per_solved/multi", "tokens/solved multi"))
 
 
+def means_note(what: str = "") -> str:
+    """The statistic of a panel: each number is the mean over a unit's seeds of one value per
+    evaluation (over its problems), without spread; the results page has each cell's std and interval."""
+    return ("_Each number: the mean over the unit's seeds of what each of its evaluations recorded; no spread is shown "
+            f"(the results page has the std over seeds and the interval){'. ' + what if what else ''}._")
+
+
 def _mean(col: Column, unit: str, metric: str) -> Optional[float]:
     values = [c.metrics[metric] for c in col.cells.get(unit, []) if metric in c.metrics]
     return statistics.fmean(values) if values else None
@@ -38,7 +46,9 @@ def error_table(study: Study, col: Column) -> Table:
         samples = _mean(col, unit, "samples") or 0
         shares = [(_mean(col, unit, f"errors/{v}") or 0.0) / samples if samples else 0.0 for v in VERDICTS]
         rows.append([unit, *(fmt(s) for s in shares), fmt(_mean(col, unit, "truncated_rate"))])
-    return Table(headers=["phase", *VERDICTS, "truncated"], rows=rows)
+    return Table(headers=["phase", *VERDICTS, "truncated"], rows=rows, footer=[means_note(
+        "A verdict's share: its first answers over all first answers of the evaluation (repair rounds are on the "
+        "repair page); `truncated`: the share whose generation hit the token limit")])
 
 
 def error_shares(study: Study, col: Column) -> dict[str, list[float]]:
@@ -52,7 +62,10 @@ def error_shares(study: Study, col: Column) -> dict[str, list[float]]:
 
 def cost_table(study: Study, col: Column) -> Table:
     rows = [[unit, *(fmt(_mean(col, unit, key), 3) for key, _ in COST)] for unit in study.units() if unit in col.cells]
-    return Table(headers=["phase", *(label for _, label in COST)], rows=rows)
+    return Table(headers=["phase", *(label for _, label in COST)], rows=rows, footer=[means_note(
+        "Over each evaluation's first answers: tokens per answer; `judge s`: seconds per answer, its mean, median "
+        "(p50) and 95th percentile within the evaluation; rates: per answer; tokens/solved: every token over the "
+        "problems solved")])
 
 
 def training_cost_table(study: Study) -> Table:
@@ -110,18 +123,23 @@ def _wall(time: Optional[RunTime]) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def matched_cost(study: Study, col: Column) -> tuple[Table, list[tuple[str, float, float]]]:
-    """accepted vs tokens spent per problem (EVAL@budget): single-shot, best-of-n, multi-round repair."""
-    points = []
+def matched_cost(study: Study, col: Column) -> tuple[Table, list[CostPoint]]:
+    """accepted vs tokens spent per problem (EVAL@budget): single-shot, best-of-n, multi-round repair.
+    The table has a row per point (the repaired one first); the figure draws repair as an arrow
+    from a unit's single-shot point to its repaired one."""
+    rows: list[list[str]] = []
+    points: list[CostPoint] = []
     for unit in study.units():
         if unit not in col.cells:
             continue
         problems = _mean(col, unit, "problems") or 0
         candidates = _mean(col, unit, "best_of_n/candidates")
         multi = _mean(col, unit, "repair/accepted@multi")
+        repaired = None
         if multi is not None:
             tokens = (_mean(col, unit, "repair/total/tokens") or 0) / problems if problems else 0.0
-            points.append((f"{unit} (repair)", tokens, multi))
+            repaired = (tokens, multi)
+            rows.append([f"{unit} (repair)", f"{tokens:.0f}", fmt(multi)])
         if candidates is not None:
             tokens = (_mean(col, unit, "best_of_n/cost_tokens_mean") or 0.0)
         else:
@@ -131,16 +149,24 @@ def matched_cost(study: Study, col: Column) -> tuple[Table, list[tuple[str, floa
         if accepted is not None:
             label = (f" (best-of-n; {blind:.0f} of {problems:.0f} problems without a public test took their "
                      "first sample)" if blind else " (best-of-n)") if candidates is not None else ""
-            points.append((unit + label, tokens, accepted))
-    table = Table(headers=["phase", "tokens per problem", "accepted"],
-                  rows=[[label, f"{tokens:.0f}", fmt(acc)] for label, tokens, acc in points])
+            rows.append([unit + label, f"{tokens:.0f}", fmt(accepted)])
+            drawn = best_of_n_drawn(study, col.cells[unit])
+            short = f"{unit} (best-of-{drawn[0]})" if drawn is not None else unit
+            points.append(CostPoint(unit=unit, label=short, tokens=tokens, accepted=accepted, repaired=repaired))
+    table = Table(headers=["phase", "tokens per problem", "accepted"], rows=rows, footer=[means_note(
+        "`accepted`: accepted@1 (the first answer, or the best-of-n choice); on a `(repair)` row accepted@multi, after "
+        "the last repair round, and the tokens of every round")])
     return table, points
 
 
 def repair_table(study: Study, col: Column) -> Table:
     rows = [[unit, *(fmt(_mean(col, unit, key)) for key, _ in REPAIR)] for unit in study.units()
             if unit in col.cells and _mean(col, unit, "repair/accepted@multi") is not None]
-    return Table(headers=["phase", *(label for _, label in REPAIR)], rows=rows)
+    return Table(headers=["phase", *(label for _, label in REPAIR)], rows=rows, footer=[means_note(
+        "accepted@1 counts first answers, accepted@multi the last answer of each chain (up to the protocol's "
+        "rounds); recovery rN: the share of round N's answers (each the retry of a failing answer) that were "
+        "accepted; Δpass_ratio: last answer's less first answer's, its mean over chains; rounds: answers per "
+        "chain, its mean")])
 
 
 def unchanged_table(study: Study) -> str:

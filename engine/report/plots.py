@@ -1,48 +1,123 @@
 """PNG figures (matplotlib, Agg): learning curves with seeds overlaid, mean and band; stacked
-error bars; accepted vs tokens; pass@k curves. Each function writes one file and returns it."""
+error bars; accepted vs tokens; pass@k curves.
+
+Each figure is built by a function that returns it (`*_figure`, what the tests inspect) and
+written by one that saves it and returns the file. What a reviewer keeps: every series its own
+colour and marker (a unit keeps them in every figure of a study, when the caller passes the
+study's units), repair drawn as an arrow from the single-shot point to the repaired one, the
+legend beside the axes, never over the data, and a title that says the dataset and protocol.
+Same data → same PNG bytes (no version stamp)."""
 
 from __future__ import annotations
 
 import hashlib
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Callable, Optional, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 DPI = 90
+COLOURS = tuple(f"C{i}" for i in range(10))  # matplotlib's default cycle (tab10)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+# Figure geometry in inches: the axes keep their size, the figure grows to hold the legend.
+AXES_W, AXES_H = 4.6, 2.6
+LEFT, GAP, RIGHT, TOP, BOTTOM = 0.75, 0.15, 0.3, 0.5, 0.55
+TITLE_CHARS = 72  # a title wraps beyond this many characters (one more line of top margin each)
+FONT = 7
 
 
-def _fresh(path: Path, *data: Any) -> bool:
-    """True when `path` was drawn from exactly this data: pages regenerate after every run, and
-    most figures have not changed since the last time (drawing one costs ~0.2 s)."""
+@dataclass(frozen=True)
+class CostPoint:
+    """One unit on the accepted-vs-tokens plane: its single-shot (or best-of-n) point and, when its
+    evaluation ran repair rounds, where the rounds took it (tokens of every round, accepted after
+    the last)."""
+
+    unit: str
+    label: str  # the legend's: the unit, and a best-of-n's choice
+    tokens: float
+    accepted: float
+    repaired: Optional[tuple[float, float]] = None
+
+
+def style(index: int) -> tuple[str, str]:
+    """The colour and marker of the index-th series: the ten colours first (one marker), then every
+    colour again with the next marker — no two of the first 100 share both."""
+    return COLOURS[index % len(COLOURS)], MARKERS[(index + index // len(COLOURS)) % len(MARKERS)]
+
+
+def styles(names: Sequence[str], units: Sequence[str] = ()) -> dict[str, tuple[str, str]]:
+    """A style per series name: a name's position among `units` (the study's units in plan order, so
+    a unit looks the same in every figure), names outside it after them."""
+    order = list(dict.fromkeys([*units, *names]))
+    return {name: style(order.index(name)) for name in names}
+
+
+def _draw(path: Path, data: tuple, figure: Callable[[], "plt.Figure"]) -> Path:
+    """`path` drawn by `figure()`, unless it was drawn from exactly this `data`: pages regenerate
+    after every run, and most figures have not changed since the last time (drawing one costs
+    ~0.2 s). The stamp is written only once the figure is: a drawing that failed or was cut short
+    leaves no stamp by which an older figure would pass for this data's."""
     digest = hashlib.sha256(repr(data).encode()).hexdigest()
     stamp = path.with_name(f".{path.name}.sha256")
     if path.is_file() and stamp.is_file() and stamp.read_text() == digest:
-        return True
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    _save(figure(), path)
     stamp.write_text(digest)
-    return False
+    return path
 
 
-def _save(fig: "plt.Figure", path: Path, top: float = 0.9, left: float = 0.16) -> Path:
-    # Fixed margins: tight/constrained layout draws every figure twice.
-    fig.subplots_adjust(left=left, right=0.97, top=top, bottom=0.16)
+def _axes(title: str, *, height: float = AXES_H) -> tuple["plt.Figure", "plt.Axes"]:
+    fig, ax = plt.subplots(figsize=(LEFT + AXES_W + RIGHT, TOP + height + BOTTOM))
+    ax.set_title("\n".join(textwrap.wrap(title, TITLE_CHARS)), fontsize=8, loc="left")
+    return fig, ax
+
+
+def _layout(fig: "plt.Figure", ax: "plt.Axes", *, height: float = AXES_H, left: float = LEFT,
+            handles: Optional[list] = None) -> "plt.Figure":
+    """The legend beside the axes (upper left of the space to their right), the figure widened to
+    hold it and heightened when it is taller than the axes. Fixed margins: tight/constrained layout
+    draws every figure twice."""
+    kwargs = {"handles": handles} if handles is not None else {}
+    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.0, fontsize=FONT,
+                       frameon=False, **kwargs)
+    top = TOP + 0.14 * ax.get_title(loc="left").count("\n")
+    if legend is not None:
+        # the legend's own offset from its anchor: GAP inches to the axes' right
+        legend.set_bbox_to_anchor((1.0 + GAP / AXES_W, 1.0), transform=ax.transAxes)
+        box = legend.get_window_extent(fig.canvas.get_renderer())
+        width, tall = box.width / fig.dpi, box.height / fig.dpi
+    else:
+        width, tall = 0.0, 0.0
+    height = max(height, tall)
+    fig.set_size_inches(left + AXES_W + GAP + width + RIGHT, top + height + BOTTOM)
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(left=left / w, right=(left + AXES_W) / w, top=1 - top / h, bottom=BOTTOM / h)
+    return fig
+
+
+def _save(fig: "plt.Figure", path: Path) -> Path:
     fig.savefig(path, dpi=DPI, metadata={"Software": None})  # no version stamp: stable bytes
     plt.close(fig)
     return path
 
 
-def curve(path: Path, metric: str, units: dict[str, dict[int, dict[int, float]]]) -> Path:
-    """units: unit → seed → step → value. Thin lines per seed, thick mean, min–max band."""
-    if _fresh(path, metric, units):
-        return path
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    for i, (unit, seeds) in enumerate(units.items()):
-        color = f"C{i % 10}"
+def curve_figure(metric: str, units: dict[str, dict[int, dict[int, float]]], title: str = "",
+                 order: Sequence[str] = ()) -> "plt.Figure":
+    """units: unit → seed → step → value. Thin lines per seed, thick mean (with the unit's marker),
+    min–max band."""
+    fig, ax = _axes(title or f"{metric} per training step: each seed (thin), their mean (thick), min–max band")
+    look = styles(list(units), order)
+    for unit, seeds in units.items():
+        color, marker = look[unit]
         steps = sorted(set().union(*(s.keys() for s in seeds.values())))
         for values in seeds.values():
             xs = sorted(values)
@@ -50,66 +125,92 @@ def curve(path: Path, metric: str, units: dict[str, dict[int, dict[int, float]]]
         grid = np.array([[values.get(x, np.nan) for x in steps] for values in seeds.values()], dtype=float)
         with np.errstate(all="ignore"):
             mean = np.nanmean(grid, axis=0)
-        ax.plot(steps, mean, color=color, linewidth=2, label=f"{unit} (seeds = {len(seeds)})")
+        ax.plot(steps, mean, color=color, linewidth=2, marker=marker, markersize=4,
+                markevery=max(1, len(steps) // 8), label=f"{unit} (seeds = {len(seeds)})")
         if len(seeds) > 1:
             ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), color=color, alpha=0.15)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
-    ax.set_title(metric)
-    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return _layout(fig, ax)
 
 
-def stacked_errors(path: Path, labels: Sequence[str], verdicts: Sequence[str], shares: Sequence[Sequence[float]]) -> Path:
-    if _fresh(path, labels, verdicts, shares):
-        return path
-    fig, ax = plt.subplots(figsize=(6.5, 1.2 + 0.45 * max(1, len(labels))))
+def curve(path: Path, metric: str, units: dict[str, dict[int, dict[int, float]]], title: str = "",
+          order: Sequence[str] = ()) -> Path:
+    return _draw(path, (metric, units, title, order), lambda: curve_figure(metric, units, title, order))
+
+
+def stacked_errors_figure(labels: Sequence[str], verdicts: Sequence[str], shares: Sequence[Sequence[float]],
+                          title: str = "") -> "plt.Figure":
+    """A bar per unit, split by the share of its samples per failure verdict (one colour each)."""
+    height = max(AXES_H * 0.6, 0.3 + 0.3 * max(1, len(labels)))
+    fig, ax = _axes(title or "share of samples per verdict", height=height)
     left = np.zeros(len(labels))
     for j, verdict in enumerate(verdicts):
         values = np.array([row[j] for row in shares])
-        ax.barh(list(labels), values, left=left, label=verdict, color=f"C{j % 10}")
+        ax.barh(list(labels), values, left=left, label=verdict, color=COLOURS[j % len(COLOURS)])
         left += values
     # What no failure verdict covers was accepted: drawn, so every bar reaches 1.
     ax.barh(list(labels), np.clip(1 - left, 0, 1), left=left, label="accepted", color="0.85")
     ax.set_xlabel("share of samples")
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
-    ax.legend(fontsize=6, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    # Room for the longest phase label (about 0.09 in per character at the default font size).
-    margin = min(0.45, 0.05 + 0.09 * max((len(str(x)) for x in labels), default=4) / fig.get_figwidth())
-    return _save(fig, path, top=1 - 0.55 / fig.get_figheight(), left=margin)
+    ax.tick_params(axis="y", labelsize=FONT)
+    # Room for the longest unit label (about 0.06 in per character at this font size).
+    margin = max(LEFT, 0.2 + 0.06 * max((len(str(x)) for x in labels), default=4))
+    return _layout(fig, ax, height=height, left=margin)
 
 
-def cost_scatter(path: Path, points: Sequence[tuple[str, float, float]], title: str) -> Path:
-    if _fresh(path, points, title):
-        return path
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for i, (label, tokens, accepted) in enumerate(points):
-        ax.scatter([tokens], [accepted], color=f"C{i % 10}", label=label)
+def stacked_errors(path: Path, labels: Sequence[str], verdicts: Sequence[str], shares: Sequence[Sequence[float]],
+                   title: str = "") -> Path:
+    return _draw(path, (labels, verdicts, shares, title), lambda: stacked_errors_figure(labels, verdicts, shares, title))
+
+
+def cost_figure(points: Sequence[CostPoint], title: str, order: Sequence[str] = ()) -> "plt.Figure":
+    """A marker per unit at (tokens per problem, accepted); a unit whose evaluation ran repair
+    rounds gets an arrow from that single-shot point to its repaired point (hollow marker)."""
+    fig, ax = _axes(title)
+    look = styles([p.unit for p in points], order)
+    for p in points:
+        color, marker = look[p.unit]
+        ax.plot([p.tokens], [p.accepted], linestyle="none", marker=marker, color=color, markersize=7, label=p.label)
+        if p.repaired is not None:
+            ax.annotate("", xy=p.repaired, xytext=(p.tokens, p.accepted),
+                        arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.2, "shrinkA": 4, "shrinkB": 4})
+            ax.plot(*([v] for v in p.repaired), linestyle="none", marker=marker, markerfacecolor="none", color=color,
+                    markersize=7)
+    handles, _ = ax.get_legend_handles_labels()
+    if any(p.repaired is not None for p in points):
+        handles.append(Line2D([], [], color="0.3", marker="$\u2192$", linestyle="none", markersize=9,
+                              label="→ hollow: after the repair rounds"))
     ax.set_xlabel("tokens per problem")
     ax.set_ylabel("accepted")
-    ax.set_title(title)
-    ax.legend(fontsize=6)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    ax.margins(0.1)
+    return _layout(fig, ax, handles=handles)
 
 
-def pass_at_k(path: Path, curves: dict[str, list[list[float]]], title: str) -> Path:
-    """curves: unit → per seed, pass@k for k = 1..n."""
-    if _fresh(path, curves, title):
-        return path
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    for i, (unit, seeds) in enumerate(curves.items()):
+def cost_scatter(path: Path, points: Sequence[CostPoint], title: str, order: Sequence[str] = ()) -> Path:
+    return _draw(path, (points, title, order), lambda: cost_figure(points, title, order))
+
+
+def pass_at_k_figure(curves: dict[str, list[list[float]]], title: str, order: Sequence[str] = ()) -> "plt.Figure":
+    """curves: unit → per seed, pass@k for k = 1..n. The mean over seeds, the min–max band."""
+    fig, ax = _axes(title)
+    look = styles(list(curves), order)
+    for unit, seeds in curves.items():
+        color, marker = look[unit]
         grid = np.array(seeds, dtype=float)
         ks = np.arange(1, grid.shape[1] + 1)
-        ax.plot(ks, grid.mean(axis=0), color=f"C{i % 10}", marker="o", markersize=3,
+        ax.plot(ks, grid.mean(axis=0), color=color, marker=marker, markersize=4,
                 label=f"{unit} (seeds = {grid.shape[0]})")
         if grid.shape[0] > 1:
-            ax.fill_between(ks, grid.min(axis=0), grid.max(axis=0), color=f"C{i % 10}", alpha=0.15)
+            ax.fill_between(ks, grid.min(axis=0), grid.max(axis=0), color=color, alpha=0.15)
     ax.set_xlabel("k")
-    ax.set_ylabel("pass@k")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.set_ylabel("pass@k (mean over seeds;\nband: min–max)")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return _layout(fig, ax)
+
+
+def pass_at_k(path: Path, curves: dict[str, list[list[float]]], title: str, order: Sequence[str] = ()) -> Path:
+    return _draw(path, (curves, title, order), lambda: pass_at_k_figure(curves, title, order))

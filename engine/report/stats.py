@@ -66,3 +66,15 @@ def paired_delta(variant: np.ndarray, control: np.ndarray) -> Delta:
     diff = _boot(variant - control, seed_draw, problem_draw)
     return Delta(float((variant - control).mean()), float(np.quantile(diff, 0.025)), float(np.quantile(diff, 0.975)),
                  float((diff > 0).mean()), variant.shape[0])
+
+
+def delta_note(value: str, *, p_improve: bool = True, detectable: bool = True) -> str:
+    """What each number of a paired comparison table is (ablations, each phase against its parent,
+    the flywheel's class shift): the statistic, the interval's kind, what P(improvement) counts."""
+    return (f"_The two sides: {value}, each the mean over the paired seeds and problems. Δ: their difference; in "
+            f"brackets its 95 % paired percentile-bootstrap interval ({REPS} draws resampling seeds and, within "
+            "them, problems, the same draw for both sides)."
+            + (" P(improvement): the share of those draws in which Δ is above 0; seeds: how many were paired."
+               if p_improve else "")
+            + (" Detectable Δ: the smallest difference this pairing detects with 80 % power at 5 % two-sided."
+               if detectable else "") + "_")

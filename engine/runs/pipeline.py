@@ -20,6 +20,7 @@ from engine.resources import visible_gpus
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.local import LocalExecutor
 from engine.runs.executors.ray import RayExecutor, auth_token_from_env
+from engine.runs.executors.slurm import SlurmExecutor
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.materialize import RunDir, materialize
 from engine.runs.preflight import preflight
@@ -107,7 +108,7 @@ def run_spec(
     heartbeat_s: float = 5.0,
     grace_s: float = 10.0,
 ) -> RunOutcome:
-    """`executor` ("local" | "ray") and `address` override the spec's `executor:` block; `gpus`
+    """`executor` ("local" | "ray" | "slurm") and `address` override the spec's `executor:` block; `gpus`
     defaults to the GPUs this machine shows (CUDA_VISIBLE_DEVICES when set)."""
     runs_dir = Path(runs_dir)
     gpus = len(visible_gpus()) if gpus is None else gpus
@@ -115,9 +116,10 @@ def run_spec(
     validated, the_plan = checked.validated, checked.plan
     choice = ExecutorChoice.of(validated.spec.executor, kind=executor, address=address, runs_dir=runs_dir)
     real = None if dry_run else choice.open(gpus=gpus, cpus=cpus)
-    gpus = real.cluster_gpus() if isinstance(real, RayExecutor) else gpus
+    gpus = real.cluster_gpus() if isinstance(real, (RayExecutor, SlurmExecutor)) else gpus
     states = read_states(runs_dir, the_plan)
-    unmet = unmet_runs(the_plan, states, gpus=gpus)
+    # A dry run for a cluster connects to nothing: this machine's GPUs say nothing of its nodes.
+    unmet = [] if real is None and choice.kind != "local" else unmet_runs(the_plan, states, gpus=gpus)
     on_event(Planned(plan=the_plan, states=states, unmet=unmet, gpus=gpus, dry_run=dry_run))
     if real is None:
         return RunOutcome(plan=the_plan, validated=validated)
@@ -162,32 +164,49 @@ class ExecutorChoice:
     address: Optional[str]
     transfer: Transfer
     shared_dir: Optional[Path]  # None with `transfer: working_dir`
+    spec: ExecutorSpec  # the block itself: Slurm's partition, account, qos, time limits, sbatch arguments
 
     @classmethod
     def of(cls, spec: ExecutorSpec, *, kind: Optional[str], address: Optional[str], runs_dir: Path) -> "ExecutorChoice":
         chosen = kind or spec.kind.value
-        if chosen not in ("local", "ray"):
-            raise UserError(f"unknown executor {chosen!r}: use local or ray")
+        if chosen not in ("local", "ray", "slurm"):
+            raise UserError(f"unknown executor {chosen!r}: use local, ray or slurm")
         transfer = spec.transfer or Transfer.shared
+        if chosen == "slurm" and transfer is Transfer.working_dir:
+            raise UserError("executor.transfer: working_dir is for Ray: Slurm jobs read and write their run "
+                            "directories on storage every node mounts; drop `transfer` and set `shared_dir`")
         if chosen == "local" or transfer is Transfer.working_dir:
-            return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=None)
+            return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=None, spec=spec)
         # Without a shared_dir, the runs directory itself is taken to be mounted on every node.
         shared = Path(spec.shared_dir or runs_dir).resolve()
         if not runs_dir.resolve().is_relative_to(shared):
+            fix = "" if chosen == "slurm" else ", or set `transfer: working_dir`"
             raise UserError(f"the runs directory {runs_dir.resolve()} is not under the executor's shared_dir "
-                            f"{shared}: Ray jobs on other nodes would not see the run directories; "
-                            "pass --runs-dir inside the shared storage, or set `transfer: working_dir`")
-        return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=shared)
+                            f"{shared}: {chosen.capitalize()} jobs on other nodes would not see the run directories; "
+                            f"pass --runs-dir inside the shared storage{fix}")
+        return cls(kind=chosen, address=address or spec.address, transfer=transfer, shared_dir=shared, spec=spec)
 
     def open(self, *, gpus: int, cpus: Optional[int]) -> Executor:
         if self.kind == "local":
             return LocalExecutor(gpus=gpus, cpus=cpus or os.cpu_count() or 1)
+        if self.kind == "slurm":
+            return self.open_slurm()
         if not self.address:
             raise UserError("the Ray executor needs the cluster's address: pass --address http://HEAD:8265 "
                             "or set executor.address in the spec")
         ray = RayExecutor(address=self.address, shared_dir=self.shared_dir, auth_token=auth_token_from_env())
         ray.connect()
         return ray
+
+    def open_slurm(self) -> SlurmExecutor:
+        s = self.spec
+        executor = SlurmExecutor(shared_dir=self.shared_dir, partition=s.partition, account=s.account, qos=s.qos,
+                                 time_limit_h=dict(s.time_limit_h), sbatch_args=tuple(s.sbatch_args))
+        try:
+            executor.connect()
+        except ConnectionError as exc:
+            raise UserError(f"the Slurm executor cannot start: {exc}") from exc
+        return executor
 
 
 def read_states(runs_dir: Path, the_plan: Plan) -> dict[str, str]:
@@ -209,6 +228,7 @@ def job_of(run_dir: RunDir) -> Job:
     return Job(
         id=run.id, run_dir=run_dir.path, kind=run.kind.value, parents=tuple(run.parents),
         gpus=run.resources.gpus, cpus=run.resources.cpus, group=evaluation_group(run),
+        memory_gb=run.resources.memory_gb, time_limit_h=run.resources.time_limit_h,
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from engine.errors import UserError
 from engine.records import Record
+from engine.runs.executors import slurm_commands
 from engine.runs.lineage import (
     LINEAGE_FILE,
     Lineage,
@@ -59,6 +60,7 @@ class StatusRow(Record):
     duration_s: Optional[float]
     reason: Optional[str]
     headline: Optional[Headline] = None
+    queue: Optional[str] = None  # a running run's Slurm job as squeue says: "PENDING (Resources)", "RUNNING"
 
 
 class OlderRun(Record):
@@ -121,9 +123,25 @@ def collect_status(runs_dir: Path | str, spec: Optional[str] = None) -> StatusRe
         evaluated = lineage.evaluated_datasets(ids)
         times = lineage.run_times(ids)
         rows = [_row(rec, metrics[rec.id], evaluated[rec.id], times.get(rec.id)) for rec in records]
+    queued = slurm_states(records)
+    rows = [row.model_copy(update={"queue": queued[row.id]}) if row.id in queued else row for row in rows]
     counts = Counter(r.state.value for r in rows)
     return StatusReport(spec=name, runs=rows, counts={s.value: counts[s.value] for s in RunState if counts[s.value]},
                         older=older)
+
+
+def slurm_states(records: list[RunRecord]) -> dict[str, str]:
+    """Slurm's state and reason of each running run's job (numeric job ids are Slurm's), from one
+    squeue; empty where the Slurm commands are not installed (status then shows lineage alone)."""
+    jobs = {rec.id: rec.job_id for rec in records if rec.state is RunState.running and rec.job_id and rec.job_id.isdigit()}
+    if not jobs or slurm_commands.missing_clients():
+        return {}
+    try:
+        states = slurm_commands.job_states(sorted(set(jobs.values())))
+    except ConnectionError as exc:
+        return {run_id: f"unknown: {exc}" for run_id in jobs}
+    return {run_id: states[job].describe() if job in states else "no longer known to Slurm"
+            for run_id, job in jobs.items()}
 
 
 def edited_since_run(runs_dir: Path | str, spec: str) -> str:

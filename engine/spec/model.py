@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -35,12 +35,27 @@ class Role(str, Enum):
 TRAINED_KINDS = frozenset({PhaseKind.sft, PhaseKind.dpo, PhaseKind.grpo, PhaseKind.repair, PhaseKind.raft})
 
 
-class ModelRef(StrictModel):
-    """A model spelled out instead of named from registry/models.yaml."""
+class ResponsePrior(StrictModel):
+    """The response lengths a forecast assumes (`response_tokens:` on a protocol or a model): a
+    lognormal of this median and sigma, clipped at the protocol's `max_tokens`. Pricing only: it
+    changes no run (it is not part of a run's id nor of rule 5's protocol comparison)."""
 
-    path: str
+    median: float = Field(gt=0)
+    sigma: float = Field(default=0.6, ge=0, le=3)
+
+
+class ModelRef(StrictModel):
+    """A model spelled out instead of named from registry/models.yaml: what a registry entry says
+    (`hf_id` or `path`, family, chat, size, context, response prior). A dry run that prices GPUs
+    needs its size (`params_b`) when the registry does not know it."""
+
+    path: Optional[str] = None  # a local folder or a hub id
+    hf_id: Optional[str] = None  # a hub id (the registry's spelling); resolved into `path`
     family: str = "qwen2"
     chat: bool = True
+    params_b: Optional[float] = Field(default=None, gt=0)  # billions of parameters
+    context_len: Optional[int] = Field(default=None, gt=0)
+    response_tokens: Optional[ResponsePrior] = None  # engine.spec.resolve checks one of path / hf_id
 
 
 class DatasetSpec(StrictModel):
@@ -57,6 +72,15 @@ class DatasetSpec(StrictModel):
     verified: Optional[str] = Field(default=None, min_length=1)
 
 
+class TestsSpec(StrictModel):
+    """Which of a problem's tests the judge runs under a protocol (`tests:`), absent: all of them.
+    `most_demanding: N` runs the N tests with the largest input (bytes of a stdio test's input, of
+    the arguments a function test passes the function), ties in the tests' order; DeepCoder's
+    reward runs its 15 largest."""
+
+    most_demanding: int = Field(gt=0)
+
+
 class ProtocolSpec(StrictModel):
     preset: Optional[str] = None  # registry/protocols.yaml name; fields below override it
     temperature: Optional[float] = Field(default=None, ge=0)
@@ -70,6 +94,12 @@ class ProtocolSpec(StrictModel):
     # Rounds of repair at inference: a failing answer gets feedback from the PUBLIC tests and
     # another try, up to this many answers in all (absent: one answer, no repair).
     rounds: Optional[int] = Field(default=None, ge=1, le=10)
+    # The response lengths the forecast assumes for this protocol (pricing only; absent: the model's
+    # prior, else the hardware file's default). Reasoning models answer in thousands of tokens.
+    response_tokens: Optional[ResponsePrior] = None
+    # The tests the judge runs (reward or evaluation under this protocol); part of the protocol's
+    # hash, so runs judged on other tests are never compared (rule 5).
+    tests: Optional[TestsSpec] = None
 
 
 class JudgeSpec(StrictModel):
@@ -92,6 +122,8 @@ class Resources(StrictModel):
     # Wall-clock bound of one attempt: a trainer that hangs silently (verl's TransferQueue
     # start-up can) fails instead of holding its GPUs forever. verl runs default to 72 h.
     time_limit_h: Optional[float] = Field(default=None, gt=0)
+    # Memory a scheduler reserves for one attempt (Slurm's --mem); the local and Ray executors ignore it.
+    memory_gb: Optional[float] = Field(default=None, gt=0)
 
 
 class EndpointSpec(StrictModel):
@@ -311,6 +343,7 @@ class TrackingSpec(StrictModel):
 class ExecutorKind(str, Enum):
     local = "local"
     ray = "ray"
+    slurm = "slurm"
 
 
 class Transfer(str, Enum):
@@ -323,12 +356,20 @@ class ExecutorSpec(StrictModel):
     dashboard's HTTP address). With `transfer: shared` (the default) the run directories reach
     it through `shared_dir`, storage every node mounts at the same path, which must hold the
     runs directory; with `transfer: working_dir` each run directory travels as the job's
-    working_dir and its outputs come back in the job's log when it ends."""
+    working_dir and its outputs come back in the job's log when it ends. `slurm`: each launch.sh
+    becomes an sbatch job (docs/executors.md); the run directories live under `shared_dir` (else
+    the runs directory), which every node mounts; `partition`, `account`, `qos`, `time_limit_h`
+    (hours by run kind, for runs whose `resources:` set none) and `sbatch_args` go to every job."""
 
     kind: ExecutorKind = ExecutorKind.local
     address: Optional[str] = None
     transfer: Optional[Transfer] = None
     shared_dir: Optional[str] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_limit_h: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)  # run kind → hours
+    sbatch_args: list[str] = Field(default_factory=list)
 
 
 class DetectSpec(StrictModel):

@@ -301,14 +301,33 @@ def _all_kind_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
             yield from _kind_errors("variants", name, phase.kind, overlay(phase, variant), variant, at)
 
 
+SLURM_KEYS = ("partition", "account", "qos", "time_limit_h", "sbatch_args")
+
+
 def _executor_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
     executor = spec.executor
+    if executor.kind is not ExecutorKind.slurm:
+        for key in SLURM_KEYS:
+            if getattr(executor, key):
+                yield at(("executor", key), f"`{key}` is a Slurm setting but the executor is {executor.kind.value}",
+                         "add `kind: slurm` to submit runs as Slurm jobs, or remove the key")
     if executor.kind is ExecutorKind.local:
         for key in ("address", "transfer", "shared_dir"):
             if getattr(executor, key) is not None:
                 yield at(("executor", key), f"`{key}` is a Ray setting but the executor is local",
                          "add `kind: ray` to use a Ray cluster, or remove the key")
         return
+    if executor.kind is ExecutorKind.slurm:
+        kinds = [k.value for k in PhaseKind]
+        for kind in executor.time_limit_h:
+            if kind not in kinds:
+                yield at(("executor", "time_limit_h", kind), f"{kind!r} is not a run kind",
+                         f"use one of: {', '.join(kinds)}")
+        for key in ("address", "transfer"):
+            if getattr(executor, key) is not None:
+                yield at(("executor", key), f"`{key}` is a Ray setting but the executor is slurm (its jobs read "
+                         "and write their run directories on the shared storage)",
+                         "remove the key; set `shared_dir` to the storage every node mounts")
     address = executor.address or ""
     if address.startswith("ray://") or (address and "://" in address and not address.startswith(("http://", "https://"))):
         yield at(("executor", "address"), f"{address!r} is not the Ray dashboard's HTTP address",

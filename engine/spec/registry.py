@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from engine.errors import UserError
 from engine.resources import shipped
 from engine.spec.load import ParsedYaml, load_model_file
-from engine.spec.model import ProtocolSpec, Role, StrictModel
+from engine.spec.model import ProtocolSpec, ResponsePrior, Role, StrictModel
 
 LocalFormat = Literal["jsonl", "json", "parquet"]
 
@@ -76,6 +76,8 @@ class ModelEntry(StrictModel):
     params_b: float = Field(gt=0)
     license: str
     context_len: int = Field(gt=0)
+    # the response lengths the forecast assumes for this model (absent: the hardware file's default)
+    response_tokens: Optional[ResponsePrior] = None
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelEntry":

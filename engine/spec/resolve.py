@@ -39,17 +39,28 @@ def _sha256(data: bytes) -> str:
 def _model(loaded: LoadedSpec, registry: Registry, out: list[Diagnostic]) -> ModelRef:
     base = loaded.spec.base_model
     if isinstance(base, ModelRef):
+        if (base.path is None) == (base.hf_id is None):
+            out.append(loaded.diagnostic(
+                ("base_model",), "a spelled-out base_model names its weights once: `hf_id:` or `path:`, "
+                + ("not both" if base.path else "and it has neither"),
+                "write `hf_id: Qwen/Qwen2.5-Coder-7B-Instruct` (the hub) or `path: ./my-model` (a local folder)"))
+            return base.model_copy(update={"path": base.path or base.hf_id or "", "hf_id": None})
+        if base.hf_id is not None:  # the registry's spelling of a hub id: one `path` from here on
+            base = base.model_copy(update={"path": base.hf_id, "hf_id": None})
         return _local_model(loaded, base, out)
     entry = registry.models.get(base)
     if entry is None:
         out.append(loaded.diagnostic(
             ("base_model",), f"unknown model {base!r}{did_you_mean(base, registry.models)}",
             f"name a model from registry/models.yaml ({', '.join(sorted(registry.models))}) "
-            "or spell it out: `base_model: {path: <HF id or local dir>, family: qwen2, chat: true}`",
+            "or spell it out: `base_model: {hf_id: <HF id>, family: qwen2, chat: true, params_b: 7.6}` "
+            "(or `path: <local dir>`)",
             at_value=True))
         return ModelRef(path=base)
     path = entry.build.folder(base) if entry.build else entry.hf_id
-    return ModelRef(path=path or base, family=entry.family, chat=entry.chat)
+    # the entry's response prior travels with the runs' configs (not their ids: pricing only), so a
+    # recorded study is re-forecast with the prior it was planned with, whatever the registry says later
+    return ModelRef(path=path or base, family=entry.family, chat=entry.chat, response_tokens=entry.response_tokens)
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -10,11 +10,11 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from engine.errors import Diagnostic
 from engine.spec.load import LoadedSpec
-from engine.spec.model import Spec
+from engine.spec.model import ProtocolSpec, Spec
 from engine.spec.registry import DatasetSource, Registry
 
 
@@ -114,6 +114,9 @@ class ValidatedSpec:
     verified: dict[str, str] = field(default_factory=dict)
     # rule 3's findings that did not refuse the spec: waived pairs and warnings, with their evidence
     leaks: list[Leak] = field(default_factory=list)
+    # what rule 3's search by meaning did, in words: its model and settings, "off (...)", or
+    # "did not run: why" ("" when the content checks did not run at all)
+    semantic: str = ""
 
     def summary(self) -> str:
         """One line: what the spec declares, for `rlvr-run validate`."""
@@ -122,7 +125,21 @@ class ValidatedSpec:
                 f"{len(spec.phases)} phases + {len(spec.variants)} variants, {len(spec.seeds)} seeds, "
                 f"{len(self.waivers)} waiver{'s' if len(self.waivers) != 1 else ''}")
 
-    def protocol_hash(self, name: str) -> str:
-        """sha256 of a resolved protocol: runs are compared only when these match (rule 5)."""
-        proto = self.spec.protocols[name].model_dump(mode="json", by_alias=True)
-        return hashlib.sha256(json.dumps(proto, sort_keys=True).encode()).hexdigest()
+
+# A protocol's response-length prior only prices it (the forecast reads it): it changes nothing a
+# run generates or judges, so it is in no protocol's hash.
+PRICING_ONLY = "response_tokens"
+
+
+def frozen_protocol(name: str, protocol: ProtocolSpec) -> dict[str, Any]:
+    """A protocol as a run's config freezes it: its name and the fields that are set."""
+    return {"name": name, **protocol.model_dump(mode="json", exclude_none=True, by_alias=True)}
+
+
+def protocol_sha256(protocol: Mapping[str, Any]) -> str:
+    """The one hash of a protocol (a run's frozen one, `plan.frozen.run_protocol`, or
+    `frozen_protocol`): the key its sample records are written under, what lineage records for the
+    run (`run_protocols`) and what the result pages print under a table. One function, so the three
+    never differ for one protocol."""
+    kept = {k: v for k, v in protocol.items() if k != PRICING_ONLY}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()

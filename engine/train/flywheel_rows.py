@@ -155,7 +155,7 @@ def repair_rows(problems: dict[str, Problem], kept: Sequence[Harvested], report:
             asked.append((h, list(prompt), view))
     lacking = sorted({h.problem_id for h in failures} - {h.problem_id for h, _, _ in asked})
     # the feedback each failure gets: its verdict on the public tests its prompt showed
-    results = judge.judge_many([(view, h.completion) for h, _, view in asked])
+    results = judge.judge_many([(view, h.completion) for h, _, view in asked], shown=True)
     conversations = [prompt + [{"role": "assistant", "content": h.completion},
                                {"role": "user", "content": feedback(result)}]
                      for (h, prompt, _), result in zip(asked, results)]

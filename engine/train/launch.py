@@ -50,8 +50,10 @@ def accelerate_launch(gpus: int, params_b: Optional[float], run_id: str) -> Opti
 
 
 def params_b_of(models: dict[str, Any], base_model: Any) -> Optional[float]:
-    """Billions of parameters of the base model: its registry entry's (by name or hub id), else
-    estimated from a local folder's bf16 weight files; None when unknown."""
+    """Billions of parameters of the base model: as spelled out (`params_b:`), else its registry
+    entry's (by name or hub id), else estimated from a local folder's bf16 weight files; None when unknown."""
+    if getattr(base_model, "params_b", None):
+        return float(base_model.params_b)
     path = getattr(base_model, "path", base_model)
     for name, entry in models.items():
         if name == path or getattr(entry, "hf_id", None) == path:

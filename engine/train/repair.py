@@ -153,7 +153,7 @@ def shaped(run: TrainRun) -> Callable[[list[dict], dict], list[float]]:
 def main(argv: Optional[list[str]] = None) -> int:
     def body(run: TrainRun) -> None:
         problems = by_prompt(run.training_choice(), [p for loaded in run.datasets("train") for p in loaded.problems])
-        with Judge(run.frozen.judge_config()) as judge:
+        with Judge(run.frozen.judge_config("rollout")) as judge:
             rollout = chain_rollout(run, judge, problems, run.frozen.rounds or 2)
             train_grpo(run, judge_reward(run, shape=shaped(run)), rollout_func=rollout)
         run.hand_off(choose(run))

@@ -49,7 +49,7 @@ def _run(config_path: str) -> FrozenRun:
 
 @functools.lru_cache(maxsize=4)
 def _judge(config_path: str) -> Judge:
-    return Judge(_run(config_path).judge_config())
+    return Judge(_run(config_path).judge_config("rollout"))
 
 
 @register(REPAIR_AGENT_LOOP)
@@ -81,7 +81,8 @@ class RepairAgentLoop(AgentLoopBase):
             if accepted or turn == rounds:
                 break
             view = public_view(problem, kwargs["raw_prompt"])
-            public = await self.loop.run_in_executor(None, judge.judge, view, answer) if view else None
+            public = await self.loop.run_in_executor(None, functools.partial(judge.judge, view, answer, shown=True)) \
+                if view else None
             answered = messages + [{"role": "assistant", "content": answer}]
             asked = answered + [{"role": "user", "content": feedback(public)}]
             merged, mask, logprobs = await self.ct_merge_context_msg(answered, asked, tokens, mask, logprobs)

@@ -265,9 +265,9 @@ def test_runs_of_the_older_plan_are_listed_apart_and_counted_nowhere_else(histor
     current = {r.id for r in current_plan(runs)}
     older = before - current
     assert older, "the edit changed no run"
-    index = (runs / NAME / "report" / "index.md").read_text()
-    assert "Runs of an older plan" in index
-    apart = index.split("Runs of an older plan", 1)[1]
+    page = (runs / NAME / "report" / "runs.md").read_text()
+    assert "Runs of an older plan" in page
+    apart = page.split("Runs of an older plan", 1)[1]
     for run_id in older:
         assert run_id in apart
     results = (runs / NAME / "report" / "results.md").read_text()

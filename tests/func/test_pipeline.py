@@ -21,6 +21,7 @@ from engine.runs.materialize import materialize
 from engine.runs.pipeline import Planned, UnmetResources, job_of, run_spec
 from engine.runs.runlock import RunLock
 from engine.runs.schedule import execute
+from engine.spec.validated import frozen_protocol, protocol_sha256
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import FAKE_MODEL_SH  # noqa: E402  (tests/func/fakes.py)
@@ -105,7 +106,7 @@ def test_plan_runs_execute_and_land_in_lineage(executed):
         evals = [r for r in the_plan.runs if r.kind.value == "eval"]
         assert all(ds == ["humaneval"] for ds in lin.evaluated_datasets([r.id for r in evals]).values())
         used = {(row["run_id"], row["use"], row["sha256"]) for row in lin.db["run_protocols"].rows}
-        greedy = validated.protocol_hash("greedy")
+        greedy = protocol_sha256(frozen_protocol("greedy", validated.spec.protocols["greedy"]))
         assert {(r.id, "evaluate", greedy) for r in evals} <= used
         # a DPO run without a rollout protocol samples its pairs under one derived from the spec's pairs.k
         assert {(u, name) for u, name, _ in used if u == dpo.id} == {(dpo.id, "rollout")} and len(used) == 3

@@ -93,7 +93,8 @@ def test_a_run_that_samples_its_own_training_rows_samples_them_on_its_training_t
     """RAFT (and DPO) sample with their rollout protocol and train on the samples. A rollout
     protocol that names no template sampled on the model's default while the rows were rendered
     with the training template (`short_chat`): completions to one prompt trained under another."""
-    from engine.evaluate.eval_run import protocol_sha256, tasks
+    from engine.evaluate.eval_run import tasks
+    from engine.spec.validated import protocol_sha256
     from engine.plan.frozen import read_frozen_run, run_registry
     from engine.prompts.templates import PromptChoice
     from engine.runs.materialize import materialize

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.price.model import Context, generate_s, response_mean, rl_step
+from engine.price.model import Context, generate_s, judge_s, response_mean, rl_step
 from engine.price.profiles import Z90, Priors, load_profile
 from engine.price.shapes import RunShape
 
@@ -75,6 +75,42 @@ def test_judging_counts_timeouts_and_sparse_rewards_stop_early():
     assert dense > sparse > 0
 
 
+def _judged(protocol: dict, *, dense: bool, timeout: float = 6, timeout_rate: float = 0.02) -> float:
+    """Seconds of judging one 1,024-sample step of a CodeContests train set on 64 workers."""
+    ctx = context(0, 450, judge=True)
+    ctx = replace(ctx, c=replace(ctx.c, timeout_rate=timeout_rate), sources={"cc_train": "codecontests"})
+    run = replace(shape(8), config={"trainer": "verl", "judge": {"timeout_s": timeout, "concurrency": 64}})
+    return judge_s(ctx, run, 1024, dense=dense, protocol=protocol, dataset="cc_train")
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "sparse"])
+def test_judging_costs_the_tests_a_protocol_runs(dense):
+    """A sample costs the tests it runs × one test's seconds: 5 of a problem's most demanding tests cost
+    less than 15, and 15 less than all ~45 of a CodeContests problem; each of the most demanding ones
+    (the largest inputs) costs more than an average test. The timeouts aside (timeout_rate 0)."""
+    top = {n: _judged({"tests": {"most_demanding": n}}, dense=dense, timeout_rate=0.0) for n in (5, 15)}
+    every = _judged({}, dense=dense, timeout_rate=0.0)
+    assert 0 < top[5] < top[15] < every
+    if dense:  # every test runs: 15 of 44.6 tests, each 1.5 times an average one
+        priors = H100.priors
+        assert top[15] == pytest.approx(every * 15 / priors.tests("codecontests") * priors.demanding_test_factor)
+        # a sparse reward stops a failing sample at its first failure: fewer tests than a dense one
+        assert _judged({"tests": {"most_demanding": 15}}, dense=False, timeout_rate=0.0) < top[15]
+
+
+@pytest.mark.parametrize("protocol", [{}, {"tests": {"most_demanding": 15}}], ids=["all tests", "top 15"])
+def test_judging_grows_with_the_timeout(protocol):
+    """A timing-out sample burns the timeout on each test it runs: 12 s a test costs more than 6 s, and
+    a dense reward on the 15 most demanding tests burns 15 of them, a sparse one its first."""
+    for dense in (True, False):
+        assert _judged(protocol, dense=dense, timeout=12) > _judged(protocol, dense=dense, timeout=6)
+    burnt = {dense: _judged(protocol, dense=dense, timeout=12) - _judged(protocol, dense=dense, timeout=12,
+                                                                         timeout_rate=0.0) for dense in (True, False)}
+    tle_tests = 15 if protocol else H100.priors.dense_timeout_tests
+    assert burnt[True] == pytest.approx(1024 * 0.02 * 12 * tle_tests / 64)
+    assert burnt[False] == pytest.approx(1024 * 0.02 * 12 * 1 / 64)
+
+
 def test_small_generation_calls_cost_what_the_reference_simulation_says():
     """317 problems (cc_valid + mbpp_reg) on one H100, lengths median 400 capped at 2048: greedy in calls
     of 8 problems 261 s against 25 s at once; n = 10: 546 s against 161 s (x1.5 either way)."""
@@ -98,3 +134,46 @@ def test_a100_is_slower_than_h100():
     ours = rl_step(context(0, 450, profile=a100), shape(8), samples=1024, prompt=500, cap=2048)
     theirs = rl_step(context(0, 450), shape(8), samples=1024, prompt=500, cap=2048)
     assert 1.5 < sum(ours.values()) / sum(theirs.values()) < 3
+
+
+# ---------------------------------------------------------------- long sequences (docs/cost.md)
+
+
+def long_context(median: float, *, memory: bool = False, params_b: float = 7.6) -> Context:
+    ctx = context(0, median)
+    return replace(ctx, params_b=params_b, memory_gb=80.0 if memory else None)
+
+
+def test_a_token_trained_in_a_long_sequence_costs_more_than_in_a_short_one():
+    """Attention grows with the sequence, the weights' FLOPs do not: per token, the update and the
+    log-probs of 16K-token sequences cost more than those of 1K-token ones."""
+    def per_token(median: float, cap: float) -> float:
+        ctx = long_context(median)
+        step = rl_step(ctx, shape(8), samples=1024, prompt=500, cap=cap)
+        return step["update"] / (1024 * (500 + response_mean(ctx.priors, cap)))
+
+    assert per_token(12000, 16384) > 1.2 * per_token(400, 1024)
+
+
+def test_long_contexts_decode_slower_than_the_short_context_throughput():
+    """Many GPUs, so the step is bound by throughput, not by its longest sample: at a 16K context
+    each token reads a long KV cache and the step generates slower per token than at 1K."""
+    def per_token(median: float, cap: float) -> float:
+        ctx = long_context(median)
+        step = rl_step(ctx, shape(8), samples=8192, prompt=500, cap=cap)
+        return step["generate"] / (8192 * response_mean(ctx.priors, cap))
+
+    assert per_token(8000, 16384) > 1.5 * per_token(400, 1024)
+
+
+def test_sequences_beyond_the_kv_cache_wait_and_the_longest_sample_is_paid_again():
+    """A 14B model's 32K rollouts at verl's default memory share do not all fit: the step's longest
+    sample repeats; more room (gpu_memory_utilization) or more GPUs (fewer sequences each) fit them."""
+    ctx = replace(long_context(14000, memory=True, params_b=14.8), scale=7.6 / 14.8)
+    run = replace(shape(32), config={**shape(32).config, "overrides": {"rollout.tensor_model_parallel_size": 2}})
+    roomy = replace(run, config={**run.config, "overrides": {**run.config["overrides"],
+                                                            "rollout.gpu_memory_utilization": 0.9}})
+    gen = {name: rl_step(ctx, r, samples=1024, prompt=500, cap=32768)["generate"]
+           for name, r in (("default", run), ("roomy", roomy), ("wide", replace(run, gpus=128)))}
+    assert gen["default"] > 1.5 * gen["roomy"]
+    assert gen["default"] > 1.5 * gen["wide"]

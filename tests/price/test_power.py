@@ -74,7 +74,10 @@ def test_the_spec_implies_a_comparison_per_phase_and_per_variant_and_warns_below
             _run("v", "sft", "sft", variant="lr"),
             _run("ve", "eval", "sft", variant="lr", parents=["v"], evaluates="v", datasets=["valid"])]
     study = StudyShape(name="t", runs=runs, sizes={"valid": 50}, sources={}, params_b=None)
-    found = comparisons(study, PowerPrior())
-    assert {(c.kind, c.unit, c.control) for c in found} == {("parent", "sft", "base"), ("ablation", "sft/lr", "sft")}
+    spec = {"phases": {"base": {"kind": "eval"}, "sft": {"kind": "sft", "from": "base"}},
+            "variants": {"lr": {"phase": "sft"}}}
+    found = comparisons(study, PowerPrior(), spec)
+    assert {(c.kind, c.unit, c.control) for c in found} == {
+        ("parent", "sft", "base"), ("ablation", "sft/lr", "sft"), ("parent", "sft/lr", "base")}
     assert len(undetectable(found, 0.01)) == 1  # the ablation only: parent comparisons are not declared ablations
     assert undetectable(found, 0.9) == []

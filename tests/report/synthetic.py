@@ -28,6 +28,7 @@ evaluate:
 variants:
   grpo_sparse: {phase: grpo, reward: sparse}
 """
+EVALUATIONS = (("every_phase", "valid"), ("final", "test"))
 PROTOCOL = {"name": "greedy", "temperature": 0.0, "top_p": 1.0, "max_tokens": 512, "n": 1}
 GOOD = Keys(model="m", protocol="p" * 64, idlist="i" * 64)
 OTHER = Keys(model="m", protocol="q" * 64, idlist="i" * 64)
@@ -35,12 +36,17 @@ VERDICTS = ("ACCEPTED", "WRONG_ANSWER", "SYNTAX_ERROR", "TIMEOUT")
 
 
 def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, ...] = ("sft", "grpo", "dpo"),
-          judge_version: str = "judge-v1") -> Path:
-    """`root/lineage.sqlite` and run directories; returns the lineage path."""
+          judge_version: str = "judge-v1", evaluations: tuple[tuple[str, str], ...] = EVALUATIONS,
+          variants: tuple[tuple[str, str], ...] = (("grpo_sparse", "grpo"),), leaks: int = 0,
+          spec_text: str = SPEC_TEXT, fail_all: bool = False) -> Path:
+    """`root/lineage.sqlite` and run directories; returns the lineage path. `evaluations`:
+    (schedule, dataset) evaluated by every unit; `variants`: (variant, phase); `leaks`: waived
+    near-duplicate pairs recorded besides the two findings every study has; `fail_all`: every run
+    failed (else one: dpo's seed 1 evaluation on valid)."""
     rng = random.Random(0)
-    runs, metrics = [], []
+    runs, metrics, left_failed = [], [], set()
     units = [("base", None, None)] + [(p, None, s) for p in phases for s in range(1, seeds + 1)]
-    units += [("grpo", "grpo_sparse", s) for s in range(1, seeds + 1)]
+    units += [(phase, variant, s) for variant, phase in variants for s in range(1, seeds + 1)]
     skill = {"base": 0.05, "sft": 0.4, "grpo": 0.5, "dpo": 0.45}
     for phase, variant, seed in units:
         trained = f"{phase}-{variant or ''}-{seed}"
@@ -53,16 +59,18 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
                                     ("judge_s", 0.2), ("generate_s", 1.5), ("judge_queue_wait_s", 0.01 * step),
                                     ("slowest_sample_s", 0.1), ("timeouts", float(step == 3))):
                     metrics.append(Metric(run_id=trained, dataset="train", name=name, value=value, step=step))
-        for schedule, dataset in (("every_phase", "valid"), ("final", "test")):
-            rid = f"eval-{trained}-{schedule}"
+        for schedule, dataset in evaluations:
+            once = [s for s, _ in evaluations].count(schedule) == 1
+            rid = f"eval-{trained}-{schedule}" + ("" if once else f"-{dataset}")
             keys = OTHER if (phase == "dpo" and dataset == "test") else GOOD
             config = {"phase": phase, "variant": variant, "seed": seed, "kind": "eval", "schedule": schedule,
                       "datasets": {dataset: {"role": "valid"}}, "protocols": {"evaluate": PROTOCOL}}
             run = _run(root, rid, phase, variant, seed, "eval", config)
             runs.append(run)
             if phase == "dpo" and seed == 1 and dataset == "valid":
+                left_failed.add(rid)
                 continue  # left failed below
-            p = skill[phase] + (0.05 if variant else 0.0)
+            p = skill.get(phase, 0.4) + (0.05 if variant else 0.0)
             records = [_sample(rng, dataset, i, keys, p) for i in range(problems)]
             append(Path(run.run_dir) / "outputs" / "samples" / f"{dataset}.jsonl", records)
             accepted = sum(r.accepted for r in records) / problems
@@ -81,7 +89,7 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
                                       protocol_sha256=keys.protocol, idlist_sha256=keys.idlist, judge_version=judge_version))
     path = root / "lineage.sqlite"
     with open_lineage(path) as lineage:
-        lineage.record_spec(SpecRecord(name="synth", path=str(root / "synth.yaml"), sha256="s" * 64, text=SPEC_TEXT))
+        lineage.record_spec(SpecRecord(name="synth", path=str(root / "synth.yaml"), sha256="s" * 64, text=spec_text))
         lineage.record_plan_records(PlanRecords(runs=runs))
         lineage.record_waivers([WaiverRecord(spec_name="synth", rule=3, what="2 problems of valid in train",
                                              reason="templated toy families", spec_line=7)])
@@ -91,13 +99,21 @@ def build(root: Path, *, seeds: int = 3, problems: int = 20, phases: tuple[str, 
                        evidence="training → evaluation: accepted 3/3", outcome="waived: kept on purpose"),
             LeakRecord(spec_name="synth", train="train", evaluation="test", train_id="mbpp/10003", eval_id="HumanEval/24",
                        kind="semantic", level="warning", similarity=0.86, scores_json='{"semantic": 0.86}',
-                       evidence="training → evaluation: wrong_answer 0/3", outcome="warning")])
+                       evidence="training → evaluation: wrong_answer 0/3", outcome="warning"),
+            *(LeakRecord(spec_name="synth", train="train", evaluation="valid", train_id=f"toy/a_{i}", eval_id=f"toy/b_{i}",
+                         kind="near", level="error", similarity=0.83, scores_json='{"jaccard": 0.83}',
+                         outcome="waived: templated toy families") for i in range(leaks))])
         for run in runs:
             lineage.set_state(run.id, RunState.queued)
             lineage.set_state(run.id, RunState.running)
-            failed = run.id == "eval-dpo--1-every_phase"
+            failed = fail_all or run.id in left_failed
+            log = Path(run.run_dir) / "logs" / "attempt-1.log"
+            if failed:  # what the runner records: the log's last line and where the log is
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.write_text("RuntimeError: the judge's pool died\n")
             lineage.set_state(run.id, RunState.failed if failed else RunState.succeeded,
-                              "launch.sh exited with 1" if failed else "exit 0, outputs complete")
+                              f"launch.sh exited with 1: RuntimeError: the judge's pool died; see {log}" if failed
+                              else "exit 0, outputs complete")
         lineage.record_outputs(metrics)
     return path
 

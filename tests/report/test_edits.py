@@ -36,8 +36,10 @@ def test_a_cell_holds_the_current_plans_runs_only(study):
 def test_the_runs_of_an_older_plan_are_listed_apart_with_what_changed(study):
     _, before, _, report = study
     index = (report.dir / "index.md").read_text()
-    assert "### Runs of an older plan" in index
-    rows = {line.split("|")[1].strip(): line for line in index.splitlines() if line.startswith("| ")}
+    assert "with 6 run(s) of an older plan kept apart" in index  # the replaced and dropped runs
+    runs = (report.dir / "runs.md").read_text()
+    assert "## Runs of an older plan" in runs
+    rows = {line.split("|")[1].strip(): line for line in runs.splitlines() if line.startswith("| ")}
     assert f"seed 3 is no longer planned (spec line {edited.SEEDS_LINE})" in rows[before["sft@3"]]
     assert f"seed 3 is no longer planned (spec line {edited.SEEDS_LINE})" in rows[before["eval:sft@3"]]
     assert (f"hparams.learning_rate 0.002 → 1e-09 (spec line {edited.LR_LINE})" in rows[before["sft@1"]])
@@ -83,7 +85,7 @@ def test_editing_the_spec_back_makes_the_old_runs_current_again(tmp_path):
     assert sft[1].startswith("**0.750 ± 0.000") and "seeds = 3" in report.headline
     with open_lineage(tmp_path / "lineage.sqlite", readonly=True) as lineage:
         assert {r.id for r in lineage.plan_runs(edited.NAME)} == set(before.values())
-    assert "### Runs of an older plan" in (report.dir / "index.md").read_text()
+    assert "## Runs of an older plan" in (report.dir / "runs.md").read_text()
 
 
 def test_a_lineage_written_before_plans_were_recorded_shows_the_latest_plan(tmp_path):

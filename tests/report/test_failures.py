@@ -69,3 +69,37 @@ def test_a_run_whose_data_changed_since_is_not_read_back_with_the_new_data(tmp_p
     (tmp_path / "other").mkdir()
     fresh = _run_dir(tmp_path / "other")
     assert isinstance(shown(fresh, "toy_valid"), Shown) and not (fresh / "inputs.json").exists()  # a page never writes
+
+
+def test_the_failures_page_of_a_seed_sized_study_shows_a_few_cases_per_class_and_counts_the_rest(tmp_path):
+    """Thousands of failed samples (three seeds × 1,500 problems per phase and dataset): each phase
+    shows at most PER_CLASS examples of each verdict, over all its seeds, and counts the rest."""
+    import re
+    import sys
+    from collections import Counter
+
+    from engine.files import read_jsonl
+    from engine.report.failures import PER_CLASS
+    from engine.report.generate import write_reports
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synthetic import build  # tests/report/synthetic.py
+
+    build(tmp_path, seeds=3, problems=1500, phases=("sft", "grpo"), variants=())
+    [report] = write_reports(tmp_path)
+    text = (report.dir / "failures.md").read_text()
+    groups = re.findall(r"^### (\S+): (\w+) \((\d+) sample\(s\) on (\d+) problem\(s\), (\d) seed\(s\)\)\n(.*?)(?=^##? |^### |\Z)",
+                        text, re.M | re.S)
+    assert len(groups) == 2 * 3 * 3  # datasets × units (base, sft, grpo) × failing verdicts
+    failed = Counter()
+    for path in (tmp_path / "synth").glob("eval-grpo-*-final/outputs/samples/test.jsonl"):
+        failed.update(r["verdict"] for r in read_jsonl(path) if not r["accepted"])
+    for unit, verdict, samples, problems, seeds, body in groups:
+        shown = body.count("\n#### ")
+        assert 1 <= shown <= PER_CLASS, (unit, verdict)
+        more = re.search(rf"… and (\d+) more {verdict} sample\(s\) of {re.escape(unit)} not shown", body)
+        assert int(samples) - shown == (int(more.group(1)) if more else 0), (unit, verdict)
+        assert int(seeds) == (1 if unit == "base" else 3)
+    grpo_test = [g for g in groups if g[0] == "grpo"][:3]  # the test dataset's column comes first
+    assert {v: int(n) for _, v, n, *_ in grpo_test} == dict(failed)
+    assert len(text.splitlines()) < 2 * 3 * 3 * (PER_CLASS * 12 + 6) + 20  # bounded by classes and phases

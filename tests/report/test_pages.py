@@ -66,8 +66,8 @@ def test_the_index_says_in_bold_when_numbers_were_judged_unsandboxed(report, tmp
     assert "**Judged unsandboxed:" in text and "`rlvr-judge-1/local/cpu6s/mem1024MB/tokens/none`.**" in text
 
 
-def test_index_lists_rule_3_findings_with_their_evidence(report):
-    text = (report.dir / "index.md").read_text()
+def test_the_isolation_page_lists_rule_3_findings_with_their_evidence(report):
+    text = (report.dir / "isolation.md").read_text()
     assert re.search(r"\| train: mbpp/10001 +\| test: HumanEval/24 +\| confirmed +\| semantic 0\.95 +\| "
                      r"training → evaluation: accepted 3/3 +\| waived: kept on purpose", text)
     assert re.search(r"\| semantic +\| semantic 0\.86 +\| training → evaluation: wrong_answer 0/3 +\| warning", text)
@@ -98,7 +98,7 @@ def test_missing_and_partial_data_never_crash(tmp_path):
 def test_the_report_verb(report, tmp_path, capsys):
     build(tmp_path)
     assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 0
-    assert "9 pages" in capsys.readouterr().out
+    assert f"{len(PAGES)} pages" in capsys.readouterr().out
     assert main(["report", "other", "--runs-dir", str(tmp_path)]) == 2
 
 

@@ -43,8 +43,8 @@ def test_fresh_database_is_wal_with_every_migration_recorded(tmp_path, lineage):
     assert applied == ["m001_runs_and_events", "m002_data_metrics_waivers", "m003_run_attempts",
                        "m004_dataset_content", "m005_metric_context", "m006_run_job_id",
                        "m007_dataset_verified", "m008_artifact_source",
-                       "m009_leak_findings", "m010_plan_runs"]
-    assert lineage.schema_version == 10
+                       "m009_leak_findings", "m010_plan_runs", "m011_spec_semantic"]
+    assert lineage.schema_version == 11
     assert {"specs", "runs", "edges", "events", "datasets", "run_datasets", "protocols", "run_protocols",
             "artifacts", "metrics", "waivers"} <= set(lineage.db.table_names())
 
@@ -56,7 +56,8 @@ def test_an_old_schema_is_migrated_forward_keeping_its_rows(tmp_path):
     old["runs"].insert({"id": "r1", "spec_name": "s", "phase": "p", "kind": "eval", "state": "succeeded", "config_json": "{}"})
     old.close()
     with open_lineage(path) as lin:
-        assert lin.schema_version == 10
+        assert lin.schema_version == 11
+        assert "semantic" in lin.db["specs"].columns_dict
         assert [r.id for r in lin.plan_runs("s")] == ["r1"]  # an old lineage knew no plan: its runs stand as planned
         assert "verified" in lin.db["datasets"].columns_dict and "leaks" in lin.db.table_names()
         assert "metrics" in lin.db.table_names() and "attempt" in lin.db["runs"].columns_dict

@@ -13,6 +13,7 @@ from engine.errors import SpecError
 from engine.isolation.validate import validate_spec
 from engine.spec.model import ModelRef, PhaseKind, Role
 from engine.spec.registry import find_registry, load_registry, project_registry
+from engine.spec.validated import frozen_protocol, protocol_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "specs" / "matrix.yaml"
@@ -88,4 +89,4 @@ def test_matrix_validates_and_resolves():
                      "best_of_n": PhaseKind.best_of_n, "repair": PhaseKind.repair}
     assert set(spec.variants) == {"grpo_sparse", "dpo_grpo", "grpo_curriculum", "repair_3", "dpo_flywheel"}
     assert spec.seeds == [1, 2]
-    assert validated.protocol_hash("greedy") != validated.protocol_hash("passk")
+    assert protocol_sha256(frozen_protocol("greedy", validated.spec.protocols["greedy"])) != protocol_sha256(frozen_protocol("passk", validated.spec.protocols["passk"]))

@@ -3,7 +3,7 @@
 The scheduler (`engine.runs.schedule.execute`) owns DAG order, states and
 lineage; an executor only starts, polls and stops launch scripts and knows
 its own resources. `LocalExecutor` runs subprocesses on this machine; `RayExecutor`
-submits the same launch scripts as Ray jobs.
+submits the same launch scripts as Ray jobs, `SlurmExecutor` as Slurm batch jobs.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class Job:
     parents: tuple[str, ...] = ()
     gpus: int = 0
     cpus: int = 1
+    memory_gb: Optional[float] = None  # what a scheduler reserves (the run's resources); local and Ray ignore it
+    time_limit_h: Optional[float] = None  # the run's own bound of one attempt, when its spec sets one
     # Jobs of one group that are ready together run in one process (evaluations of one checkpoint:
     # one model load for all of them); None: always alone.
     group: Optional[str] = None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from engine.plan.frozen import run_protocol
 from engine.plan.model import Plan
 from engine.runs.lineage.records import (
     DatasetRecord,
@@ -20,12 +20,13 @@ from engine.runs.lineage.records import (
     SpecRecord,
     WaiverRecord,
 )
-from engine.spec.validated import ValidatedSpec
+from engine.spec.validated import ValidatedSpec, protocol_sha256
 
 
 def spec_record(validated: ValidatedSpec) -> SpecRecord:
     loaded = validated.loaded
-    return SpecRecord(name=validated.spec.name, path=str(loaded.path), sha256=loaded.sha256, text=loaded.text)
+    return SpecRecord(name=validated.spec.name, path=str(loaded.path), sha256=loaded.sha256, text=loaded.text,
+                      semantic=validated.semantic or None)
 
 
 def waiver_records(validated: ValidatedSpec) -> list[WaiverRecord]:
@@ -77,9 +78,9 @@ def plan_records(plan: Plan, validated: ValidatedSpec, run_dirs: Mapping[str, Pa
             records.run_datasets += [
                 RunDatasetRecord(run_id=run.id, dataset=dataset, use=use, position=position) for use in rd.uses
             ]
-        for use, proto in run.config.get("protocols", {}).items():
-            sha = (validated.protocol_hash(proto["name"]) if proto["name"] in validated.spec.protocols
-                   else hashlib.sha256(config_json({k: v for k, v in proto.items() if k != "name"}).encode()).hexdigest())
+        for use in run.config.get("protocols", {}):
+            proto = run_protocol(run.config, use)  # what the run's records are keyed by: one hash per protocol
+            sha = protocol_sha256(proto)
             protocols[sha] = ProtocolRecord(sha256=sha, name=proto["name"], json_text=config_json(proto))
             records.run_protocols.append(RunProtocolRecord(run_id=run.id, protocol=proto["name"], sha256=sha, use=use))
     records.protocols = list(protocols.values())

@@ -137,6 +137,14 @@ def _m010(db: Database) -> None:
                                for r in _latest_plan(rows, specs))
 
 
+
+@MIGRATIONS(name="m011_spec_semantic")
+def _m011(db: Database) -> None:
+    # What rule 3's search by meaning did when a spec last ran: a study whose semantic stage
+    # did not run (the extra missing or broken) says so on its pages. Older rows: not known.
+    db["specs"].add_column("semantic", str)
+
+
 def _latest_plan(rows: list[dict], specs: dict[str, str]) -> list[dict]:
     """The runs an unrecorded plan most likely held (what the pages showed before plans were
     recorded, less what the spec as last recorded no longer declares): the newest run of each

@@ -54,6 +54,7 @@ class SpecRecord(Record):
     sha256: str
     text: str
     recorded_at: str = ""
+    semantic: Optional[str] = None  # what rule 3's search by meaning did when the spec last ran
 
 
 class RunRecord(RunKey):

@@ -1,0 +1,331 @@
+"""Run launch scripts as Slurm batch jobs, from a login node, on storage every node mounts.
+
+Each attempt is one `sbatch` job of a small batch script written next to the attempt's log
+(`logs/attempt-N.sbatch`): it sets the run's environment, runs launch.sh in the run directory
+and writes the script's exit code to `logs/slurm-<job id>.exit` of every run it did. Slurm
+appends the job's output to the attempt log itself (`--output`, `--open-mode=append`), so
+`status --watch` follows it as it runs and nothing is copied back. Evaluations of one checkpoint
+that are ready together share one job, as they share one process on the local executor.
+
+The job is named `rlvr-<run id>-a<attempt>` before it is submitted, so a runner that dies
+between `sbatch` and writing the job id to lineage still finds it (`squeue -n`, in its run
+directory: another copy of the study has jobs of the same names). Its state comes
+from `squeue -t all`, which knows a finished job until the controller's MinJobAge passes; after
+that the exit file alone tells how the script ended (no `sacct`: many clusters have no
+accounting storage). A job Slurm ended (TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED by anyone else,
+OUT_OF_MEMORY) is a failed attempt whose reason carries Slurm's state and reason; submitted with
+`--no-requeue`, Slurm never runs an attempt twice behind the runner's back.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from engine.errors import UserError
+from engine.runs.executors import slurm_commands as slurm
+from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, LOG_DIR, RUN_ID_ENV, Job, Started, run_environment
+from engine.runs.executors.slurm_commands import JobState, SlurmUnreachable
+from engine.runs.lineage import RunRecord, now_iso
+
+
+@dataclass(kw_only=True)
+class _Tracked:
+    job_id: str
+    exit_files: tuple[Path, ...]  # where the batch script writes its exit code (one per run it does)
+    seen: Optional[str] = None  # the last state written to the log
+    gone_since: Optional[float] = None  # when squeue first no longer knew the job
+    unreachable_since: Optional[float] = None
+
+
+@dataclass(kw_only=True)
+class SlurmExecutor:
+    groups = True  # evaluations of one checkpoint ready together: one job, one model load
+    shared_dir: Path  # storage every node mounts at the same path; the runs directory lies under it
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_limit_h: dict[str, float] = field(default_factory=dict)  # by run kind, when the run sets none
+    sbatch_args: tuple[str, ...] = ()
+    python: str = field(default_factory=lambda: sys.executable)  # the interpreter jobs run (a shared venv)
+    status_every_s: float = 2.0  # one squeue for all jobs at most this often: the controller is shared
+    gone_after_s: float = 30.0  # a job squeue forgot and whose exit file never came: lost after this
+    unreachable_after_s: float = 300.0  # a controller silent this long fails the runs it holds
+    _states: dict[str, JobState] = field(init=False, default_factory=dict, repr=False)
+    _tracked: dict[str, _Tracked] = field(init=False, default_factory=dict, repr=False)
+    _looked_at: float = field(init=False, default=-math.inf, repr=False)
+    _nodes: Optional[list[slurm.Node]] = field(init=False, default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.shared_dir = Path(self.shared_dir).resolve()
+        self.sbatch_args = tuple(self.sbatch_args)
+
+    # ------------------------------------------------------------ cluster
+    def connect(self) -> None:
+        """Check the client commands exist and the controller answers. Raises SlurmUnreachable."""
+        absent = slurm.missing_clients()
+        if absent:
+            raise SlurmUnreachable(f"{', '.join(absent)} not found: {slurm.INSTALL_HINT}")
+        known = slurm.partitions()
+        if self.partition and self.partition not in [p.rstrip("*") for p in known]:
+            raise SlurmUnreachable(f"the Slurm cluster has no partition {self.partition!r} (it has "
+                                   f"{', '.join(known)}): fix executor.partition in the spec")
+
+    def cluster_gpus(self) -> int:
+        """The most GPUs a run may ask for: one node's (each run is one single-node job)."""
+        return max((node.gpus for node in self.nodes()), default=0)
+
+    def nodes(self) -> list[slurm.Node]:
+        if self._nodes is None:
+            self._nodes = slurm.nodes(self.partition)
+        return self._nodes
+
+    # ------------------------------------------------------------ protocol
+    def refusal(self, job: Job) -> Optional[str]:
+        if not job.launch_script.is_file():
+            return f"no launch script at {job.launch_script}"
+        if not job.run_dir.resolve().is_relative_to(self.shared_dir):
+            return f"its run directory {job.run_dir} is not under the shared directory {self.shared_dir}"
+        where = f"partition {self.partition}" if self.partition else "any partition"
+        cpus, gpus = max(job.cpus, 1), job.gpus
+        if gpus > self.cluster_gpus():
+            return f"needs {gpus} GPU(s) but no node of {where} has more than {self.cluster_gpus()}"
+        holding = [node for node in self.nodes() if node.cpus >= cpus and node.gpus >= gpus]
+        if not holding:
+            most = max((node.cpus for node in self.nodes() if node.gpus >= gpus), default=0)
+            with_gpus = f" with {gpus} GPU(s)" if gpus else ""
+            return f"needs {cpus} CPU(s) but no node of {where}{with_gpus} has that many (the most: {most})"
+        hours = self._hours(job)
+        if hours and all(node.max_h is not None and node.max_h * 60 < math.ceil(hours * 60) for node in holding):
+            longest = max(node.max_h for node in holding if node.max_h is not None)
+            return (f"asks for a time limit of {hours:g} h (--time={math.ceil(hours * 60)}) but {where} allows at most "
+                    f"{longest:g} h: lower its resources.time_limit_h or executor.time_limit_h.{job.kind}, "
+                    "or choose a partition that allows it")
+        return None
+
+    def fits(self, job: Job) -> bool:
+        return True  # Slurm queues a job until a node has its resources
+
+    def start(self, job: Job, *, attempt: int, log_path: Path, also: Sequence[Job] = ()) -> Started:
+        name = job_name_of(job.id, attempt)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        script = log_path.with_suffix(".sbatch")
+        script.write_text(self._batch_script(job, attempt, also))
+        options = self._options(job, name, log_path)
+        with open(log_path, "x") as log:  # "x": an earlier attempt's log is never truncated; Slurm appends
+            log.write(f"# rlvr-run: {job.id} attempt {attempt} submitted from {socket.gethostname()} at {now_iso()} "
+                      f"as Slurm job {name}: sbatch {shlex.join(options)}"
+                      f"{'; with ' + ' '.join(j.id for j in also) if also else ''}\n")
+        try:
+            job_id = slurm.submit(options, str(script), env=submit_environment(os.environ))
+        except SlurmUnreachable as exc:
+            # sbatch that lost the controller's answer ("Socket timed out", its own timeout) may
+            # have queued the job all the same: unfollowed, it would run beside the next attempt.
+            try:
+                found = self._named(job, attempt)
+            except SlurmUnreachable:
+                raise SlurmUnreachable(f"{exc} (if Slurm queued it all the same, `squeue -n {name}` "
+                                       "shows it: scancel it before running the study again)") from exc
+            if found is None:
+                raise
+            job_id = found.job_id
+        return self._started(job, attempt, log_path, job_id, also)
+
+    def poll(self, started: Started) -> Optional[int]:
+        tracked: _Tracked = started.handle
+        try:
+            state = self._state_of(tracked.job_id)
+        except SlurmUnreachable as exc:
+            return self._unreachable(started, tracked, exc)
+        tracked.unreachable_since = None
+        code, grouped = _exit_code(tracked)
+        if grouped and code:
+            # A group's process fails when any of its runs did: each run's own outputs decide (as
+            # the scheduler does for a group it launched), also for runs re-attached one by one.
+            started.detail = f"Slurm job {tracked.job_id}'s process for the group exited with {code}"
+            code = 0
+        if state is None:  # forgotten by the controller (MinJobAge) or never known
+            if code is not None:
+                return code
+            now = time.monotonic()
+            tracked.gone_since = tracked.gone_since or now
+            if now - tracked.gone_since < self.gone_after_s:
+                return None
+            started.detail = f"Slurm job {tracked.job_id} is unknown to the controller and left no exit file"
+            return 1
+        tracked.gone_since = None
+        if not state.ended:
+            self._note(started, tracked, state)
+            return None
+        if state.state in slurm.KILLED:
+            self._note(started, tracked, state)
+            started.detail = f"Slurm job {tracked.job_id} {state.describe()}"
+            # Slurm ends a job with SIGTERM, then SIGKILL after KillWait; a lost node says nothing.
+            return -int(signal.SIGTERM) if state.state in ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE") else 1
+        if code is None and state.state == "FAILED":  # the batch script never ran to its end (a bad node)
+            started.detail = f"Slurm job {tracked.job_id} {state.describe()}"
+            return 1
+        return 0 if code is None else code  # COMPLETED is exit 0; an exit file on NFS may lag its job
+
+    def stop(self, running: list[Started], *, grace_s: float) -> None:
+        ids = sorted({s.handle.job_id for s in running})
+        try:
+            slurm.cancel(ids)
+        except SlurmUnreachable:
+            return  # an unreachable controller cannot be told; the reason says the runner stopped
+        deadline = time.monotonic() + grace_s
+        while ids and time.monotonic() < deadline:
+            try:
+                states = slurm.job_states(ids)
+            except SlurmUnreachable:
+                return
+            ids = [i for i in ids if i in states and not states[i].ended]
+            time.sleep(0.2)
+        for started in running:
+            self._tracked.pop(started.handle.job_id, None)
+
+    def reattach(self, record: RunRecord, job: Job, *, log_path: Path) -> Optional[Started]:
+        try:
+            if record.job_id:
+                state = slurm.job_states([record.job_id]).get(record.job_id)
+                job_id = record.job_id
+            else:  # died between sbatch and lineage: the name was fixed before submission
+                state = self._named(job, record.attempt)
+                job_id = state.job_id if state else None
+        except SlurmUnreachable as exc:
+            raise UserError(f"run {record.id} was left running on Slurm, whose controller does not answer "
+                            f"({exc}); start the runner again once it does") from exc
+        if job_id is None or (state is None and not (job.run_dir / LOG_DIR / exit_file_name(job_id)).is_file()):
+            return None
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as log:
+            log.write(f"# rlvr-run: re-attached to Slurm job {job_id} ({state.describe() if state else 'ended'}) "
+                      f"from {socket.gethostname()} at {now_iso()}\n")
+        return self._started(job, record.attempt, log_path, job_id, ())
+
+    def reap(self, record: RunRecord, *, grace_s: float) -> int:
+        return 0  # `reattach` found no job: there is nothing on the cluster to cancel
+
+    # ------------------------------------------------------------ helpers
+    def _named(self, job: Job, attempt: int) -> Optional[JobState]:
+        """This run directory's job of that attempt, found by its name. The name alone is not
+        enough: the same study in another runs directory (a colleague's, a second copy) has jobs
+        of the same run ids and attempts, and squeue lists every user's."""
+        found = slurm.job_states(name=job_name_of(job.id, attempt))
+        here = job.run_dir.resolve()
+        mine = sorted((s for s in found.values() if s.work_dir and Path(s.work_dir).resolve() == here),
+                      key=lambda s: int(s.job_id) if s.job_id.isdigit() else 0)
+        return mine[-1] if mine else None
+
+    def _options(self, job: Job, name: str, log_path: Path) -> list[str]:
+        options = [f"--job-name={name}", f"--output={log_path}", "--open-mode=append", f"--chdir={job.run_dir}",
+                   "--nodes=1", "--ntasks=1", f"--cpus-per-task={max(job.cpus, 1)}", "--no-requeue"]
+        if job.gpus:
+            options.append(f"--gres=gpu:{job.gpus}")
+        if job.memory_gb:
+            options.append(f"--mem={math.ceil(job.memory_gb * 1024)}M")
+        hours = self._hours(job)
+        if hours:
+            options.append(f"--time={math.ceil(hours * 60)}")  # minutes: the one form every release reads
+        for flag, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos)):
+            if value:
+                options.append(f"--{flag}={value}")
+        return options + list(self.sbatch_args)
+
+    def _hours(self, job: Job) -> Optional[float]:
+        """The job's time limit: the run's own, else the executor's for its kind; None: the partition's."""
+        return job.time_limit_h or self.time_limit_h.get(job.kind)
+
+    def _batch_script(self, job: Job, attempt: int, also: Sequence[Job]) -> str:
+        cpus = max(job.cpus, 1)
+        env = {RUN_ID_ENV: job.id, "RLVR_ATTEMPT": str(attempt), "RLVR_CPUS": str(cpus), "RLVR_PYTHON": self.python,
+               "OMP_NUM_THREADS": str(cpus), "MKL_NUM_THREADS": str(cpus),
+               GROUP_ENV: " ".join(j.id for j in also), ALSO_ENV: "\n".join(str(j.run_dir) for j in also)}
+        if not job.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU-only job never reaches for a GPU another job holds
+        exits = " ".join(shlex.quote(str(j.run_dir / LOG_DIR)) for j in (job, *also))
+        lines = ["#!/bin/bash", f"# rlvr-run: the Slurm job of run {job.id}, attempt {attempt} (written by the runner)"]
+        lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+        lines += [
+            'echo "# rlvr-run: Slurm job $SLURM_JOB_ID started on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ);'
+            ' CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"',
+            f"cd {shlex.quote(str(job.run_dir))}",
+            f"bash {shlex.quote(str(job.launch_script))}",
+            "code=$?",
+            # Written before the job ends, so a runner that comes back after Slurm forgot it still knows.
+            f'for dir in {exits}; do echo "$code{GROUPED if also else ""}" > "$dir/slurm-$SLURM_JOB_ID.exit.partial" '
+            f'&& mv "$dir/slurm-$SLURM_JOB_ID.exit.partial" "$dir/slurm-$SLURM_JOB_ID.exit"; done',
+            'exit "$code"',
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _started(self, job: Job, attempt: int, log_path: Path, job_id: str, also: Sequence[Job]) -> Started:
+        tracked = self._tracked.get(job_id) or _Tracked(
+            job_id=job_id, exit_files=tuple(j.run_dir / LOG_DIR / exit_file_name(job_id) for j in (job, *also)))
+        self._tracked[job_id] = tracked
+        self._looked_at = -math.inf  # the next poll asks squeue about the new job
+        return Started(job=job, attempt=attempt, pid=None, log_path=log_path, job_id=job_id, handle=tracked)
+
+    def _state_of(self, job_id: str) -> Optional[JobState]:
+        """The job's state from one squeue for every followed job, at most every `status_every_s`."""
+        now = time.monotonic()
+        if now - self._looked_at >= self.status_every_s:
+            self._states = slurm.job_states(sorted(self._tracked))
+            self._looked_at = now
+        return self._states.get(job_id)
+
+    def _note(self, started: Started, tracked: _Tracked, state: JobState) -> None:
+        """Slurm's state changes go into the attempt log (PENDING (Resources) → RUNNING → TIMEOUT)."""
+        said = state.describe()
+        if said != tracked.seen:
+            tracked.seen = said
+            with open(started.log_path, "a") as log:
+                log.write(f"# rlvr-run: Slurm job {tracked.job_id} {said} at {now_iso()}\n")
+
+    def _unreachable(self, started: Started, tracked: _Tracked, exc: Exception) -> Optional[int]:
+        now = time.monotonic()
+        tracked.unreachable_since = tracked.unreachable_since or now
+        if now - tracked.unreachable_since < self.unreachable_after_s:
+            return None
+        started.detail = (f"the Slurm controller did not answer for {self.unreachable_after_s:.0f} s ({exc}); "
+                          f"Slurm job {tracked.job_id}'s fate is unknown")
+        return 1
+
+
+def submit_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """What sbatch passes on to the job (its default, `--export=ALL`): the run's environment, less
+    the variables of a Slurm job the runner itself may run in (an salloc on the login node), whose
+    memory and task settings would otherwise leak into every job it submits."""
+    return {k: v for k, v in run_environment(environ).items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+GROUPED = " group"  # after the exit code in a group's exit files
+
+
+def job_name_of(run_id: str, attempt: int) -> str:
+    return f"rlvr-{run_id}-a{attempt}"
+
+
+def exit_file_name(job_id: str) -> str:
+    return f"slurm-{job_id}.exit"
+
+
+def _exit_code(tracked: _Tracked) -> tuple[Optional[int], bool]:
+    """launch.sh's own status as the batch script recorded it (as the local executor sees it), and
+    whether it did a group of runs; (None, False) before it ended."""
+    for path in tracked.exit_files:
+        try:
+            words = path.read_text().split()
+        except OSError:
+            continue
+        if words and words[0].lstrip("-").isdigit():
+            return int(words[0]), words[1:] == [GROUPED.strip()]
+    return None, False

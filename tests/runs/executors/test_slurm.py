@@ -1,0 +1,503 @@
+"""The Slurm executor against a real single-node Slurm on localhost (munged, slurmctld, slurmd from a
+generated slurm.conf): a toy study end to end with its runner killed mid-SFT and restarted, Ctrl-C,
+jobs Slurm ends (cancelled by someone else, time limit). Without slurm-wlm and munge installed
+those tests skip, saying how to install them; the rest need no cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from engine.cli.status_view import render_status
+from engine.errors import UserError
+from engine.report.generate import write_reports
+from engine.runs.executors import slurm_commands
+from engine.runs.executors.base import Executor, Job
+from engine.runs.executors.slurm import SlurmExecutor, job_name_of, submit_environment
+from engine.runs.lineage import LINEAGE_FILE, PlanRecords, RunRecord, RunState, open_lineage
+from engine.runs.pipeline import ExecutorChoice, run_spec
+from engine.runs.schedule import execute
+from engine.runs.status import collect_status
+from engine.spec.model import ExecutorSpec
+
+S = RunState
+DRIVER = Path(__file__).with_name("slurm_driver.py")
+TRAIN = "toy/plus_k_12\ntoy/times_k_10\n"
+VALID = "toy/plus_k_10\ntoy/times_k_5\n"
+TEST = "toy/count_above_17\ntoy/count_above_8\n"
+# The smallest study with an SFT: base and SFT evaluated on two datasets each (those of one
+# checkpoint share one job), SFT long enough to be killed in the middle of.
+SPEC = """\
+name: tiny-slurm
+base_model: {{path: {model}}}
+datasets:
+  toy_train: {{source: toy, split: train, role: train, ids: train.txt}}
+  toy_valid: {{source: toy, split: valid, role: valid, ids: valid.txt}}
+  toy_test: {{source: toy, split: test, role: test, test_only: true, ids: test.txt}}
+protocols:
+  greedy: {{preset: greedy, max_tokens: 8}}
+phases:
+  base: {{kind: eval}}
+  sft:
+    kind: sft
+    trainer: trl
+    train: toy_train
+    hparams: {{learning_rate: 5.0e-3, max_steps: {steps}, per_device_train_batch_size: 2, save_steps: {save}}}
+seeds: [1]
+evaluate:
+  every_phase: {{datasets: [toy_valid], protocol: greedy}}
+  final: {{datasets: [toy_test], protocol: greedy}}
+allow:
+  - {{rule: 3, datasets: [toy_train, toy_valid], reason: "toy families share one statement template"}}
+executor: {{kind: slurm}}
+"""
+
+
+def write_spec(root: Path, model: Path, steps: int = 40, save: int = 40) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in (("train.txt", TRAIN), ("valid.txt", VALID), ("test.txt", TEST)):
+        (root / name).write_text(text)
+    spec = root / "spec.yaml"
+    spec.write_text(SPEC.format(model=model, steps=steps, save=save))
+    return spec
+
+
+def make_job(root: Path, run_id: str, body: str = "", *, gpus: int = 0, cpus: int = 1, **more) -> Job:
+    """A run dir whose launch.sh runs `body`, then writes (empty) eval outputs."""
+    run_dir = root / "t" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "launch.sh").write_text(
+        f"set -e\ncd {run_dir}\necho \"$RLVR_RUN_ID attempt $RLVR_ATTEMPT OMP=$OMP_NUM_THREADS\"\n{body}\n"
+        "mkdir -p outputs && echo '{\"run_id\": \"t\", \"datasets\": []}' > outputs/metrics.json\n"
+    )
+    return Job(id=run_id, run_dir=run_dir, kind="eval", gpus=gpus, cpus=cpus, **more)
+
+
+def wait_for(predicate, timeout_s: float = 120.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def lineage_row(runs: Path, run_id: str) -> Optional[RunRecord]:
+    if not (runs / LINEAGE_FILE).exists():
+        return None
+    try:
+        with open_lineage(runs / LINEAGE_FILE, readonly=True) as lineage:
+            return lineage.run(run_id)
+    except (KeyError, UserError):  # not recorded yet, or the runner is still creating the schema
+        return None
+
+
+def state_of(job_id: str) -> Optional[str]:
+    found = slurm_commands.job_states([job_id]).get(job_id)
+    return found.state if found else None
+
+
+def all_job_names() -> list[str]:
+    done = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%j"], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+# ---------------------------------------------------------------- without a cluster
+
+
+def test_a_job_asks_slurm_for_its_resources_and_the_specs_settings(tmp_path):
+    job = make_job(tmp_path, "r1", gpus=2, cpus=4, memory_gb=1.5)
+    member = make_job(tmp_path, "r2")
+    executor = SlurmExecutor(shared_dir=tmp_path, partition="gpu", account="lab", qos="high",
+                             time_limit_h={"eval": 0.5}, sbatch_args=("--exclusive",), python="/venv/bin/python")
+    assert isinstance(executor, Executor) and executor.groups
+    log = tmp_path / "attempt-1.log"
+    options = executor._options(job, job_name_of(job.id, 1), log)
+    assert options == [f"--job-name=rlvr-r1-a1", f"--output={log}", "--open-mode=append", f"--chdir={job.run_dir}",
+                       "--nodes=1", "--ntasks=1", "--cpus-per-task=4", "--no-requeue", "--gres=gpu:2", "--mem=1536M",
+                       "--time=30", "--partition=gpu", "--account=lab", "--qos=high", "--exclusive"]
+    # The run's own time limit wins over the executor's per kind.
+    assert "--time=120" in executor._options(make_job(tmp_path, "r3", time_limit_h=2.0), "x", log)
+    script = executor._batch_script(job, 1, [member])
+    assert "export RLVR_RUN_ID=r1" in script and "export RLVR_PYTHON=/venv/bin/python" in script
+    assert f"export RLVR_EVAL_ALSO={member.run_dir}" in script and "export RLVR_GROUP_RUN_IDS=r2" in script
+    assert "CUDA_VISIBLE_DEVICES=''" not in script  # a GPU job gets Slurm's own
+    assert "export CUDA_VISIBLE_DEVICES=''" in executor._batch_script(member, 1, [])
+    assert str(member.run_dir / "logs") in script.split("for dir in", 1)[1]  # each run gets the exit file
+    assert 'echo "$code group"' in script and 'echo "$code"' in executor._batch_script(member, 1, [])
+    # A runner inside an allocation (salloc on a login node) passes on none of that job's settings.
+    env = submit_environment({"SLURM_CONF": "/etc/slurm/x.conf", "SLURM_MEM_PER_NODE": "1000", "SLURM_JOB_ID": "7",
+                              "SBATCH_ACCOUNT": "lab", "PATH": "/bin"})
+    assert env == {"SLURM_CONF": "/etc/slurm/x.conf", "SBATCH_ACCOUNT": "lab", "PATH": "/bin"}
+
+
+def test_the_slurm_choice_needs_shared_storage_and_the_spec_block_parses(tmp_path):
+    spec = ExecutorSpec(kind="slurm", partition="gpu", time_limit_h={"sft": 4}, sbatch_args=["--constraint=a100"])
+    choice = ExecutorChoice.of(spec, kind=None, address=None, runs_dir=tmp_path / "runs")
+    assert choice.kind == "slurm" and choice.shared_dir == (tmp_path / "runs").resolve()
+    with pytest.raises(UserError, match="not under the executor's shared_dir"):
+        ExecutorChoice.of(ExecutorSpec(kind="slurm", shared_dir=str(tmp_path / "shared")), kind=None, address=None,
+                          runs_dir=tmp_path / "elsewhere")
+    with pytest.raises(UserError, match="working_dir is for Ray"):
+        ExecutorChoice.of(ExecutorSpec(kind="slurm", transfer="working_dir"), kind=None, address=None,
+                          runs_dir=tmp_path)
+    with pytest.raises(ValueError, match="greater than 0"):
+        ExecutorSpec(kind="slurm", time_limit_h={"sft": 0})
+    # A key that is no run kind is the spec checks' (tests/specs/bad/executor_slurm.yaml).
+
+
+def test_node_gpus_read_every_gres_spelling():
+    assert slurm_commands.gpus_in_gres("gpu:4") == 4
+    assert slurm_commands.gpus_in_gres("gpu:a100:4(S:0-1)") == 4
+    assert slurm_commands.gpus_in_gres("gpu:a100:2(S:0),gpu:v100:2(S:1),mps:200") == 4
+    assert slurm_commands.gpus_in_gres("(null)") == 0
+
+
+def test_partition_time_limits_read_every_sinfo_spelling():
+    assert slurm_commands.hours_of("2:00:00") == 2 and slurm_commands.hours_of("1-12:00:00") == 36
+    assert slurm_commands.hours_of("30:00") == 0.5 and slurm_commands.hours_of("1:30:00") == 1.5
+    assert slurm_commands.hours_of("infinite") is None and slurm_commands.hours_of("n/a") is None
+
+
+def test_without_the_clients_the_slurm_executor_says_how_to_get_them(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    with pytest.raises(UserError, match="not found: run rlvr-run on a node with the Slurm client commands"):
+        ExecutorChoice.of(ExecutorSpec(kind="slurm"), kind=None, address=None, runs_dir=tmp_path).open(gpus=0, cpus=None)
+
+
+def test_without_slurm_installed_its_tests_say_how_to_install_it(monkeypatch, tmp_path):
+    from tests.runs.executors.slurm_cluster import missing
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "apt-get install -y slurm-wlm munge" in missing()
+
+
+# ---------------------------------------------------------------- a real cluster
+
+
+@pytest.mark.slow  # a real Slurm and a toy study with an SFT on it: `make test-all` and CI run it
+def test_a_study_on_slurm_survives_its_runner_killed_mid_sft_and_submits_nothing_twice(slurm_env, tiny_model, tmp_path):
+    spec, runs = write_spec(tmp_path, tiny_model), tmp_path / "runs"
+    runner = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", str(spec), "--runs-dir", str(runs),
+                               "--executor", "slurm"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=os.environ.copy())
+    holder = {}
+
+    def sft_training() -> bool:
+        try:
+            with open_lineage(runs / LINEAGE_FILE, readonly=True) as lineage:
+                sft = [r for r in lineage.runs("tiny-slurm") if r.kind == "sft"]
+        except UserError:
+            return False
+        if not sft or not sft[0].job_id or state_of(sft[0].job_id) != "RUNNING":
+            return False
+        holder["sft"] = sft[0]
+        log = Path(sft[0].run_dir) / "logs" / "attempt-1.log"
+        return log.is_file() and "step 1/" in log.read_text()  # training, not loading
+
+    try:
+        wait_for(sft_training, timeout_s=300, what="the SFT job to train on Slurm")
+    finally:
+        runner.kill()  # kill -9 mid-SFT: its job goes on on the cluster
+        runner.wait()
+    sft = holder["sft"]
+    assert state_of(sft.job_id) in ("RUNNING", "COMPLETING", "COMPLETED")
+    outcome = run_spec(spec, runs_dir=runs, executor="slurm", heartbeat_s=0.5)
+    assert set(outcome.result.states.values()) == {S.succeeded}, outcome.result.states
+    with open_lineage(runs / LINEAGE_FILE, readonly=True) as lineage:
+        recs = {r.id: r for r in lineage.runs("tiny-slurm")}
+        events = {run_id: [e.to_state for e in lineage.events(run_id)] for run_id in recs}
+        samples = sorted({m.name: m.value for m in lineage.metrics(r.id)}["samples"]
+                         for r in recs.values() if r.kind == "eval")
+    assert samples == [2, 2, 2, 2]
+    after = recs[sft.id]
+    assert after.attempt == 1 and after.job_id == sft.job_id and S.failed not in events[sft.id]
+    names = all_job_names()
+    assert len(names) == len(set(names)), f"a job was submitted twice: {names}"
+    assert all(name.endswith("-a1") for name in names)
+    # Two evaluations of each checkpoint, one job each: base, SFT, and its two evaluations' job.
+    job_ids = {r.job_id for r in recs.values()}
+    assert len(job_ids) == 3 and all(j and j.isdigit() for j in job_ids)
+    log = (Path(sft.run_dir) / "logs" / "attempt-1.log").read_text()
+    assert f"as Slurm job rlvr-{sft.id}-a1" in log and f"re-attached to Slurm job {sft.job_id}" in log
+    assert f"Slurm job {sft.job_id} started on" in log and "Slurm job" in log.split("re-attached", 1)[1]
+    assert (Path(sft.run_dir) / "logs" / f"slurm-{sft.job_id}.exit").read_text().strip() == "0"
+
+
+@pytest.mark.slow  # a real Slurm and a toy study with an SFT on it: `make test-all` and CI run it
+def test_an_sft_job_slurm_ends_is_a_failed_attempt_and_resumes_from_its_checkpoint(slurm_env, tiny_model, tmp_path):
+    spec, runs = write_spec(tmp_path, tiny_model, steps=60, save=10), tmp_path / "runs"
+    results = {}
+    thread = threading.Thread(target=lambda: results.update(first=run_spec(spec, runs_dir=runs, heartbeat_s=0.5)))
+    thread.start()
+    holder = {}
+
+    def checkpointed() -> bool:
+        sft = next((r for r in (lineage_row(runs, run_id) for run_id in _run_ids(runs)) if r and r.kind == "sft"), None)
+        if sft is None or not sft.job_id:
+            return False
+        holder["sft"] = sft
+        return any(Path(sft.run_dir).rglob("checkpoint-*/trainer_state.json"))
+
+    wait_for(checkpointed, timeout_s=300, what="the SFT's first checkpoint")
+    sft = holder["sft"]
+    slurm_commands.cancel([sft.job_id])  # as a preemption or an administrator would
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    rec = lineage_row(runs, sft.id)
+    assert rec.state is S.failed and f"Slurm job {sft.job_id} CANCELLED" in rec.reason, rec.reason
+    first_log = (Path(sft.run_dir) / "logs" / "attempt-1.log").read_text()
+    assert f"# rlvr-run: Slurm job {sft.job_id} CANCELLED" in first_log
+    pages = write_reports(runs, "tiny-slurm", failures=False)[0].dir
+    assert any(f"Slurm job {sft.job_id} CANCELLED" in page.read_text() for page in pages.glob("*.md"))
+    again = run_spec(spec, runs_dir=runs, heartbeat_s=0.5)
+    assert set(again.result.states.values()) == {S.succeeded}, again.result.states
+    rec = lineage_row(runs, sft.id)
+    assert rec.attempt == 2 and rec.job_id != sft.job_id
+    assert "resuming from " in (Path(sft.run_dir) / "logs" / "attempt-2.log").read_text()
+
+
+@pytest.mark.slow  # a real Slurm and a toy study with an SFT on it: `make test-all` and CI run it
+def test_ctrl_c_cancels_a_study_on_slurm(slurm_env, tiny_model, tmp_path):
+    spec, runs = write_spec(tmp_path, tiny_model, steps=200, save=200), tmp_path / "runs"
+    runner = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", str(spec), "--runs-dir", str(runs)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    holder = {}
+
+    def sft_running() -> bool:
+        sft = next((r for r in (lineage_row(runs, run_id) for run_id in _run_ids(runs)) if r and r.kind == "sft"), None)
+        holder["sft"] = sft
+        return bool(sft and sft.job_id) and state_of(sft.job_id) == "RUNNING"
+
+    try:
+        wait_for(sft_running, timeout_s=300, what="the SFT job to run")
+        runner.send_signal(signal.SIGINT)
+        out, _ = runner.communicate(timeout=90)
+    finally:
+        runner.kill()
+    assert runner.returncode == 130, out
+    sft = holder["sft"]
+    assert lineage_row(runs, sft.id).state is S.cancelled and state_of(sft.job_id) == "CANCELLED"
+    assert "(interrupted)" in out
+
+
+def _run_ids(runs: Path) -> list[str]:
+    folder = runs / "tiny-slurm"
+    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_status_shows_slurms_state_and_ctrl_c_cancels_the_jobs_it_submitted_and_nothing_else(slurm_env, tmp_path):
+    runs = tmp_path / "runs"
+    job = make_job(runs, "long", "sleep 300", gpus=1)
+
+    def foreign(*options: str) -> str:  # someone else's job on the same cluster
+        return subprocess.run(["sbatch", "--parsable", "--cpus-per-task=1", f"--output={tmp_path / 'foreign.log'}",
+                               *options, "--wrap", "sleep 300"], capture_output=True, text=True, check=True).stdout.strip()
+
+    gpu_holder, bystander = foreign("--gres=gpu:2"), foreign()
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps({"jobs": [{"id": "long", "run_dir": str(job.run_dir), "kind": "eval", "parents": []}]}))
+    runner = subprocess.Popen([sys.executable, str(DRIVER), str(jobs_file), str(runs)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    holder = {}
+
+    def queue_of_long() -> Optional[str]:
+        rows = [r for r in collect_status(runs).runs if r.id == "long"] if lineage_row(runs, "long") else []
+        holder["queue"] = rows[0].queue if rows else None
+        return holder["queue"]
+
+    try:
+        # Both GPUs are held by another job: Slurm keeps ours waiting, and says why.
+        wait_for(lambda: queue_of_long() == "PENDING (Resources)", what=f"the job to wait ({holder})")
+        assert "running · PENDING (Resources)" in _rendered(collect_status(runs))
+        slurm_commands.cancel([gpu_holder])
+        wait_for(lambda: queue_of_long() == "RUNNING", what="the job to run")
+        job_id = lineage_row(runs, "long").job_id
+        runner.send_signal(signal.SIGINT)
+        assert runner.wait(timeout=60) == 130, runner.stdout.read()
+        rec = lineage_row(runs, "long")
+        assert rec.state is S.cancelled and rec.reason == "interrupted by SIGINT"
+        assert state_of(job_id) == "CANCELLED"
+        assert state_of(bystander) in ("RUNNING", "PENDING")  # not the runner's: left alone
+    finally:
+        runner.kill()
+        slurm_commands.cancel([gpu_holder, bystander])
+
+
+def _rendered(report) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(render_status(report))
+    return console.export_text()
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_jobs_slurm_ends_are_failed_attempts_with_slurms_reason_and_resume(slurm_env, tmp_path):
+    runs = tmp_path / "runs"
+    cancelled = make_job(runs, "cancelled", "sleep 300")
+    child = make_job(runs, "child", parents=("cancelled",))
+    timed_out = make_job(runs, "timed_out", "sleep 300")
+    jobs = [cancelled, child, timed_out]
+    executor = SlurmExecutor(shared_dir=runs, status_every_s=0.3)
+    results = {}
+
+    def runner() -> None:
+        with open_lineage(runs / LINEAGE_FILE) as lineage:
+            lineage.record_plan_records(PlanRecords(runs=[
+                RunRecord(id=j.id, spec_name="t", phase=j.id, kind=j.kind, run_dir=str(j.run_dir)) for j in jobs]))
+            results["result"] = execute(jobs, lineage, executor, heartbeat_s=0.5, grace_s=5.0)
+
+    thread = threading.Thread(target=runner)
+    thread.start()
+    ids = {}
+
+    def both_running() -> bool:
+        for run_id in ("cancelled", "timed_out"):
+            rec = lineage_row(runs, run_id)
+            ids[run_id] = rec.job_id if rec else None
+        return all(ids.values()) and all(state_of(i) == "RUNNING" for i in ids.values())
+
+    wait_for(both_running, what="both jobs to run")
+    slurm_commands.cancel([ids["cancelled"]])  # someone else's scancel
+    # The controller enforces time limits in its periodic sweep (about every 30 s).
+    subprocess.run(["scontrol", "update", f"JobId={ids['timed_out']}", "TimeLimit=1"], check=True)
+    thread.join(timeout=200)
+    assert not thread.is_alive()
+    assert results["result"].states == {"cancelled": S.failed, "child": S.blocked, "timed_out": S.failed}
+    with open_lineage(runs / LINEAGE_FILE, readonly=True) as lineage:
+        reasons = {j.id: lineage.run(j.id).reason for j in jobs}
+    assert f"Slurm job {ids['cancelled']} CANCELLED" in reasons["cancelled"], reasons
+    assert f"Slurm job {ids['timed_out']} TIMEOUT" in reasons["timed_out"], reasons
+    assert reasons["child"] == "upstream cancelled failed"
+    log = (timed_out.run_dir / "logs" / "attempt-1.log").read_text()
+    assert f"# rlvr-run: Slurm job {ids['timed_out']} RUNNING" in log
+    assert f"# rlvr-run: Slurm job {ids['timed_out']} TIMEOUT" in log
+    # The next run is a second attempt in a new job (a real launch script resumes from its checkpoint).
+    (timed_out.run_dir / "launch.sh").write_text((timed_out.run_dir / "launch.sh").read_text().replace("sleep 300", ""))
+    with open_lineage(runs / LINEAGE_FILE) as lineage:
+        again = execute([timed_out], lineage, executor, heartbeat_s=0.5)
+        rec = lineage.run("timed_out")
+    assert again.states == {"timed_out": S.succeeded}
+    assert rec.attempt == 2 and rec.job_id != ids["timed_out"] and rec.reason.startswith("exit 0")
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_a_runner_that_died_before_recording_its_job_finds_its_own_by_name_never_another_studys(slurm_env, tmp_path):
+    # The same study in two runs directories (a colleague's copy, a second try): the same run id
+    # and attempt, so the same job name; a runner that died between sbatch and lineage must not
+    # take the other directory's job for its own (nor cancel it on Ctrl-C).
+    ours, theirs = make_job(tmp_path / "ours", "r1", "sleep 300"), make_job(tmp_path / "theirs", "r1", "sleep 300")
+    submitter = SlurmExecutor(shared_dir=tmp_path)
+    other = submitter.start(theirs, attempt=1, log_path=theirs.run_dir / "logs" / "attempt-1.log")
+    record = RunRecord(id="r1", spec_name="t", phase="r1", kind="eval", run_dir=str(ours.run_dir), state=S.running,
+                       attempt=1)
+    log = ours.run_dir / "logs" / "attempt-1.log"
+    mine = None
+    try:
+        assert SlurmExecutor(shared_dir=tmp_path).reattach(record, ours, log_path=log) is None
+        mine = submitter.start(ours, attempt=1, log_path=log)
+        found = SlurmExecutor(shared_dir=tmp_path).reattach(record, ours, log_path=log)
+        assert found is not None and found.job_id == mine.job_id != other.job_id
+    finally:
+        slurm_commands.cancel([other.job_id, *([mine.job_id] if mine else [])])
+
+
+@pytest.mark.slow  # a real Slurm: `make test-all` and CI run it
+def test_a_run_wanting_more_cpus_than_any_node_has_is_refused_not_left_pending_forever(slurm_env, tmp_path):
+    # sbatch takes such a job and Slurm keeps it PENDING (PartitionConfig) until an administrator
+    # changes the partition: the runner would wait on it forever.
+    executor = SlurmExecutor(shared_dir=tmp_path)
+    cpus = slurm_env.cpus
+    assert executor.refusal(make_job(tmp_path, "fits", cpus=cpus, gpus=slurm_env.gpus)) is None
+    too_many = make_job(tmp_path, "too_many", cpus=cpus + 1)
+    assert executor.refusal(too_many) == (f"needs {cpus + 1} CPU(s) but no node of any partition has "
+                                          f"that many (the most: {cpus})")
+
+
+@pytest.mark.slow  # a real Slurm: `make test-all` and CI run it
+def test_a_job_sbatch_queued_but_whose_answer_was_lost_is_followed_not_left_to_run_twice(slurm_env, tmp_path, monkeypatch):
+    # A fault no idle test controller produces on demand, injected: the real sbatch queues the
+    # job, then the answer is lost as on a busy controller ("Socket timed out", which Slurm says
+    # may come after the job was queued). Unfollowed, that job would run beside the next attempt.
+    shim = tmp_path / "lossy-sbatch"
+    shim.mkdir()
+    (shim / "sbatch").write_text(f"#!/bin/bash\n{shutil.which('sbatch')} \"$@\" > /dev/null\n"
+                                 "echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv "
+                                 "operation' >&2\nexit 1\n")
+    (shim / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    job = make_job(tmp_path, "lost")
+    executor = SlurmExecutor(shared_dir=tmp_path, status_every_s=0.3)
+    started = executor.start(job, attempt=1, log_path=job.run_dir / "logs" / "attempt-1.log")
+    assert started.job_id and started.job_id.isdigit()
+    codes = []
+    wait_for(lambda: codes.append(executor.poll(started)) or codes[-1] is not None, what="the job to end")
+    assert codes[-1] == 0 and (job.run_dir / "outputs" / "metrics.json").is_file()
+    assert [n for n in all_job_names() if n == "rlvr-lost-a1"] == ["rlvr-lost-a1"]
+
+
+@pytest.mark.slow  # a real Slurm: `make test-all` and CI run it
+def test_a_run_asking_more_time_than_its_partition_allows_is_refused_not_left_pending_forever(slurm_env, tmp_path):
+    # Under Slurm's default EnforcePartLimits=NO, sbatch takes a --time over the partition's
+    # MaxTime and keeps the job PENDING (PartitionTimeLimit) until an administrator raises it.
+    subprocess.run(["scontrol", "update", "PartitionName=debug", "MaxTime=2:00:00"], check=True)
+    try:
+        executor = SlurmExecutor(shared_dir=tmp_path, partition="debug", time_limit_h={"sft": 3})
+        assert executor.refusal(make_job(tmp_path, "two_hours", time_limit_h=2.0)) is None
+        assert executor.refusal(make_job(tmp_path, "by_kind")) is None  # an eval: no limit asked, the partition's
+        long = replace(make_job(tmp_path, "long"), kind="sft")
+        assert executor.refusal(long) == ("asks for a time limit of 3 h (--time=180) but partition debug allows at "
+                                          "most 2 h: lower its resources.time_limit_h or executor.time_limit_h.sft, "
+                                          "or choose a partition that allows it")
+    finally:
+        subprocess.run(["scontrol", "update", "PartitionName=debug", "MaxTime=INFINITE"], check=True)
+
+
+def _processes_under(folder: Path) -> list[int]:
+    """Processes whose command line names `folder` (a job's batch script lies in its spool)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(folder) in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow  # a real Slurm of its own: `make test-all` and CI run it
+def test_stopping_the_test_cluster_leaves_no_job_running(tmp_path):
+    # A test that fails with a job running leaves it to the fixture's teardown: stopping the daemons
+    # at once would leave the job's slurmstepd and its script running on the machine.
+    from tests.runs.executors.slurm_cluster import LocalSlurm, missing
+
+    if missing():
+        pytest.skip(f"no local Slurm cluster: {missing()}")
+    cluster = LocalSlurm(tmp_path / "slurm")
+    try:
+        cluster.start()
+        env = {**os.environ, **cluster.env}
+        # A script that outlives SIGTERM (a trainer saving its checkpoint): only KillWait's SIGKILL ends it.
+        job = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path / 'job.log'}", "--wrap",
+                              "trap '' TERM; sleep 300"],
+                             env=env, capture_output=True, text=True, check=True).stdout.strip()
+        wait_for(lambda: subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
+                                        text=True).stdout.strip() == "RUNNING", what="the job to run")
+        wait_for(lambda: _processes_under(tmp_path / "slurm" / "spool"), what="the job's script to start")
+    finally:
+        cluster.stop()
+    left = _processes_under(tmp_path / "slurm" / "spool")
+    for pid in left:  # this test's own job, so that a failure leaves nothing behind either
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
