@@ -81,11 +81,13 @@ def _runs_and_notes(report: StatusReport, runs: list) -> list[RenderableType]:
     ]
     rows, notes = [], []
     for r in runs:
+        pending = bool(r.queue and r.queue.startswith("PENDING"))
         metric = f"{r.headline.name} {r.headline.value:.3f} {r.headline.dataset}" if r.headline else ""
         rows.append(([r.spec_name] if len(specs) > 1 else []) + [
             r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind,
-            r.state.value + (f" · {r.queue}" if r.queue else ""),
-            _started(r.started_at), format_duration(r.duration_s), metric,
+            # A job still PENDING in Slurm's queue is queued, not running: it has no start and no time yet.
+            ("queued" if pending else r.state.value) + (f" · {r.queue}" if r.queue else ""),
+            "" if pending else _started(r.started_at), "" if pending else format_duration(r.duration_s), metric,
         ])
         if r.state in ENDED_BADLY and r.reason:
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))

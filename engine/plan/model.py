@@ -4,7 +4,11 @@ A run's id is the first 12 hex digits of the sha256 of the canonical JSON of its
 resolved config plus its parents' ids (`run_id`), less where a served model is reached: an
 endpoint's `base_url` is in the config (the run reads it) but not in the id, so a server restarted
 on another address serves the same run (what it serves is checked by its fingerprint). Response-length
-priors (`response_tokens`) are in the config too (the forecast reads them) and not in the id.
+priors (`response_tokens`) are in the config too (the forecast reads them) and not in the id, nor are a
+spelled-out base model's size and context (`params_b`, `context_len`): a registry entry's same facts
+were never in the config, so a model spelled out with or without them, or named from the registry,
+plans the same runs. They price a run, and the size picks how a trl phase spreads over its GPUs
+(`engine.train.launch`), which launch.sh renders afresh at each materialization, not the run.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ DATASET_USES = {"train": "train", "pairs_from": "pairs", "select_on": "select", 
 DEFAULT_TRAINER = {PhaseKind.sft: "verl", PhaseKind.grpo: "verl", PhaseKind.dpo: "trl", PhaseKind.raft: "trl"}
 # Kinds whose runs leave a model (model/) for their children.
 MODEL_KINDS = TRAINED_KINDS
+# A spelled-out base model's fields that only price it (and size its launch): outside the run id.
+MODEL_FACTS = (PRICING_ONLY, "params_b", "context_len")
 
 
 class Edge(BaseModel):
@@ -112,8 +118,9 @@ def canonical_json(data: Any) -> str:
 
 
 def identity_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a run's config its id hashes: all of it but an endpoint's address and the
-    response-length priors (of its protocols and its base model), which only price it."""
+    """The part of a run's config its id hashes: all of it but an endpoint's address, the
+    response-length priors of its protocols and its base model's size, context and prior
+    (`MODEL_FACTS`), which only price it."""
     out = dict(config)
     endpoint = config.get("endpoint")
     if isinstance(endpoint, dict) and "base_url" in endpoint:
@@ -122,7 +129,7 @@ def identity_config(config: dict[str, Any]) -> dict[str, Any]:
         out["protocols"] = {use: {k: v for k, v in p.items() if k != PRICING_ONLY} if isinstance(p, dict) else p
                             for use, p in config["protocols"].items()}
     if isinstance(config.get("base_model"), dict):
-        out["base_model"] = {k: v for k, v in config["base_model"].items() if k != PRICING_ONLY}
+        out["base_model"] = {k: v for k, v in config["base_model"].items() if k not in MODEL_FACTS}
     return out
 
 

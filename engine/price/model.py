@@ -15,7 +15,9 @@ are in registry/hardware.yaml):
   judging (1 − overlap)·M·(k·s·c_judge / t + timeout_rate·timeout·k_tle) / workers (`judge_s`: k tests
   run of a problem's t, each s times an average one), plus a fixed overhead. Long sequences: d, a decode
   reading a long KV cache (`decode_factor`), a attention's share of a token's FLOPs
-  (`attention_factor`), w the times the step's sequences fill the engine's KV cache (`kv_waves`);
+  (`attention_factor`), w the times the step's sequences fill the engine's KV cache (`kv_waves`). The
+  generation term (`rollout_s`) prices every sampling on GPUs: DPO pairs, RAFT cycles, a flywheel's
+  repair tries and harvest;
 - a flywheel DPO reads its source run's judged samples (samples only with `on:`);
 - repair with k rounds: generation ×k, the judging between rounds exposed, T grows with the
   transcript; SFT: tokens / (G·θ_sft); DPO: pair sampling + 2 sequences per pair at 8/6 the
@@ -33,12 +35,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from engine.evaluate.backends import DEFAULT_BATCH_SIZE
 from engine.judge.config import protocol_tests
 from engine.price.profiles import Constants, Priors
 from engine.price.shapes import RunShape
+from engine.train.verl_overrides import GRPO_HPARAMS, flatten
 
 MAX_SEQS = 256  # vLLM's max_num_seqs: sequences decoded at once in one generation call
 # An evaluation hands the backend every sample of a dataset in one submission; the hf backend
@@ -177,11 +180,37 @@ def kv_waves(ctx: Context, run: RunShape, sequences: float, tokens: float) -> fl
     preempts and recomputes it), so the step's longest sample is paid again per wave."""
     if not ctx.gpu() or not ctx.memory_gb or not ctx.params_b:
         return 1.0
-    tp = max(int(run.hparam("tensor_model_parallel_size", default=1) or 1), 1)
-    util = float(run.hparam("gpu_memory_utilization", default=0.5) or 0.5)
+    tp = max(int(rollout_setting(run, "tensor_parallel") or 1), 1)
+    util = float(rollout_setting(run, "gpu_memory_utilization") or 0.5)
     room_gb = max(ctx.memory_gb * util - 2 * ctx.params_b / tp, 0.05 * ctx.memory_gb)  # bf16 weights' share out
     per_token_gb = ctx.priors.kv_bytes_per_token_per_b * ctx.params_b / 1e9  # a GPU holds 1/tp of tp's sequences
     return max(1.0, sequences * tokens * per_token_gb / room_gb)
+
+
+def rollout_s(ctx: Context, run: RunShape, samples: float, cap: float, p: "Lengths | Priors",
+              prompt: float) -> float:
+    """`samples` responses generated at once by a training run's rollout engines on its GPUs (a GRPO
+    step, a DPO's pairs, a RAFT cycle, a flywheel's repair tries and harvest): their tokens at
+    rollout_tok_s, measured at short contexts, so slower at long ones (`decode_factor`), or the longest
+    sample (tail_ms: its time per token in a long-CoT batch) once per time the samples fill the KV cache
+    (`kv_waves`), however many GPUs. One function, so every sampling is priced alike; both terms are
+    the rollout group's (a factor on it scales the time by that factor)."""
+    g, mean = slots(ctx, run), response_mean(p, cap)
+    tokens = samples * mean * decode_factor(ctx, p, cap, prompt) / (g * ctx.c.rollout_tok_s * ctx.scale)
+    longest = (response_max(p, cap, samples) * ctx.c.tail_ms / 1000 / ctx.scale
+               * kv_waves(ctx, run, samples / g, prompt + mean))
+    return max(tokens, longest)
+
+
+def rollout_setting(run: RunShape, hparam: str) -> Any:
+    """A setting of the rollout engine as verl gets it: an override of verl's own key for it wins over
+    the spec's hparam (`engine.train.verl_overrides`). Matched on the whole key: a training-side key
+    of the same last name (the actor's tensor_model_parallel_size) is not the rollout's."""
+    overrides = flatten(run.config.get("overrides") or {})
+    for key in GRPO_HPARAMS[hparam]:
+        if overrides.get(key) is not None:
+            return overrides[key]
+    return (run.config.get("hparams") or {}).get(hparam)
 
 
 def response_max(p: Priors, cap: float, b: float) -> float:
@@ -384,8 +413,7 @@ def _sample(ctx: Context, run: RunShape, cost: RunCost, problems: float, per_pro
     seqs, cap, p = problems * per_problem, _cap(protocol), lengths(ctx, protocol)
     if ctx.gpu():
         cost.add("start", ctx.c.engine_start_s, "engine")
-        cost.add("generate", seqs * response_mean(p, cap) / (slots(ctx, run) * ctx.c.rollout_tok_s * ctx.scale),
-                 "rollout")
+        cost.add("generate", rollout_s(ctx, run, seqs, cap, p, _prompt(ctx, dataset)), "rollout")
     else:
         cost.add("generate", generate_s(ctx, seqs, cap, per_call(ctx, seqs, per_problem), slots(ctx, run), p),
                  "generation")
@@ -469,12 +497,8 @@ def rl_step(ctx: Context, run: RunShape, *, samples: float, prompt: float, cap: 
     c, g = ctx.c, slots(ctx, run)
     p = lengths(ctx, run.protocol("rollout"))
     mean = response_mean(p, cap)
-    # rollout_tok_s was measured at short contexts: long ones decode slower (decode_factor); the step's
-    # longest sample (tail_ms: its time per token in a long-CoT batch) bounds it however many GPUs
     if ctx.gpu():
-        gen = max(samples * mean * decode_factor(ctx, p, cap, prompt) / (g * c.rollout_tok_s * ctx.scale),
-                  response_max(p, cap, samples) * c.tail_ms / 1000 / ctx.scale
-                  * kv_waves(ctx, run, samples / g, prompt + mean))
+        gen = rollout_s(ctx, run, samples, cap, p, prompt)
     else:  # trl samples one step's batch in one generate call
         gen = generate_s(ctx, samples, cap, samples, 1, p)
     tokens = samples * (prompt + rounds * mean + (rounds - 1) * ctx.priors.feedback_tokens)

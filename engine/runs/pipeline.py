@@ -210,12 +210,13 @@ class ExecutorChoice:
 
 
 def read_states(runs_dir: Path, the_plan: Plan) -> dict[str, str]:
-    """Lineage states of the plan's runs, read-only; empty when nothing has run."""
+    """Lineage states of the plan's runs, read-only; empty when nothing has run. A lineage of an
+    older schema is read as it is: the run that follows upgrades it, and a dry run writes nothing."""
     path = Path(runs_dir) / LINEAGE_FILE
     if not path.exists():
         return {}
-    with open_lineage(path, readonly=True) as lineage:
-        return {r.id: r.state.value for r in lineage.runs(the_plan.spec_name)}
+    with open_lineage(path, readonly=True, pending_ok=True) as lineage:
+        return lineage.run_states(the_plan.spec_name)
 
 
 def unmet_runs(the_plan: Plan, states: dict[str, str], *, gpus: int) -> list[Run]:

@@ -26,7 +26,9 @@ from engine.errors import UserError
 from engine.runs.completion import UNCHANGED, check_completion, unchanged
 from engine.runs.executors.base import LOG_DIR, Executor, Job, Started
 from engine.runs.ingest import ingest
-from engine.runs.lineage import Lineage, RunRecord, RunState, open_lineage, parse_iso, running_reason
+from engine.runs.lineage import (
+    Lineage, RunRecord, RunState, began_reason, open_lineage, parse_iso, process_of, running_reason,
+)
 
 OnChange = Callable[[str, RunState, str], None]  # run id, new state, reason
 INTERRUPTED_EXIT = 130
@@ -91,7 +93,16 @@ def recover_dead_runs(
     host = socket.gethostname()
     by_id = {job.id: job for job in jobs}
     recovered, attached = [], []
-    for rec in lineage.runs(state=S.running):
+    # Process leaders first: a run done in another run's process (evaluations of one checkpoint)
+    # whose job id never reached lineage (the runner died right after submitting) is in its
+    # leader's job, which its own name would never find.
+    for rec in sorted(lineage.runs(state=S.running), key=lambda r: process_of(r.reason) is not None):
+        leader = process_of(rec.reason)
+        if rec.job_id is None and leader is not None:
+            found = next((s for s in attached if s.job.id == leader and s.job_id), None)
+            if found:
+                lineage.record_launch(rec.id, rec.pid, found.job_id)
+                rec = lineage.run(rec.id)
         last = rec.heartbeat_at or "never"
         elsewhere = bool(rec.host) and rec.host != host
         if elsewhere and (age := _age_s(rec.heartbeat_at)) < stale_s:
@@ -141,6 +152,7 @@ class _Scheduler:
     # Jobs done by another job's process (one model load for evaluations of one checkpoint): by the
     # process's job, each member with its own attempt log; each keeps its own state and completion.
     members: dict[str, list[Started]] = field(default_factory=dict)
+    began: set[tuple[str, int]] = field(default_factory=set)  # (run, attempt) whose queued job began
     _live_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -216,12 +228,20 @@ class _Scheduler:
     def step(self) -> None:
         for run_id, started in list(self.running.items()):
             code = self.executor.poll(started)
+            if started.began_at and (run_id, started.attempt) not in self.began:
+                self._began(started)
             if code is not None:
                 self._finish(started, code)
         for run_id in list(self.waiting):
             job = self.by_id.get(run_id)
             if run_id in self.waiting and self._ready(job) and self.executor.fits(job):
                 self._launch(job, self._group_of(job))
+
+    def _began(self, started: Started) -> None:
+        """A queued attempt's job began: its time (and its members') counts from then (`timing`)."""
+        self.began.add((started.job.id, started.attempt))
+        for each in (started, *self.members.get(started.job.id, [])):
+            self.lineage.record_began(each.job.id, started.began_at, began_reason(each.attempt))
 
     def _ready(self, job: Job) -> bool:
         return all(self._parent_state(p) is S.succeeded for p in job.parents)
@@ -235,12 +255,14 @@ class _Scheduler:
 
     def _launch(self, job: Job, also: Sequence[Job] = ()) -> None:
         attempts = {}
+        queued = getattr(self.executor, "queues", False)  # its job may wait in a queue before it begins
         for each in (job, *also):
             self.waiting.remove(each.id)
             attempts[each.id] = next_attempt(each.run_dir, self.lineage.run(each.id).attempt)
             # `running` is recorded before the process exists, so a crash in between
             # leaves a run the next invocation reaps, never a duplicate launch.
-            self._set(each.id, S.running, running_reason(attempts[each.id], job.id if each is not job else None),
+            self._set(each.id, S.running, running_reason(attempts[each.id], job.id if each is not job else None,
+                                                         queued=queued),
                       attempt=attempts[each.id], pid=None, job_id=None)
         log_path = job.run_dir / LOG_DIR / f"attempt-{attempts[job.id]}.log"
         try:
@@ -264,6 +286,7 @@ class _Scheduler:
             del self.running[started.job.id]
             members = self.members.pop(started.job.id, [])
         for each in (started, *members):
+            each.ended_at = started.ended_at  # the process's end is its members' too
             self._finish_one(each, code, grouped=bool(members))
 
     def _finish_one(self, started: Started, code: int, *, grouped: bool) -> None:
@@ -277,7 +300,7 @@ class _Scheduler:
                 # A run that changed nothing succeeds (it is a result), and its reason says so for the pages.
                 why = unchanged(job.kind, job.run_dir)
                 self._set(job.id, S.succeeded, "exit 0, outputs complete" + (f"; {UNCHANGED}{why}" if why else ""),
-                          exit_code=0)
+                          at=started.ended_at, exit_code=0)
                 return
             reason = f"completion check failed: {problem}"
         elif code < 0:
@@ -286,7 +309,7 @@ class _Scheduler:
             reason = f"launch.sh exited with {code}{_last_line(log)}; see {log}"
         if started.detail:
             reason = f"{reason} ({started.detail})"
-        self._set(job.id, S.failed, reason, exit_code=code)
+        self._set(job.id, S.failed, reason, at=started.ended_at, exit_code=code)
         self._block_descendants(job.id, "failed")
 
     def cancel_running(self, why: str, *, grace_s: float) -> None:

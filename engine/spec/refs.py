@@ -302,6 +302,24 @@ def _all_kind_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
 
 
 SLURM_KEYS = ("partition", "account", "qos", "time_limit_h", "sbatch_args")
+# sbatch options the Slurm executor sets or relies on (docs/executors.md): given in sbatch_args,
+# they would come after its own and win, losing the job's name (how a restarted runner finds it),
+# its log, its run directory, the exit file, or running it once. By long name, with its short form.
+RESERVED_SBATCH = {"--job-name": "-J", "--output": "-o", "--error": "-e", "--chdir": "-D", "--requeue": None,
+                   "--array": "-a", "--export": None, "--export-file": None, "--open-mode": None, "--parsable": None,
+                   "--wait": "-W", "--dependency": "-d", "--wrap": None}
+
+
+def reserved_sbatch_option(arg: str) -> Optional[str]:
+    """The reserved option `arg` is (by its long name), if any: `--chdir=/x`, `-D/x`, and an
+    abbreviation sbatch would take for it (`--job=x`: getopt accepts unambiguous prefixes)."""
+    if arg.startswith("--"):
+        name = arg.split("=", 1)[0]
+        exact = [o for o in RESERVED_SBATCH if o == name]
+        return (exact or [o for o in RESERVED_SBATCH if len(name) > 3 and o.startswith(name)] or [None])[0]
+    if arg.startswith("-") and len(arg) >= 2:
+        return next((o for o, short in RESERVED_SBATCH.items() if short == arg[:2]), None)
+    return None
 
 
 def _executor_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
@@ -323,6 +341,11 @@ def _executor_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
             if kind not in kinds:
                 yield at(("executor", "time_limit_h", kind), f"{kind!r} is not a run kind",
                          f"use one of: {', '.join(kinds)}")
+        for i, arg in enumerate(executor.sbatch_args):
+            if (option := reserved_sbatch_option(arg)) is not None:
+                yield at(("executor", "sbatch_args", i), f"sbatch_args sets {arg!r}"
+                         + ("" if arg.startswith(option) else f" ({option})") + ", which the Slurm executor sets itself: the job's name, log, directory, exit file and single run depend on it",
+                         "remove it (docs/executors.md lists what every job gets)", at_value=True)
         for key in ("address", "transfer"):
             if getattr(executor, key) is not None:
                 yield at(("executor", key), f"`{key}` is a Ray setting but the executor is slurm (its jobs read "

@@ -11,6 +11,9 @@ is unknown (it fits where DDP fits, DDP does not where FSDP does).
 
 from __future__ import annotations
 
+import json
+import math
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -51,7 +54,7 @@ def accelerate_launch(gpus: int, params_b: Optional[float], run_id: str) -> Opti
 
 def params_b_of(models: dict[str, Any], base_model: Any) -> Optional[float]:
     """Billions of parameters of the base model: as spelled out (`params_b:`), else its registry
-    entry's (by name or hub id), else estimated from a local folder's bf16 weight files; None when unknown."""
+    entry's (by name or hub id), else counted in a local folder's weight files; None when unknown."""
     if getattr(base_model, "params_b", None):
         return float(base_model.params_b)
     path = getattr(base_model, "path", base_model)
@@ -59,5 +62,23 @@ def params_b_of(models: dict[str, Any], base_model: Any) -> Optional[float]:
         if name == path or getattr(entry, "hf_id", None) == path:
             return getattr(entry, "params_b", None)
     folder = Path(str(path)).expanduser()
-    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
-    return weights / 2e9 if weights else None
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    counts = [safetensors_params(f) for f in files]
+    if not files or None in counts:
+        return None
+    return sum(counts) / 1e9 or None
+
+
+def safetensors_params(path: Path) -> Optional[int]:
+    """The parameters a .safetensors file holds, from its header (an 8-byte little-endian length, then
+    JSON giving each tensor's dtype and shape): the sum of the shapes' products, whatever the dtype
+    (a file's bytes would count fp32 weights twice). None for a file that is not safetensors."""
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > 100 * 2**20:  # headers are kilobytes; a larger length is not a header
+                return None
+            header = json.loads(f.read(length))
+        return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+    except (OSError, struct.error, ValueError, TypeError, KeyError, AttributeError):
+        return None

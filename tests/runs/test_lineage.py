@@ -171,3 +171,22 @@ def test_a_runs_outputs_are_one_transaction(lineage):
     lineage.db.conn.set_trace_callback(None)
     assert len(commits) == 1
     assert len(lineage.metrics("a")) == 300 and [a.kind for a in lineage.artifacts("a")] == ["model"]
+
+
+def test_the_states_a_run_starts_from_are_read_from_an_older_schema_before_it_upgrades(tmp_path):
+    """`rlvr-run SPEC` reads its runs' states before it opens lineage to write (and upgrade): an
+    older schema must be read, not refused with advice to run the very command that failed."""
+    from types import SimpleNamespace
+
+    from engine.runs.pipeline import read_states
+
+    old = Database(tmp_path / "lineage.sqlite")
+    MIGRATIONS.apply(old, stop_before="m011_spec_semantic")
+    old["runs"].insert({"id": "r1", "spec_name": "s", "phase": "p", "kind": "eval", "state": "succeeded",
+                        "config_json": "{}"})
+    old.close()
+    assert read_states(tmp_path, SimpleNamespace(spec_name="s")) == {"r1": "succeeded"}
+    with pytest.raises(UserError, match="older lineage schema"):  # other readers still ask for the upgrade
+        open_lineage(tmp_path / "lineage.sqlite", readonly=True)
+    with open_lineage(tmp_path / "lineage.sqlite") as lin:  # which the run then makes
+        assert lin.schema_version == 11 and lin.run_states("s") == {"r1": "succeeded"}

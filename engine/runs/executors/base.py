@@ -63,6 +63,10 @@ class Started:
     log_path: Path
     job_id: Optional[str] = None  # the executor's own id of this attempt (a Ray submission id)
     detail: Optional[str] = None  # how it ended, in the executor's words, once `poll` returned
+    # An executor with a queue (`queues`) says when the attempt's job began on a node, and when it
+    # ended where it knows better than the moment `poll` saw it (an attempt that ended unwatched).
+    began_at: Optional[str] = None
+    ended_at: Optional[str] = None
     handle: Any = field(default=None, repr=False)  # the executor's own
 
 

@@ -12,9 +12,16 @@ between `sbatch` and writing the job id to lineage still finds it (`squeue -n`, 
 directory: another copy of the study has jobs of the same names). Its state comes
 from `squeue -t all`, which knows a finished job until the controller's MinJobAge passes; after
 that the exit file alone tells how the script ended (no `sacct`: many clusters have no
-accounting storage). A job Slurm ended (TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED by anyone else,
-OUT_OF_MEMORY) is a failed attempt whose reason carries Slurm's state and reason; submitted with
-`--no-requeue`, Slurm never runs an attempt twice behind the runner's back.
+accounting storage). An exit file decides, as launch.sh's status does on the local executor:
+Slurm's end state is then detail (OUT_OF_MEMORY after the script exited 0 is a success), and
+the attempt ended when the file was written (not when a restarted runner read it). Without one,
+a job Slurm ended (TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED by anyone else, OUT_OF_MEMORY) is a
+failed attempt whose reason carries Slurm's state and reason; submitted with `--no-requeue`,
+Slurm never runs an attempt twice behind the runner's back.
+
+The batch script's first act writes `logs/slurm-<job id>.start` (the time it began, on the node):
+the attempt's time counts from there, not from its submission (`queues`), so a job PENDING for
+hours adds nothing to the run's time, its cost or its ETA.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -34,13 +42,14 @@ from engine.errors import UserError
 from engine.runs.executors import slurm_commands as slurm
 from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, LOG_DIR, RUN_ID_ENV, Job, Started, run_environment
 from engine.runs.executors.slurm_commands import JobState, SlurmUnreachable
-from engine.runs.lineage import RunRecord, now_iso
+from engine.runs.lineage import RunRecord, now_iso, parse_iso
 
 
 @dataclass(kw_only=True)
 class _Tracked:
     job_id: str
     exit_files: tuple[Path, ...]  # where the batch script writes its exit code (one per run it does)
+    start_files: tuple[Path, ...]  # where it writes the time it began
     seen: Optional[str] = None  # the last state written to the log
     gone_since: Optional[float] = None  # when squeue first no longer knew the job
     unreachable_since: Optional[float] = None
@@ -49,6 +58,7 @@ class _Tracked:
 @dataclass(kw_only=True)
 class SlurmExecutor:
     groups = True  # evaluations of one checkpoint ready together: one job, one model load
+    queues = True  # a job may wait PENDING: its attempt's time starts when it begins (`Started.began_at`)
     shared_dir: Path  # storage every node mounts at the same path; the runs directory lies under it
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -146,15 +156,26 @@ class SlurmExecutor:
         except SlurmUnreachable as exc:
             return self._unreachable(started, tracked, exc)
         tracked.unreachable_since = None
-        code, grouped = _exit_code(tracked)
-        if grouped and code:
-            # A group's process fails when any of its runs did: each run's own outputs decide (as
-            # the scheduler does for a group it launched), also for runs re-attached one by one.
-            started.detail = f"Slurm job {tracked.job_id}'s process for the group exited with {code}"
-            code = 0
+        started.began_at = started.began_at or _began_at(tracked)
+        if state is not None and not state.ended:
+            self._note(started, tracked, state)
+            return None
+        code, grouped, ended_at = _exit_code(tracked)
+        if code is not None:  # launch.sh's own status decides; how Slurm ended the job is detail
+            details = []
+            if state is not None:
+                self._note(started, tracked, state)
+                if state.state != "COMPLETED":
+                    details.append(f"Slurm job {tracked.job_id} {state.describe()} after launch.sh exited with {code}")
+            if grouped and code:
+                # A group's process fails when any of its runs did: each run's own outputs decide (as
+                # the scheduler does for a group it launched), also for runs re-attached one by one.
+                details.append(f"Slurm job {tracked.job_id}'s process for the group exited with {code}")
+                code = 0
+            started.detail = "; ".join(details) or None
+            started.ended_at = ended_at
+            return code
         if state is None:  # forgotten by the controller (MinJobAge) or never known
-            if code is not None:
-                return code
             now = time.monotonic()
             tracked.gone_since = tracked.gone_since or now
             if now - tracked.gone_since < self.gone_after_s:
@@ -162,18 +183,15 @@ class SlurmExecutor:
             started.detail = f"Slurm job {tracked.job_id} is unknown to the controller and left no exit file"
             return 1
         tracked.gone_since = None
-        if not state.ended:
-            self._note(started, tracked, state)
-            return None
         if state.state in slurm.KILLED:
             self._note(started, tracked, state)
             started.detail = f"Slurm job {tracked.job_id} {state.describe()}"
             # Slurm ends a job with SIGTERM, then SIGKILL after KillWait; a lost node says nothing.
             return -int(signal.SIGTERM) if state.state in ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE") else 1
-        if code is None and state.state == "FAILED":  # the batch script never ran to its end (a bad node)
+        if state.state == "FAILED":  # the batch script never ran to its end (a bad node)
             started.detail = f"Slurm job {tracked.job_id} {state.describe()}"
             return 1
-        return 0 if code is None else code  # COMPLETED is exit 0; an exit file on NFS may lag its job
+        return 0  # COMPLETED is exit 0; an exit file on NFS may lag its job
 
     def stop(self, running: list[Started], *, grace_s: float) -> None:
         ids = sorted({s.handle.job_id for s in running})
@@ -255,6 +273,10 @@ class SlurmExecutor:
         lines = ["#!/bin/bash", f"# rlvr-run: the Slurm job of run {job.id}, attempt {attempt} (written by the runner)"]
         lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
         lines += [
+            # First: the time it began, so that the queue wait before it is no run time.
+            "began=$(date -u +%Y-%m-%dT%H:%M:%S.%3N+00:00)",
+            f'for dir in {exits}; do echo "$began" > "$dir/slurm-$SLURM_JOB_ID.start.partial" '
+            f'&& mv "$dir/slurm-$SLURM_JOB_ID.start.partial" "$dir/slurm-$SLURM_JOB_ID.start"; done',
             'echo "# rlvr-run: Slurm job $SLURM_JOB_ID started on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ);'
             ' CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"',
             f"cd {shlex.quote(str(job.run_dir))}",
@@ -269,7 +291,8 @@ class SlurmExecutor:
 
     def _started(self, job: Job, attempt: int, log_path: Path, job_id: str, also: Sequence[Job]) -> Started:
         tracked = self._tracked.get(job_id) or _Tracked(
-            job_id=job_id, exit_files=tuple(j.run_dir / LOG_DIR / exit_file_name(job_id) for j in (job, *also)))
+            job_id=job_id, exit_files=tuple(j.run_dir / LOG_DIR / exit_file_name(job_id) for j in (job, *also)),
+            start_files=tuple(j.run_dir / LOG_DIR / f"slurm-{job_id}.start" for j in (job, *also)))
         self._tracked[job_id] = tracked
         self._looked_at = -math.inf  # the next poll asks squeue about the new job
         return Started(job=job, attempt=attempt, pid=None, log_path=log_path, job_id=job_id, handle=tracked)
@@ -318,14 +341,28 @@ def exit_file_name(job_id: str) -> str:
     return f"slurm-{job_id}.exit"
 
 
-def _exit_code(tracked: _Tracked) -> tuple[Optional[int], bool]:
-    """launch.sh's own status as the batch script recorded it (as the local executor sees it), and
-    whether it did a group of runs; (None, False) before it ended."""
+def _exit_code(tracked: _Tracked) -> tuple[Optional[int], bool, Optional[str]]:
+    """launch.sh's own status as the batch script recorded it (as the local executor sees it),
+    whether it did a group of runs, and when it ended (the file's time); (None, False, None) before."""
     for path in tracked.exit_files:
         try:
-            words = path.read_text().split()
+            words, written = path.read_text().split(), path.stat().st_mtime
         except OSError:
             continue
         if words and words[0].lstrip("-").isdigit():
-            return int(words[0]), words[1:] == [GROUPED.strip()]
-    return None, False
+            ended = datetime.fromtimestamp(written, timezone.utc).isoformat(timespec="milliseconds")
+            return int(words[0]), words[1:] == [GROUPED.strip()], ended
+    return None, False, None
+
+
+def _began_at(tracked: _Tracked) -> Optional[str]:
+    """When the job's batch script began, as it wrote it; None before (PENDING) or never."""
+    for path in tracked.start_files:
+        try:
+            stamp = path.read_text().strip()
+            parse_iso(stamp)
+        except (OSError, ValueError):
+            continue
+        if stamp:
+            return stamp
+    return None

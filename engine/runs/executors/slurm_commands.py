@@ -108,7 +108,6 @@ _GPU = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
 
 @dataclass(frozen=True)
 class Node:
-    partition: str
     cpus: int
     gpus: int
     max_h: Optional[float]  # the partition's longest time limit, in hours; None: none
@@ -120,16 +119,15 @@ def nodes(partition: Optional[str]) -> list[Node]:
     has. sbatch refuses a request no node can hold of GPUs or memory, but under Slurm's default
     `EnforcePartLimits=NO` it takes one of too many CPUs, or of more time than the partition
     allows, and keeps it PENDING (PartitionConfig, PartitionTimeLimit) for good."""
-    args = ["sinfo", "-h", "-N", "-o", "%P|%c|%l|%G"] + (["-p", partition] if partition else [])
+    args = ["sinfo", "-h", "-N", "-o", "%c|%l|%G"] + (["-p", partition] if partition else [])
     done = _run(args)
     if done.returncode != 0:
         raise SlurmUnreachable(f"sinfo failed: {done.stderr.strip()[-300:]}")
     found = []
     for line in done.stdout.splitlines():
-        parts = line.strip().split("|", 3)
-        if len(parts) == 4 and parts[1].isdigit():
-            found.append(Node(partition=parts[0].rstrip("*"), cpus=int(parts[1]), gpus=gpus_in_gres(parts[3]),
-                              max_h=hours_of(parts[2])))
+        parts = line.strip().split("|", 2)
+        if len(parts) == 3 and parts[0].isdigit():
+            found.append(Node(cpus=int(parts[0]), gpus=gpus_in_gres(parts[2]), max_h=hours_of(parts[1])))
     return found
 
 

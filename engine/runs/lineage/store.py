@@ -65,8 +65,10 @@ def _check_known_migrations(db: Database, path: Path) -> None:
         )
 
 
-def open_lineage(path: Path | str, *, readonly: bool = False) -> "Lineage":
-    """Open (creating and migrating unless `readonly`) the lineage database at `path`."""
+def open_lineage(path: Path | str, *, readonly: bool = False, pending_ok: bool = False) -> "Lineage":
+    """Open (creating and migrating unless `readonly`) the lineage database at `path`.
+    `pending_ok`: a read-only reader of the columns every schema has (`run_states`) accepts an
+    older schema, which only a writer upgrades."""
     path = Path(path)
     if readonly and not path.exists():
         raise UserError(f"no lineage at {path}: nothing has run yet")
@@ -76,7 +78,7 @@ def open_lineage(path: Path | str, *, readonly: bool = False) -> "Lineage":
     _check_known_migrations(db, path)
     if readonly:
         pending = [m.name for m in MIGRATIONS.pending(db)]
-        if pending:
+        if pending and not pending_ok:
             raise UserError(
                 f"{path} uses an older lineage schema (pending: {', '.join(pending)}); "
                 "run `rlvr-run SPEC` once to upgrade it"
@@ -214,6 +216,17 @@ class Lineage:
         with self._write() as db:
             db["runs"].update(run_id, {"pid": pid, "job_id": job_id})
 
+    def record_began(self, run_id: str, at: str, reason: str) -> None:
+        """A running attempt that waited in the executor's queue began at `at`: its `running` →
+        `running` event, from which `timing` counts its time; `started_at` moves there (the ETA's
+        pace). Said again (a re-attached job), it changes nothing."""
+        with self._write() as db:
+            row = self._row(run_id)
+            if row is None or row["state"] != RunState.running.value or row.get("started_at") == at:
+                return
+            db["runs"].update(run_id, {"started_at": at})
+            self._event(run_id, RunState.running, RunState.running, reason, at)
+
     def heartbeat(self, run_ids: list[str]) -> None:
         if not run_ids:
             return
@@ -259,6 +272,10 @@ class Lineage:
         if row is None:
             raise KeyError(f"unknown run {run_id}")
         return RunRecord.model_validate(row)
+
+    def run_states(self, spec_name: str) -> dict[str, str]:
+        """Each run's state by id: columns of the first schema, readable before an upgrade."""
+        return {r["id"]: r["state"] for r in self.db.query("SELECT id, state FROM runs WHERE spec_name = ?", [spec_name])}
 
     def runs(self, spec_name: Optional[str] = None, state: Optional[RunState] = None) -> list[RunRecord]:
         where, args = [], []

@@ -8,6 +8,11 @@ attempt's): the cost page, `price --fit`, forecast against actual and the ETA al
 The runner writes the `running` event's reason with `running_reason`, which names the attempt and,
 for a run done in another run's process (evaluations of one checkpoint share one model load),
 that run: the process's time is then shared among the runs it did (`price.study`).
+
+An executor with a queue (Slurm) submits the attempt at its `running` event, whose reason then
+says `queued`; the attempt holds no time until a `running` → `running` event (`began_reason`)
+says when its job began on a node: a job PENDING for hours adds nothing to the run's time, its
+cost or its pace. An attempt that ended without beginning (cancelled while PENDING) took none.
 """
 
 from __future__ import annotations
@@ -19,12 +24,25 @@ from typing import Iterable, Optional
 
 from engine.runs.lineage.records import Event, RunState, parse_iso
 
-_RUNNING = re.compile(r"attempt (\d+)(?: in the process of (\S+))?")
+_RUNNING = re.compile(r"attempt (\d+)(?: in the process of ([^\s,]+))?(, queued)?")
+_QUEUED = ", queued"
 
 
-def running_reason(attempt: int, process: Optional[str] = None) -> str:
-    """The reason of an attempt's `running` event (what `run_times` reads back)."""
-    return f"attempt {attempt}" + (f" in the process of {process}" if process else "")
+def running_reason(attempt: int, process: Optional[str] = None, *, queued: bool = False) -> str:
+    """The reason of an attempt's `running` event (what `run_times` reads back); `queued`: submitted
+    to an executor's queue, where it may wait before it begins."""
+    return f"attempt {attempt}" + (f" in the process of {process}" if process else "") + (_QUEUED if queued else "")
+
+
+def process_of(reason: Optional[str]) -> Optional[str]:
+    """The run whose process does the attempt a `running` reason names (None: its own)."""
+    match = _RUNNING.match(reason or "")
+    return match.group(2) if match else None
+
+
+def began_reason(attempt: int) -> str:
+    """The reason of the `running` → `running` event of a queued attempt whose job began."""
+    return f"attempt {attempt} began"
 
 
 @dataclass(frozen=True)
@@ -34,8 +52,11 @@ class Attempt:
     end: Optional[datetime]  # None: running now
     ended: Optional[RunState]  # how it ended (None: running now)
     process: Optional[str] = None  # the run whose process did this attempt's work, when not its own
+    queued: bool = False  # running now, but still waiting in the executor's queue: no time yet
 
     def seconds(self, now: Optional[datetime] = None) -> float:
+        if self.queued:
+            return 0.0
         end = self.end or now or datetime.now(timezone.utc)
         return max(0.0, (end - self.start).total_seconds())
 
@@ -65,21 +86,26 @@ class RunTime:
 
 def run_times(events: Iterable[Event]) -> dict[str, RunTime]:
     """Each run's attempts from its events (in the order lineage recorded them)."""
-    open_: dict[str, tuple[int, datetime, Optional[str]]] = {}
+    open_: dict[str, tuple[int, datetime, Optional[str], bool]] = {}
     done: dict[str, list[Attempt]] = {}
     for event in events:
         when = parse_iso(event.time)
         if when is None:
             continue
         attempts = done.setdefault(event.run_id, [])
-        if event.to_state is RunState.running:
+        if event.to_state is RunState.running and event.from_state is RunState.running:  # its job began
+            if event.run_id in open_:
+                number, _, process, _ = open_[event.run_id]
+                open_[event.run_id] = (number, when, process, False)
+        elif event.to_state is RunState.running:
             match = _RUNNING.match(event.reason or "")
             number = int(match.group(1)) if match else len(attempts) + 1
-            open_[event.run_id] = (number, when, match.group(2) if match else None)
+            open_[event.run_id] = (number, when, match.group(2) if match else None, bool(match and match.group(3)))
         elif event.run_id in open_:
-            number, start, process = open_.pop(event.run_id)
+            number, start, process, queued = open_.pop(event.run_id)
+            start = when if queued else start  # ended without beginning: it held nothing
             attempts.append(Attempt(number=number, start=start, end=max(when, start), ended=event.to_state,
                                     process=process))
-    for run_id, (number, start, process) in open_.items():
-        done[run_id].append(Attempt(number=number, start=start, end=None, ended=None, process=process))
+    for run_id, (number, start, process, queued) in open_.items():
+        done[run_id].append(Attempt(number=number, start=start, end=None, ended=None, process=process, queued=queued))
     return {run_id: RunTime(run_id=run_id, attempts=tuple(a)) for run_id, a in done.items()}
