@@ -27,15 +27,17 @@ demo: $(STAMP)
 plan: $(STAMP)
 	$(BIN)/rlvr-run specs/matrix.yaml --dry-run
 
-# Parallel workers (pytest-xdist): every test owns its temporary folders and ports.
+# Parallel workers (pytest-xdist): every test owns its temporary folders and ports. `loadfile`:
+# each test file runs whole in one worker, so the Slurm executor's tests (one file) share one
+# local cluster. (`loadgroup` would group finer, but xdist 3.8 cannot tag groups under pytest 9.)
 # `--durations` lists the slowest tests, to find what to mark `slow`.
 WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(WORKERS) --durations=15
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --durations=15
 
 # Everything: the slow tests and the smoke study too (what CI runs).
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(WORKERS) -m "" --durations=15
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "" --durations=15
 
 clean:
 	rm -rf $(VENV) runs

@@ -59,7 +59,8 @@ def _fit(args: argparse.Namespace, lineage, name: str, registry) -> int:
     study = shape_of_lineage(lineage, name, registry)
     profile = resolve_profile(study, args.gpu_type, registry)
     records = lineage.plan_runs(name)
-    fit = fit_factors(study, profile, records, lineage.run_times(r.id for r in lineage.runs(name)))
+    fit = fit_factors(study, profile, records, lineage.run_times(r.id for r in lineage.runs(name)),
+                      spec=lineage.spec(name))
     written = write_profile(registry_with_profiles(registry), args.name, fitted_entry(profile, fit, name))
     factors = ", ".join(f"{group} x{f:.2f}" for group, f in fit.factors.items())
     console.print(f"fitted {args.name} from {profile.name} on {fit.runs} finished runs of {name}: {factors}; "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from engine.errors import UserError
 from engine.price.forecast import SHARED_PARTS, context, joiners
@@ -23,7 +23,8 @@ from engine.price.model import GROUPS, run_cost
 from engine.price.profiles import FASTER_WHEN_HIGH, HARDWARE_FILE, Profile
 from engine.price.shapes import StudyShape
 from engine.price.study import attributed_seconds
-from engine.runs.lineage import RunRecord, RunTime
+from engine.runs.lineage import RunRecord, RunTime, SpecRecord
+from engine.spec.load import parse_yaml
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,31 @@ class Fit:
 
 
 def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord],
-                times: Mapping[str, RunTime]) -> Fit:
-    """The factors, fitted on each succeeded run's time: the sum of its attempts."""
+                times: Mapping[str, RunTime], spec: Optional[SpecRecord] = None) -> Fit:
+    """The factors, fitted on each succeeded run's time: the sum of its attempts. `spec`, the study's
+    recorded spec, only points an error at its lines."""
+    require_size(study, profile, spec)
     costs = group_seconds(study, profile)
     actual = attributed_seconds(records, {run_id: sum(groups.values()) for run_id, groups in costs.items()}, times)
     return fit_seconds(study, costs, actual)
+
+
+def require_size(study: StudyShape, profile: Profile, spec: Optional[SpecRecord] = None) -> None:
+    """A study whose model size is unknown was priced at the profile's size: its runs' times over that
+    forecast are the size ratio as much as the cluster's speed, and factors fitted on them would price
+    every later study, of any size, that many times off. Refused, naming the field to add."""
+    if study.params_b is not None:
+        return
+    where = "its spec's base_model"
+    if spec is not None and spec.path:
+        _, positions, _ = parse_yaml(Path(spec.path), spec.text)
+        where = (f"{spec.path}:{positions.locate('base_model')[0]} (base_model)"
+                 if positions.found("base_model") else f"{spec.path} (base_model)")
+    raise UserError(f"{study.name}: the base model's size is unknown, so its runs were priced as the {profile.name} "
+                    f"profile's {profile.entry.params_b:g} B-parameter model and a fit would take the size ratio "
+                    f"for the cluster's speed; add `params_b: <billions of parameters>` under base_model at "
+                    f"{where}, run the spec again to record it (the size is not part of the run ids: no run is "
+                    "repeated), then fit again")
 
 
 def group_seconds(study: StudyShape, profile: Profile) -> dict[str, dict[str, float]]:

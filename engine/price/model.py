@@ -41,7 +41,7 @@ from engine.evaluate.backends import DEFAULT_BATCH_SIZE
 from engine.judge.config import protocol_tests
 from engine.price.profiles import Constants, Priors
 from engine.price.shapes import RunShape
-from engine.train.verl_overrides import GRPO_HPARAMS, flatten
+from engine.train.verl_overrides import GRPO_DEFAULTS, GRPO_HPARAMS, flatten
 
 MAX_SEQS = 256  # vLLM's max_num_seqs: sequences decoded at once in one generation call
 # An evaluation hands the backend every sample of a dataset in one submission; the hf backend
@@ -181,7 +181,8 @@ def kv_waves(ctx: Context, run: RunShape, sequences: float, tokens: float) -> fl
     if not ctx.gpu() or not ctx.memory_gb or not ctx.params_b:
         return 1.0
     tp = max(int(rollout_setting(run, "tensor_parallel") or 1), 1)
-    util = float(rollout_setting(run, "gpu_memory_utilization") or 0.5)
+    # unset: what the verl launch renders, so the price is of the engine that runs
+    util = float(rollout_setting(run, "gpu_memory_utilization") or GRPO_DEFAULTS["gpu_memory_utilization"])
     room_gb = max(ctx.memory_gb * util - 2 * ctx.params_b / tp, 0.05 * ctx.memory_gb)  # bf16 weights' share out
     per_token_gb = ctx.priors.kv_bytes_per_token_per_b * ctx.params_b / 1e9  # a GPU holds 1/tp of tp's sequences
     return max(1.0, sequences * tokens * per_token_gb / room_gb)

@@ -124,3 +124,19 @@ def test_every_duration_constant_is_in_exactly_one_group():
     assert len(grouped) == len(set(grouped))
     # judge_overlap is a share of judging hidden behind generation, not a duration: no factor moves it
     assert set(NAMES) - set(grouped) == {"judge_overlap"} and set(grouped) <= set(NAMES)
+
+
+def test_a_study_of_unknown_model_size_is_not_fitted(registry):
+    """Priced at the profile's size, its times over the forecast are the size ratio too: refused,
+    pointing at the spec's base_model line, before any profile is written."""
+    from engine.price.fit import fit_factors
+    from engine.runs.lineage import SpecRecord
+
+    study, profile = _study(), load_profile("h100", registry)
+    spec = SpecRecord(name="fit", path="specs/fit.yaml", sha256="0" * 64,
+                      text="name: fit\nbase_model: {hf_id: example/coder, family: qwen2}\nseeds: [1]\n")
+    with pytest.raises(UserError) as err:
+        fit_factors(study, profile, [], {}, spec=spec)
+    assert "params_b" in str(err.value) and "specs/fit.yaml:2" in str(err.value)
+    with pytest.raises(UserError, match="a fit needs at least two"):  # a known size gets to the fit itself
+        fit_factors(StudyShape(**{**study.__dict__, "params_b": 7.6}), profile, [], {}, spec=spec)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.price.model import Context, generate_s, judge_s, response_mean, rl_step
+from engine.price.model import Context, generate_s, judge_s, kv_waves, response_mean, rl_step
 from engine.price.profiles import Z90, Priors, load_profile
 from engine.price.shapes import RunShape
 
@@ -170,10 +170,25 @@ def test_sequences_beyond_the_kv_cache_wait_and_the_longest_sample_is_paid_again
     """A 14B model's 32K rollouts at verl's default memory share do not all fit: the step's longest
     sample repeats; more room (gpu_memory_utilization) or more GPUs (fewer sequences each) fit them."""
     ctx = replace(long_context(14000, memory=True, params_b=14.8), scale=7.6 / 14.8)
-    run = replace(shape(32), config={**shape(32).config, "overrides": {"rollout.tensor_model_parallel_size": 2}})
+    run = replace(shape(32), config={**shape(32).config,
+                                     "overrides": {"actor_rollout_ref.rollout.tensor_model_parallel_size": 2}})
     roomy = replace(run, config={**run.config, "overrides": {**run.config["overrides"],
-                                                            "rollout.gpu_memory_utilization": 0.9}})
+                                                            "actor_rollout_ref.rollout.gpu_memory_utilization": 0.9}})
     gen = {name: rl_step(ctx, r, samples=1024, prompt=500, cap=32768)["generate"]
            for name, r in (("default", run), ("roomy", roomy), ("wide", replace(run, gpus=128)))}
     assert gen["default"] > 1.5 * gen["roomy"]
     assert gen["default"] > 1.5 * gen["wide"]
+
+
+def test_an_unset_rollout_memory_share_is_priced_at_what_the_verl_launch_renders():
+    """No gpu_memory_utilization in the spec: the launch renders verl's default for it (0.6), and
+    the KV-cache room is priced at that share, not another."""
+    from engine.train.verl_overrides import GRPO_DEFAULTS
+
+    ctx = replace(long_context(14000, memory=True, params_b=14.8), scale=7.6 / 14.8)
+    run = replace(shape(32), config={**shape(32).config,
+                                     "overrides": {"actor_rollout_ref.rollout.tensor_model_parallel_size": 2}})
+    rendered = replace(run, config={**run.config, "overrides": {
+        **run.config["overrides"],
+        "actor_rollout_ref.rollout.gpu_memory_utilization": GRPO_DEFAULTS["gpu_memory_utilization"]}})
+    assert kv_waves(ctx, run, 32, 20000) == kv_waves(ctx, rendered, 32, 20000) > 1.0

@@ -126,6 +126,8 @@ class SlurmExecutor:
 
     def start(self, job: Job, *, attempt: int, log_path: Path, also: Sequence[Job] = ()) -> Started:
         name = job_name_of(job.id, attempt)
+        for each in (job, *also):  # where the batch script writes each run's start and exit files
+            (each.run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         script = log_path.with_suffix(".sbatch")
         script.write_text(self._batch_script(job, attempt, also))

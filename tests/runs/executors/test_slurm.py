@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -25,12 +27,15 @@ from engine.report.generate import write_reports
 from engine.runs.executors import slurm_commands
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.slurm import SlurmExecutor, job_name_of, submit_environment
-from engine.runs.lineage import LINEAGE_FILE, PlanRecords, RunRecord, RunState, open_lineage
+from engine.runs.lineage import LINEAGE_FILE, Event, PlanRecords, RunRecord, RunState, open_lineage, run_times
 from engine.runs.pipeline import ExecutorChoice, run_spec
-from engine.runs.schedule import execute
+from engine.runs.schedule import execute, recover_dead_runs
 from engine.runs.status import collect_status
 from engine.spec.model import ExecutorSpec
 
+# Every test that needs the local cluster lives in this file, which one xdist worker runs whole
+# (`--dist loadfile` in the Makefile): the cluster fixture is per session, so each worker would
+# start a Slurm of its own, and their free ports could race.
 S = RunState
 DRIVER = Path(__file__).with_name("slurm_driver.py")
 TRAIN = "toy/plus_k_12\ntoy/times_k_10\n"
@@ -181,6 +186,86 @@ def test_without_slurm_installed_its_tests_say_how_to_install_it(monkeypatch, tm
     assert "apt-get install -y slurm-wlm munge" in missing()
 
 
+def test_a_queued_attempts_time_starts_when_its_job_began_not_when_it_was_submitted():
+    def event(run_id, time, from_, to, reason=""):
+        return Event(run_id=run_id, time=f"2026-01-01T{time}:00.000+00:00", from_state=from_, to_state=to, reason=reason)
+
+    times = run_times([
+        # Six hours PENDING, then one hour on a node.
+        event("r", "00:00", S.queued, S.running, "attempt 1, queued"), event("r", "06:00", S.running, S.running,
+                                                                             "attempt 1 began"),
+        event("r", "07:00", S.running, S.succeeded),
+        # Cancelled while PENDING: no time; a member of another run's process keeps its leader.
+        event("m", "00:00", S.queued, S.running, "attempt 2 in the process of r, queued"),
+        event("m", "03:00", S.running, S.cancelled),
+        # The local executor and Ray: no queue, the attempt's time is from its `running` event.
+        event("l", "00:00", S.queued, S.running, "attempt 1"), event("l", "02:00", S.running, S.failed),
+        # Still PENDING: running, but no time yet.
+        event("p", "00:00", S.queued, S.running, "attempt 1, queued"),
+    ])
+    assert times["r"].seconds() == 3600 and times["r"].first_start.hour == 6
+    assert times["m"].seconds() == 0 and times["m"].current.process == "r" and times["m"].current.number == 2
+    assert times["l"].seconds() == 7200
+    assert times["p"].seconds() == 0 and times["p"].current.end is None and times["p"].current.queued
+
+
+def _fake_squeue(tmp_path: Path, monkeypatch, line: str) -> None:
+    """A squeue that answers `line` for every question: a state no test controller gives on
+    demand (OUT_OF_MEMORY after the script exited), injected in front of the real one."""
+    shim = tmp_path / "fake-squeue"
+    shim.mkdir()
+    (shim / "squeue").write_text(f"#!/bin/bash\necho {shlex.quote(line)}\n")
+    (shim / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+
+
+def test_launch_shs_exit_file_decides_and_slurms_end_state_is_detail(tmp_path, monkeypatch):
+    job = make_job(tmp_path, "r1")
+    _fake_squeue(tmp_path, monkeypatch, f"4242|OUT_OF_MEMORY|None|{job.run_dir}")
+    executor = SlurmExecutor(shared_dir=tmp_path, status_every_s=0)
+    log = job.run_dir / "logs" / "attempt-1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    started = executor._started(job, 1, log, "4242", ())
+    # No exit file: the batch script never got to write it, Slurm's state decides.
+    assert executor.poll(started) == 1 and "OUT_OF_MEMORY" in started.detail
+    # The script wrote its exit code 0 before Slurm called the job OUT_OF_MEMORY: a success, said.
+    (job.run_dir / "logs" / "slurm-4242.exit").write_text("0\n")
+    started = executor._started(job, 1, log, "4242", ())
+    assert executor.poll(started) == 0
+    assert started.detail == "Slurm job 4242 OUT_OF_MEMORY after launch.sh exited with 0"
+
+
+def test_ci_finds_slurms_daemons_in_sbin_off_the_path_and_installs_nothing(tmp_path):
+    from tests.runs.executors.slurm_cluster import missing
+
+    if missing():
+        pytest.skip(f"no local Slurm cluster: {missing()}")
+    repo = Path(__file__).resolve().parents[3]
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(repo / ".ci" / "run", tmp_path / ".ci" / "run")
+    (tmp_path / "Makefile").write_text("test-all:\n\t@echo tests ran\n")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "apt-get").write_text("#!/bin/sh\necho apt-get \"$@\"\n")
+    (shim / "apt-get").chmod(0o755)
+    # A user's PATH without /usr/sbin (where Debian puts slurmctld, slurmd and munged).
+    done = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True,
+                          env={"PATH": f"{shim}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "tests ran" and "apt-get" not in done.stdout + done.stderr
+
+
+def test_one_xdist_worker_runs_every_test_of_the_local_cluster():
+    # `make test`/`test-all` run in workers; one file run whole by one worker keeps one cluster.
+    here = Path(__file__).resolve()
+    makefile = (here.parents[3] / "Makefile").read_text()
+    assert [line for line in makefile.splitlines() if "-m pytest" in line and "--dist loadfile" not in line] == []
+    users = {p.name for p in here.parents[2].rglob("test_*.py")
+             if "slurm_env" in p.read_text() or "slurm_cluster" in p.read_text()}
+    assert users == {here.name}
+
+
 # ---------------------------------------------------------------- a real cluster
 
 
@@ -319,9 +404,19 @@ def test_status_shows_slurms_state_and_ctrl_c_cancels_the_jobs_it_submitted_and_
     try:
         # Both GPUs are held by another job: Slurm keeps ours waiting, and says why.
         wait_for(lambda: queue_of_long() == "PENDING (Resources)", what=f"the job to wait ({holder})")
-        assert "running · PENDING (Resources)" in _rendered(collect_status(runs))
+        time.sleep(2)  # a queue wait, which is no run time
+        report = collect_status(runs)
+        assert "queued · PENDING (Resources)" in _rendered(report), _rendered(report)
+        assert [r.duration_s for r in report.runs] == [0.0]
+        waited_until = datetime.now(timezone.utc)
         slurm_commands.cancel([gpu_holder])
         wait_for(lambda: queue_of_long() == "RUNNING", what="the job to run")
+        wait_for(lambda: lineage_row(runs, "long").started_at > waited_until.isoformat(), what="its start recorded")
+        with open_lineage(runs / LINEAGE_FILE, readonly=True) as lineage:
+            attempt = lineage.run_times(["long"])["long"].current
+            assert [e.reason for e in lineage.events("long")][-2:] == ["attempt 1, queued", "attempt 1 began"]
+        assert attempt.start > waited_until and not attempt.queued
+        assert "running · RUNNING" in _rendered(collect_status(runs))
         job_id = lineage_row(runs, "long").job_id
         runner.send_signal(signal.SIGINT)
         assert runner.wait(timeout=60) == 130, runner.stdout.read()
@@ -411,6 +506,46 @@ def test_a_runner_that_died_before_recording_its_job_finds_its_own_by_name_never
         assert found is not None and found.job_id == mine.job_id != other.job_id
     finally:
         slurm_commands.cancel([other.job_id, *([mine.job_id] if mine else [])])
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_a_group_left_by_a_runner_dead_after_sbatch_is_found_through_its_leader_and_ends_when_it_did(slurm_env, tmp_path):
+    # The runner died after sbatch and after the leader's job id reached lineage but before its
+    # member's: the member's job is its leader's (named after the leader), which its own name never
+    # finds; it must not be submitted again. The job then ended while no runner watched: its
+    # attempts end when its script did, not when the next runner came.
+    runs = tmp_path / "runs"
+    leader, member = make_job(runs, "leader", group="ckpt"), make_job(runs, "member", group="ckpt")
+    (member.run_dir / "outputs").mkdir()
+    (member.run_dir / "outputs" / "metrics.json").write_text('{"run_id": "t", "datasets": []}')  # its share of the work
+    executor = SlurmExecutor(shared_dir=runs, status_every_s=0.3)
+    with open_lineage(runs / LINEAGE_FILE) as lineage:
+        lineage.record_plan_records(PlanRecords(runs=[
+            RunRecord(id=j.id, spec_name="t", phase=j.id, kind=j.kind, run_dir=str(j.run_dir)) for j in (leader, member)]))
+        for job, reason in ((leader, "attempt 1, queued"), (member, "attempt 1 in the process of leader, queued")):
+            lineage.set_state(job.id, S.queued, "queued")
+            lineage.set_state(job.id, S.running, reason, attempt=1)
+        started = executor.start(leader, attempt=1, log_path=leader.run_dir / "logs" / "attempt-1.log", also=[member])
+        lineage.record_launch("leader", None, started.job_id)
+    exits = [j.run_dir / "logs" / f"slurm-{started.job_id}.exit" for j in (leader, member)]
+    wait_for(lambda: all(p.is_file() for p in exits) and state_of(started.job_id) in (None, "COMPLETED"),
+             what="the group's job to end")
+    ended = datetime.fromtimestamp(exits[0].stat().st_mtime, timezone.utc)
+    began = (leader.run_dir / "logs" / f"slurm-{started.job_id}.start").read_text().strip()
+    time.sleep(2)  # no runner watches
+    with open_lineage(runs / LINEAGE_FILE) as lineage:
+        result = execute([leader, member], lineage, SlurmExecutor(shared_dir=runs, status_every_s=0.3),
+                         heartbeat_s=0.5)
+        records = {j.id: lineage.run(j.id) for j in (leader, member)}
+        times = lineage.run_times(["leader", "member"])
+    assert result.states == {"leader": S.succeeded, "member": S.succeeded}
+    assert {r.attempt for r in records.values()} == {1} and records["member"].job_id == started.job_id
+    assert not [n for n in all_job_names() if n.startswith(("rlvr-member-", "rlvr-leader-a2"))]
+    for run_id in ("leader", "member"):
+        finished = datetime.fromisoformat(records[run_id].finished_at)
+        assert abs(finished - ended) < timedelta(seconds=0.01), (run_id, finished, ended)
+        assert times[run_id].current.start == datetime.fromisoformat(began)
+        assert times[run_id].seconds() == (finished - datetime.fromisoformat(began)).total_seconds()
 
 
 @pytest.mark.slow  # a real Slurm: `make test-all` and CI run it
