@@ -128,8 +128,8 @@ def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = Non
     full = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=1)
     median = {r.id: r.seconds.p50 for r in full.runs}
     took: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    actuals = attributed_seconds(list(records.values()), median,  # (older runs share their processes' time)
-                                 lineage.run_times(r.id for r in lineage.runs(spec_name)))
+    times = lineage.run_times(r.id for r in lineage.runs(spec_name))
+    actuals = attributed_seconds(list(records.values()), median, times)  # (older runs share their processes' time)
     for run in study.runs:
         actual = actuals.get(run.id)
         if actual is not None and median.get(run.id):
@@ -143,7 +143,8 @@ def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = Non
     elapsed: dict[str, float] = {}
     for run in running:
         rec = records[run.id]
-        seconds = _elapsed(rec)
+        current = times[run.id].current if run.id in times else None
+        seconds = 0.0 if current and current.queued else _elapsed(rec)  # waiting in Slurm's queue: not begun
         expected = median.get(run.id, 0.0) * scale[run.id]
         run_dir = Path(rec.run_dir or ".")
         done, total, what = progress_of(run, run_dir, study.sizes)

@@ -167,7 +167,7 @@ class SlurmExecutor:
             details = []
             if state is not None:
                 self._note(started, tracked, state)
-                if state.state != "COMPLETED":
+                if state.state != ("COMPLETED" if code == 0 else "FAILED"):  # what Slurm says of such an exit
                     details.append(f"Slurm job {tracked.job_id} {state.describe()} after launch.sh exited with {code}")
             if grouped and code:
                 # A group's process fails when any of its runs did: each run's own outputs decide (as

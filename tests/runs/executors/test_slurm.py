@@ -209,6 +209,47 @@ def test_a_queued_attempts_time_starts_when_its_job_began_not_when_it_was_submit
     assert times["p"].seconds() == 0 and times["p"].current.end is None and times["p"].current.queued
 
 
+def test_a_run_waiting_in_slurms_queue_has_not_begun_for_the_eta_nor_for_status(tmp_path):
+    from engine.price.progress import study_eta
+    from engine.resources import shipped
+    from engine.runs.lineage import SpecRecord
+
+    run_dir = tmp_path / "runs" / "s" / "train1"
+    (run_dir / "outputs").mkdir(parents=True)
+    (run_dir / "outputs" / "training.json").write_text(json.dumps({"trainer": "trl", "expected_steps": 10}))
+    config = {"trainer": "verl", "kind": "sft", "datasets": {"train": {"uses": ["train"], "source": "mbpp",
+                                                                        "split": "train"}},
+              "hparams": {"epochs": 1, "train_batch_size": 16}, "resources": {"gpus": 8}}
+    path = tmp_path / "runs" / LINEAGE_FILE
+    two_hours_ago = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat(timespec="milliseconds")
+    with open_lineage(path) as lineage:
+        lineage.record_spec(SpecRecord(name="s", path=str(tmp_path / "s.yaml"), sha256="s" * 64, text="name: s\n"))
+        lineage.record_plan_records(PlanRecords(runs=[RunRecord(
+            id="train1", spec_name="s", phase="sft", seed=1, kind="sft", config_json=json.dumps(config),
+            run_dir=str(run_dir))]))
+        lineage.set_state("train1", S.queued)
+        lineage.set_state("train1", S.running, "attempt 1, queued", attempt=1, at=two_hours_ago)  # PENDING since
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    shutil.copy(shipped("registry") / "hardware.yaml", registry / "hardware.yaml")
+
+    def eta_row():
+        with open_lineage(path, readonly=True) as lineage:
+            (row,) = study_eta(lineage, "s", gpu_type="h100", draws=5).runs
+        return row
+
+    row = eta_row()
+    assert row.elapsed_s == 0 and row.eta_s == row.forecast_s
+    assert [r.duration_s for r in collect_status(tmp_path / "runs").runs] == [0.0]
+    ten_minutes_ago = (datetime.now(timezone.utc) - timedelta(minutes=10)).isoformat(timespec="milliseconds")
+    with open_lineage(path) as lineage:
+        lineage.record_began("train1", ten_minutes_ago, "attempt 1 began")
+        lineage.record_began("train1", ten_minutes_ago, "attempt 1 began")  # a re-attached job says it again
+        assert [e.reason for e in lineage.events("train1")][-2:] == ["attempt 1, queued", "attempt 1 began"]
+    assert 600 <= eta_row().elapsed_s < 700
+    assert 600 <= collect_status(tmp_path / "runs").runs[0].duration_s < 700
+
+
 def _fake_squeue(tmp_path: Path, monkeypatch, line: str) -> None:
     """A squeue that answers `line` for every question: a state no test controller gives on
     demand (OUT_OF_MEMORY after the script exited), injected in front of the real one."""
