@@ -166,7 +166,7 @@ class RayExecutor:
         body = {
             "entrypoint": entrypoint,
             "submission_id": submission_id,
-            "entrypoint_num_cpus": max(job.cpus, 1),  # without it Ray sets OMP_NUM_THREADS=1
+            "entrypoint_num_cpus": max(job.cpus, 1),
             "entrypoint_num_gpus": job.gpus,
             "runtime_env": runtime_env,
             "metadata": {"rlvr_run_id": job.id, "rlvr_attempt": str(attempt)},
@@ -300,8 +300,12 @@ class RayExecutor:
 
     def _env(self, job: Job, attempt: int) -> dict[str, str]:
         forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV or k.startswith(FORWARDED_PREFIX)}
-        return {**forwarded, RUN_ID_ENV: job.id, "RLVR_ATTEMPT": str(attempt), "RLVR_CPUS": str(max(job.cpus, 1)),
-                "RLVR_PYTHON": self.python}
+        cpus = str(max(job.cpus, 1))
+        # As many math threads as CPUs held, said outright as the other executors do: Ray gives a
+        # job its own count only when the head's environment has none (a head started from a shell
+        # with OMP_NUM_THREADS=1, or by a process ray.init touched, passes that one to every job).
+        return {**forwarded, RUN_ID_ENV: job.id, "RLVR_ATTEMPT": str(attempt), "RLVR_CPUS": cpus,
+                "OMP_NUM_THREADS": cpus, "MKL_NUM_THREADS": cpus, "RLVR_PYTHON": self.python}
 
     def _get(self, path: str) -> httpx.Response:
         response = self._client.get(path)

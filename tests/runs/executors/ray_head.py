@@ -56,7 +56,10 @@ class LoopbackHead:
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
 
     def start(self) -> None:
-        env = {**os.environ, **self.client_env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", MARKER: str(self.root)}
+        # OMP_NUM_THREADS=1, as a head started by a process that ray.init touched has it: every job
+        # would inherit it unless the executor says each job's own count (tests check OMP=cpus)
+        env = {**os.environ, **self.client_env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", MARKER: str(self.root),
+               "OMP_NUM_THREADS": "1"}
         env.pop("RAY_AUTH_TOKEN", None)
         ports = [f"{flag}={port}" for flag, port in self.ports.items()]
         worker_port = _free_port()
