@@ -454,17 +454,23 @@ def flywheel_repair(ctx: Context, run: RunShape, cost: RunCost, wheel: dict) -> 
     prior's failing share of the harvested run's judged training samples, all of declared classes
     (an upper bound: the harvest report gives the real count)."""
     source, samples = _harvested(ctx, run, wheel)
-    if source is None or "repair" not in (wheel.get("corrected") or ["repair"]):
+    if source is None:
         return
+    corrected = wheel.get("corrected") or ["repair"]
     rollout = source.protocol("rollout")
     failures, tries = samples * ctx.priors.failing_share, _n(rollout, DEFAULT_N["rollout"])
     train = _first(source, "train")
-    cost.add("judge", judge_s(ctx, run, failures, protocol=rollout, dataset=train), "judge")  # the feedback
-    _sample(ctx, run, cost, failures, tries, rollout, train)
+    # every failure gets its feedback, whatever corrects it (`flywheel_rows.repair_rows`)
+    cost.add("judge", judge_s(ctx, run, failures, protocol=rollout, dataset=train), "judge")
+    if "reference" in corrected:  # a reference solution is judged before it stands as the correction
+        cost.add("judge", judge_s(ctx, run, failures, dataset=train), "judge")
+    if "repair" in corrected:
+        _sample(ctx, run, cost, failures, tries, rollout, train)
     cost.samples = 0.0  # repair tries are not training samples a later flywheel reads
-    cost.notes.append(f"{run.unit}: repair sampling priced for {failures:.0f} failures × {tries} tries per run "
-                      f"({samples:.0f} training samples {source.unit} judges × {ctx.priors.failing_share:g} failing, "
-                      "all of the declared classes: an upper bound)")
+    what = f"repair sampling priced for {failures:.0f} failures × {tries} tries per run" if "repair" in corrected \
+        else f"feedback and reference judging priced for {failures:.0f} failures per run"
+    cost.notes.append(f"{run.unit}: {what} ({samples:.0f} training samples {source.unit} judges × "
+                      f"{ctx.priors.failing_share:g} failing, all of the declared classes: an upper bound)")
 
 
 def dpo_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:

@@ -68,6 +68,15 @@ def test_a_flywheel_sfts_repair_sampling_is_priced(priced):
     assert any("sft_fw" in n and "repair sampling" in n for n in priced.forecast.notes)
 
 
+def test_a_flywheel_sft_corrected_by_references_is_priced_for_its_feedback_and_reference_judging(tmp_path):
+    """`corrected: [reference]`: no repair tries, but every failure is still judged for its feedback
+    and each reference before it stands as the correction; none of that was priced."""
+    only = EXTRA.replace("share: 0.1}", "share: 0.1, corrected: [reference]}")
+    text = (ROOT / "specs" / "matrix.yaml").read_text(encoding="utf-8").replace("\nvariants:", only, 1)
+    sft = _runs(_priced(tmp_path, text), "sft_fw")[0]
+    assert sft.parts.get("judge", 0) > 0 and sft.parts.get("generate", 0) == 0
+
+
 def test_every_detectable_difference_is_against_the_pages_control(priced):
     found = {(c.kind, c.unit, c.control) for c in priced.comparisons}
     assert ("parent", "dpo_fw", "base") in found  # its `from:`, not grpo, whose failures it harvests
