@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from engine.price.forecast import DRAWS, RNG_SEED, context, forecast
-from engine.price.model import run_cost
+from engine.price.kinds import run_cost
 from engine.price.profiles import NAMES
 from engine.price.shapes import StudyShape, shape_of_plan
 from engine.price.study import resolve_profile

@@ -19,7 +19,8 @@ from typing import Mapping, Optional, Sequence
 
 from engine.errors import UserError
 from engine.price.forecast import SHARED_PARTS, context, joiners
-from engine.price.model import GROUPS, run_cost
+from engine.price.kinds import run_cost
+from engine.price.model import GROUPS
 from engine.price.profiles import FASTER_WHEN_HIGH, HARDWARE_FILE, Profile
 from engine.price.shapes import StudyShape
 from engine.price.study import attributed_seconds

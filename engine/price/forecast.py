@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from engine.errors import UserError
 from engine.plan.model import evaluation_key
-from engine.price.model import Context, RunCost, prior_used, run_cost
+from engine.price.kinds import run_cost
+from engine.price.model import Context, RunCost, prior_used
 from engine.price.profiles import NAMES, Constants, Profile
 from engine.price.shapes import RunShape, StudyShape
 from engine.price.simulate import SimJob, critical_path, lower_bound, pack

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from engine.price.model import Context, generate_s, judge_s, kv_waves, response_mean, rl_step
+from engine.price.kinds import rl_step
+from engine.price.model import Context, generate_s, judge_s, kv_waves, response_mean
 from engine.price.profiles import Z90, Priors, load_profile
 from engine.price.shapes import RunShape
 

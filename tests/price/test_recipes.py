@@ -16,7 +16,7 @@ import yaml
 from engine.cli import main
 from engine.errors import SpecError
 from engine.price.forecast import context, forecast
-from engine.price.model import run_cost
+from engine.price.kinds import run_cost
 from engine.price.shapes import shape_of_plan, shape_of_records
 from engine.price.profiles import load_profile
 from engine.price.study import price_plan, resolve_profile

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.price.model import RunCost, _sample, kv_waves, rl_step
+from engine.price.kinds import _sample, rl_step
+from engine.price.model import RunCost, kv_waves
 from engine.price.profiles import load_profile
 from engine.price.shapes import RunShape
 
