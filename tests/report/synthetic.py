@@ -9,6 +9,7 @@ from pathlib import Path
 
 from engine.evaluate.records import Keys, SampleRecord, append
 from engine.evaluate.eval_run import METRICS_FILE, DatasetMetrics, EvalOutput
+from engine.runs.ingest import ingest_eval
 from engine.runs.lineage import (
     LeakRecord,
     Metric,
@@ -132,3 +133,17 @@ def _sample(rng: random.Random, dataset: str, i: int, keys: Keys, p: float) -> S
                         completion_tokens=50, finish_reason="stop", latency_s=0.1, seed=0, completion="print(1)",
                         verdict=verdict, accepted=ok, pass_ratio=1.0 if ok else 0.0, passed=int(ok), total=1,
                         format_ok=True, judge_s=0.01, judge_version="judge-v1")
+
+
+def ingest_one_evaluation(lineage, run_id: str, run_dir: Path, keys: Keys, *, dataset: str, protocol: str,
+                          judge_version: str) -> None:
+    """A real run's evaluation, as if it had run: the metrics file it would write (accepted@1 0.5 on
+    2 problems, under `keys`), ingested into lineage, and the run succeeded."""
+    summary = DatasetMetrics(dataset=dataset, protocol=protocol, protocol_sha256=keys.protocol,
+                             idlist_sha256=keys.idlist, judge_version=judge_version, seed=None, expected_samples=1,
+                             model="m", metrics={"accepted@1": 0.5, "problems": 2.0, "samples": 2.0})
+    (run_dir / "outputs").mkdir(exist_ok=True)
+    (run_dir / "outputs" / METRICS_FILE).write_text(EvalOutput(run_id=run_id, datasets=[summary]).model_dump_json())
+    ingest_eval(lineage, run_id, run_dir)
+    for state in (RunState.queued, RunState.running, RunState.succeeded):
+        lineage.set_state(run_id, state)

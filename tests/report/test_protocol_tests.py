@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.evaluate.eval_run import METRICS_FILE, DatasetMetrics, EvalOutput, protocol_sha256, tasks
+from engine.evaluate.eval_run import protocol_sha256, tasks
 from engine.plan.frozen import read_frozen_run
 from engine.report.main_table import column, headline_table
 from engine.report.study import load_study
-from engine.runs.ingest import ingest_eval
-from engine.runs.lineage import RunState, open_lineage
+from engine.runs.lineage import open_lineage
 from engine.runs.materialize import materialize
 from engine.runs.preflight import preflight
+from tests.report.synthetic import ingest_one_evaluation
 
 SPEC = """\
 name: demanding
@@ -47,16 +47,8 @@ def test_the_page_names_the_tests_judged_and_the_hash_holds_them(tmp_path: Path)
     [evaluated] = tasks(dirs[base.id], str(model), frozen, "evaluate")
     with open_lineage(tmp_path / "runs" / "lineage.sqlite") as lineage:
         lineage.record_plan(checked.plan, checked.validated, dirs)
-        summary = DatasetMetrics(dataset="toy_valid", protocol="greedy", protocol_sha256=evaluated.keys.protocol,
-                                 idlist_sha256=evaluated.keys.idlist, judge_version="judge-v1/top3", seed=None,
-                                 expected_samples=1, model="m", metrics={"accepted@1": 0.5, "problems": 2.0,
-                                                                         "samples": 2.0})
-        (dirs[base.id] / "outputs").mkdir(exist_ok=True)
-        (dirs[base.id] / "outputs" / METRICS_FILE).write_text(EvalOutput(run_id=base.id, datasets=[summary])
-                                                               .model_dump_json())
-        ingest_eval(lineage, base.id, dirs[base.id])
-        for state in (RunState.queued, RunState.running, RunState.succeeded):
-            lineage.set_state(base.id, state)
+        ingest_one_evaluation(lineage, base.id, dirs[base.id], evaluated.keys, dataset="toy_valid", protocol="greedy",
+                              judge_version="judge-v1/top3")
         study = load_study(lineage, "demanding")
     footer = " ".join(headline_table(study, [column(study, "toy_valid")]).footer)
     assert "judged on each problem's 3 most demanding tests (the largest inputs" in footer
