@@ -49,6 +49,7 @@ class GenerationRecord(BaseModel):
     completion: str
     error: Optional[str] = None
     conversation: Optional[list[dict[str, str]]] = None  # repair rounds: the messages this answer followed
+    engine: Optional[str] = None  # the backend and its version that made it ("vllm 0.24.0"); None: older records
 
     @property
     def uid(self) -> str:

@@ -21,6 +21,7 @@ other keys in the same file are ignored, never resumed into.
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 import time
@@ -110,8 +111,19 @@ def missing(task: Task) -> list[tuple[int, int, Request]]:
     for record in read(task.generations, GenerationRecord, task.keys):
         if not is_fault(record):
             have.setdefault(record.problem_id, set()).add(record.sample)
-    return [(i, first, Request(task.prompts[i], replace(task.decoding, n=count, seed=task.decoding.seed + first)))
+    return [(i, first, Request(task.prompts[i], replace(task.decoding, n=count,
+                                                       seed=sample_seed(task.decoding.seed, p.id, first))))
             for i, p in enumerate(task.problems) for first, count in _missing_runs(have.get(p.id, set()), task.decoding.n)]
+
+
+def sample_seed(base: int, problem_id: str, sample: int, round: int = 1) -> int:
+    """The seed sample `sample` of a problem is drawn with: the problem's own seed (from the
+    protocol's and the problem's id, and the repair round) plus the sample's index, as an engine
+    seeds a request's n samples (vLLM: seed, seed + 1, ...), so a run of samples asked together and
+    each asked alone get the same seeds. Problems never share their random numbers: under one seed
+    sample j of every problem would, and the problems' outcomes would be correlated."""
+    digest = hashlib.sha256(f"sample/{base}/{problem_id}/{round}".encode()).digest()
+    return (int.from_bytes(digest[:4], "big") >> 2) + sample  # room for the samples below 2**31
 
 
 def generate(task: Task, backend: Backend, on_progress: ProgressHandler = _quiet,
@@ -151,7 +163,7 @@ def _generation_record(task: Task, problem: Problem, sample: int, g: Generation)
     return GenerationRecord(dataset=task.dataset, problem_id=problem.id, sample=sample, keys=task.keys,
                             prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
                             finish_reason=g.finish_reason, latency_s=g.latency_s, seed=g.seed,
-                            completion=g.text, error=g.error)
+                            completion=g.text, error=g.error, engine=g.engine or None)
 
 
 def judge(task: Task, judge: Judge, judge_version: str, on_progress: ProgressHandler = _quiet, *,
@@ -348,20 +360,23 @@ def repair(task: Task, backend: Backend, judge: Judge, judge_version: str, round
         # parent waits until a re-run has generated or judged it again.
         done = {x.parent for x in records if x.round == r and not is_fault(x)}
         parents = [x for x in records if x.round == r - 1 and not x.accepted and not is_fault(x) and x.uid not in done]
-        for start in range(0, len(parents), JUDGE_CHUNK):
-            first = [Answer(key=x.uid, problem=by_id[x.problem_id], completion=x.completion, round=r - 1,
-                            result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
-                            generation=x) for x in parents[start:start + JUDGE_CHUNK]]
-            # sample s of a problem is repaired with seed + s: samples that failed alike are asked
-            # alike, and under one seed a per-request seeded engine would repair them all alike
-            seeds = [decoding.seed + x.sample for x in parents[start:start + JUDGE_CHUNK]]
-            chains = repair_loop(first, judge=judge, rounds=r, text=lambda g: g.text,
-                                 generate=lambda convs: [gens[0] for gens in generate_all(backend, convs, decoding,
-                                                                                          seeds)])
-            parent_of = {a.key: a.generation for a in first}
-            append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
-                                  if a.round == r])
-            on_progress(StageUpdate(f"repair round {r}", task.dataset, start + len(first), len(parents)))
+        if not parents:
+            continue
+        # The whole round in one submission: the engine keeps its batch full (chunks of it would run
+        # it a fraction full and idle it while each chunk is judged).
+        first = [Answer(key=x.uid, problem=by_id[x.problem_id], completion=x.completion, round=r - 1,
+                        result=_result_of(x), conversation=x.conversation or list(prompts[x.problem_id]),
+                        generation=x) for x in parents]
+        # each sample's own seed in each round: under one seed a per-request seeded engine would
+        # repair alike the samples that failed alike
+        seeds = [sample_seed(decoding.seed, x.problem_id, x.sample, r) for x in parents]
+        chains = repair_loop(first, judge=judge, rounds=r, text=lambda g: g.text,
+                             generate=lambda convs: [gens[0] for gens in generate_all(backend, convs, decoding,
+                                                                                      seeds)])
+        parent_of = {a.key: a.generation for a in first}
+        append(task.samples, [_repair_record(parent_of[a.parent], a, judge_version) for a in chains.rounds[-1]
+                              if a.round == r])
+        on_progress(StageUpdate(f"repair round {r}", task.dataset, len(first), len(parents)))
     return time.perf_counter() - began
 
 
@@ -377,6 +392,7 @@ def _repair_record(parent: SampleRecord, answer: Answer, judge_version: str) -> 
                                   round=answer.round, parent=parent.uid, keys=parent.keys,
                                   prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
                                   finish_reason=g.finish_reason, latency_s=g.latency_s, seed=g.seed,
-                                  completion=g.text, error=g.error, conversation=answer.conversation)
+                                  completion=g.text, error=g.error, conversation=answer.conversation,
+                                  engine=g.engine or None)
     return _sample_record(generation, answer.result if g.finish_reason != "error" else None, answer.problem,
                           judge_version)

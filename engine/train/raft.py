@@ -19,7 +19,7 @@ from engine.train.curriculum import ordered
 from engine.train.outcome import write_outcome
 from engine.train.selection import choose
 from engine.train.session import TrainRun, run_main
-from engine.train.sft import train_sft
+from engine.train.sft import release_gpu_memory, train_sft
 
 
 def accepted_rows(run: TrainRun, model: str, cycle: int) -> tuple[list[dict[str, Any]], float]:
@@ -64,9 +64,12 @@ def train_raft(run: TrainRun) -> TrainRun:
             if not rows:
                 _record(run, cycle, rate, 0, offset)
                 continue
-            trainer = train_sft(cycle_run, model, rows)
+            steps = train_sft(cycle_run, model, rows).state.global_step
+            # the trainer is gone before choosing and the next cycle's sampling: both start an engine,
+            # which needs the GPU memory the trainer held
+            release_gpu_memory()
             cycle_run.hand_off(choose(cycle_run), target=cycle_model)
-            _record(run, cycle, rate, len(rows), offset + trainer.state.global_step)
+            _record(run, cycle, rate, len(rows), offset + steps)
             done = run.outcome().cycles[-1]
         offset, model, last = int(done["steps_end"]), str(cycle_model), cycle_run
     if last is None:

@@ -1,6 +1,7 @@
 """Generation backends: hf on the locally built tiny model; openai through a real OpenAI-compatible
 server on loopback (serving the same model, or canned answers with chosen latencies); vllm and
-data-parallel engines through a FAKE vLLM (tests/fakes/vllm: no GPU here) that records call shapes."""
+data-parallel engines through the real vLLM's Python source with a FAKE GPU forward pass
+(tests/fakes/vllm: no GPU here) that records call shapes."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from engine.evaluate.backends.base import Decoding, Request, generate
 sys.path.insert(0, str(Path(__file__).parent))
 from openai_server import Server  # noqa: E402
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 CHAT = [{"role": "user", "content": "Write a function add(a, b)."}]
 
 
@@ -105,28 +105,17 @@ def test_an_endpoint_reads_its_key_from_the_environment_only(monkeypatch):
     assert "sk-secret" not in repr(endpoint)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
-def test_vllm_missing_names_the_gpu_extra():
+def test_vllm_missing_names_the_gpu_extra(monkeypatch):
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
     with pytest.raises(UserError, match=r"gpu extra"):
         make_generator("vllm", model="m")
 
 
-@pytest.fixture
-def fake_vllm(tmp_path, monkeypatch):
-    """The FAKE vLLM importable as `vllm` here and in the processes this test starts; its event log."""
-    log = tmp_path / "fake_vllm.jsonl"
-    monkeypatch.syspath_prepend(str(FAKES))
-    monkeypatch.setenv("PYTHONPATH", f"{FAKES}:{Path.cwd()}")
-    monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
-    monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    import vllm
-
-    assert vllm.FAKE
-    return lambda: vllm.events(str(log))
-
-
-def test_vllm_gets_every_request_in_one_submission_and_yields_each_when_done(fake_vllm):
-    backend = make_generator("vllm", model="m", gpu_memory_utilization=0.8)
+def test_vllm_gets_every_request_in_one_submission_and_yields_each_when_done(fake_vllm, tiny_model):
+    backend = make_generator("vllm", model=str(tiny_model), gpu_memory_utilization=0.8)
     requests = [Request(f"problem {i}", Decoding(n=1 + i % 3, max_tokens=16)) for i in range(300)]
     order = [i for i, gens in backend.stream(requests) if len(gens) == requests[i].decoding.n]
     events = fake_vllm()
@@ -138,20 +127,23 @@ def test_vllm_gets_every_request_in_one_submission_and_yields_each_when_done(fak
     assert sorted(order) == list(range(300)) and order != list(range(300))  # yielded as they finished
 
 
-def test_vllm_stopped_midway_aborts_what_it_still_holds(fake_vllm):
-    backend = make_generator("vllm", model="m")
+def test_vllm_stopped_midway_aborts_what_it_still_holds(fake_vllm, tiny_model):
+    backend = make_generator("vllm", model=str(tiny_model))
     stream = backend.stream([Request(f"problem {i}", Decoding()) for i in range(40)])
     taken = [next(stream) for _ in range(5)]
     stream.close()  # the caller was interrupted
     [abort] = [e for e in fake_vllm() if e["event"] == "abort"]
-    assert len(taken) == 5 and abort["requests"] == 35
+    # the 35 not taken, less those that finished in the step the fifth did (the engine holds them no more)
+    assert len(taken) == 5 and 0 < abort["requests"] <= 35
+    engine = backend.llm.llm_engine
+    assert not engine.has_unfinished_requests() and not engine.engine_core.running and not engine.engine_core.waiting
 
 
-def test_a_model_that_fits_one_gpu_runs_one_engine_per_gpu(fake_vllm, tmp_path):
-    model = tmp_path / "small"
-    model.mkdir()
-    (model / "model.safetensors").write_bytes(b"0" * 1024)
-    shape = engine_shape(GenerationSettings(backend="vllm"), str(model), ["2", "3"])
+@pytest.mark.slow
+def test_a_model_that_fits_one_gpu_runs_one_engine_per_gpu(fake_vllm, tiny_model):
+    """Each worker's engine starts its engine core as a child process, as vLLM does: a daemonic
+    worker could not."""
+    shape = engine_shape(GenerationSettings(backend="vllm"), str(tiny_model), ["2", "3"])
     assert (shape.engines, shape.tensor_parallel_size, shape.device_groups) == (2, 1, ("2", "3"))
     backend = open_generator(shape)
     try:
@@ -184,20 +176,21 @@ def test_openai_counts_a_prompt_once_for_its_n_samples(tiny_model):
     assert len(gens) == 3 and sum(g.prompt_tokens for g in gens) == one.prompt_tokens
 
 
-def test_vllm_renders_chat_messages_with_the_chat_template_and_counts_a_prompt_once(fake_vllm):
-    out = generate(make_generator("vllm", model="m"), ["def add(a, b):", CHAT], Decoding(n=2))
-    added = [e["prompt"] for e in fake_vllm() if e["event"] == "add"]
-    assert added == ["def add(a, b):", "<user>Write a function add(a, b).<assistant>"]
-    assert [sum(g.prompt_tokens for g in gens) for gens in out] == [3, 5]  # the fake's tokens: words
+def test_vllm_sends_token_prompts_rendered_as_hf_renders_them_and_counts_a_prompt_once(fake_vllm, tiny_model):
+    backend = make_generator("vllm", model=str(tiny_model))
+    out = generate(backend, ["def add(a, b):", CHAT], Decoding(n=2))
+    hf = make_generator("hf", model=str(tiny_model))
+    added = [e["prompt_token_ids"] for e in fake_vllm() if e["event"] == "add"]
+    assert added == [hf.prompt_ids("def add(a, b):"), hf.prompt_ids(CHAT)]
+    assert [sum(g.prompt_tokens for g in gens) for gens in out] == [len(ids) for ids in added]
+    assert not [e for e in fake_vllm() if e["event"] == "warning"]  # no deprecated raw prompt
 
 
-def test_data_parallel_engines_never_hand_a_stopped_streams_answers_to_the_next(fake_vllm, tmp_path):
+@pytest.mark.slow
+def test_data_parallel_engines_never_hand_a_stopped_streams_answers_to_the_next(fake_vllm, tiny_model):
     """Grouped evaluations share the engines: answers an earlier caller left behind (it stopped
     early) must not be taken for the next stream's requests of the same index."""
-    model = tmp_path / "small"
-    model.mkdir()
-    (model / "model.safetensors").write_bytes(b"0" * 1024)
-    backend = open_generator(engine_shape(GenerationSettings(backend="vllm"), str(model), ["0", "1"]))
+    backend = open_generator(engine_shape(GenerationSettings(backend="vllm"), str(tiny_model), ["0", "1"]))
     try:
         stopped = backend.stream([Request(f"problem {i}", Decoding(n=3)) for i in range(40)])
         next(stopped)
@@ -215,3 +208,21 @@ def test_a_server_that_ignores_n_gives_no_samples_past_it():
         backend = make_generator("openai", model="m", base_url=server.base_url)
         out = dict(backend.stream([Request(f"prompt {i}", Decoding(n=2)) for i in range(3)]))
     assert sorted(out) == [0, 1, 2] and all(len(gens) == 2 for gens in out.values())
+
+
+def test_hf_decodes_the_protocol_not_the_checkpoints_generation_config(tiny_model, tmp_path):
+    """vLLM's engine applies no generation_config default but where to stop; hf would apply them
+    all (a Qwen instruct checkpoint ships repetition_penalty and top_k): the protocol must decode alike."""
+    import json
+    import shutil
+
+    other = tmp_path / "with-defaults"
+    shutil.copytree(tiny_model, other)
+    config = json.loads((other / "generation_config.json").read_text())
+    (other / "generation_config.json").write_text(json.dumps({**config, "_from_model_config": False, "repetition_penalty": 50.0, "top_k": 1,
+                                                              "no_repeat_ngram_size": 1}))
+    prompts = [CHAT, "def add(a, b):"]
+    for decoding in (Decoding(max_tokens=16), Decoding(max_tokens=16, temperature=1.0, seed=3)):
+        plain = generate(make_generator("hf", model=str(tiny_model)), prompts, decoding)
+        defaults = generate(make_generator("hf", model=str(other)), prompts, decoding)
+        assert [g[0].text for g in defaults] == [g[0].text for g in plain]

@@ -44,7 +44,9 @@ def test_generation_faults_are_generated_and_judged_again_on_a_rerun(tiny_model,
     assert len(generations) == len(samples) == 6
     assert all(g.finish_reason != "error" for g in generations)
     assert "GEN_ERROR" not in {s.verdict for s in samples}
-    assert {(s.sample, s.seed) for s in samples} == {(0, 5), (1, 5)}  # the seeds the samples would have had
+    # each sample's own seed, the one it would have had, and no two problems share theirs
+    assert all(s.seed == stages.sample_seed(5, s.problem_id, s.sample) for s in samples)
+    assert len({s.seed for s in samples}) == 6
 
 
 def test_only_the_failed_samples_are_generated_again(tiny_model, tmp_path):
@@ -58,7 +60,8 @@ def test_only_the_failed_samples_are_generated_again(tiny_model, tmp_path):
         stages.generate(task, make_generator("openai", model="tiny", base_url=up.base_url))
         assert up.requests == 1
     again = list(read(task.generations, GenerationRecord, KEYS))
-    assert len(again) == 9 and again[1].finish_reason != "error" and again[1].seed == 6  # seed + its index
+    assert len(again) == 9 and again[1].finish_reason != "error"
+    assert again[1].seed == stages.sample_seed(5, again[1].problem_id, 1) == again[0].seed + 1  # asked alone, as together
 
 
 def test_judge_faults_are_judged_again(tiny_model, tmp_path):
@@ -148,3 +151,38 @@ def test_a_resumed_stage_counts_only_the_work_it_did_in_its_time(tmp_path):
     assert metrics["problems_per_s"] == 1 / resumed.wall_s and metrics["samples"] == 3
     idle = summarize(records, wall_judge_s=again.judge_s, wall_s=again.wall_s, work=(0, 0, 0))
     assert "problems_per_s" not in idle  # an attempt that did nothing has no throughput
+
+
+class CountingEngine:
+    """A FAKE generation engine (the GPU's part cannot run here) answering every request wrongly
+    and counting the submissions it gets."""
+
+    name = "fake-counting-engine"
+
+    def __init__(self) -> None:
+        self.submissions: list[list] = []
+
+    def stream(self, requests):
+        from engine.evaluate.backends.base import Generation
+
+        self.submissions.append(list(requests))
+        for index, request in enumerate(requests):
+            yield index, [Generation(text="```python\nprint('no')\n```", prompt_tokens=3, completion_tokens=3,
+                                     finish_reason="stop", latency_s=0.0, seed=request.decoding.seed + j)
+                          for j in range(request.decoding.n)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_repair_round_goes_to_the_engine_whole_each_sample_with_its_own_seed(tmp_path):
+    problems = toy_problems("valid")[:3]
+    task = stages.Task(dataset="toy", problems=problems, prompts=[[{"role": "user", "content": p.prompt}] for p in problems],
+                       keys=KEYS, decoding=Decoding(max_tokens=8, n=22, temperature=1.0, seed=5), out_dir=tmp_path)
+    engine = CountingEngine()
+    with Judge(JudgeConfig(workers=2)) as judge:
+        stages.generate_and_judge(task, engine, judge, "v1")
+        stages.repair(task, engine, judge, "v1", rounds=2)
+    first, repair_round = engine.submissions
+    assert len(first) == 3 and len(repair_round) == 66  # 66 failing answers in one submission, not 64 + 2
+    assert len({r.decoding.seed for r in repair_round}) == 66

@@ -107,8 +107,8 @@ def engine_shape(settings: GenerationSettings, model: str, devices: Sequence[str
     if devices and tp > len(devices):
         raise UserError(f"tensor_parallel_size {tp} needs {tp} GPUs but the evaluation was given {len(devices)}\n"
                         f"  fix: set `resources: {{gpus: {tp}}}` on the evaluation, or a smaller tensor_parallel_size")
-    options = {"model": model, "tensor_parallel_size": tp,
-               "gpu_memory_utilization": settings.gpu_memory_utilization or 0.9}
+    # gpu_memory_utilization unset: each engine takes what is free where it starts (`vllm.memory_share`)
+    options = {"model": model, "tensor_parallel_size": tp, "gpu_memory_utilization": settings.gpu_memory_utilization}
     return _data_parallel(name, options, devices, tp)
 
 

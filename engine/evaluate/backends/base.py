@@ -42,8 +42,9 @@ class Generation:
     completion_tokens: int
     finish_reason: FinishReason  # "length": cut at max_tokens; "error": no text after every retry
     latency_s: float
-    seed: int
+    seed: int  # the seed this sample was drawn with (vLLM: the request's seed + the sample's index)
     error: Optional[str] = None
+    engine: str = ""  # the backend and its version that made it ("vllm 0.24.0", "hf transformers 5.9.0")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,18 @@ def generate(backend: Backend, prompts: Sequence[Prompt], decoding: Decoding,
     for index, gens in backend.stream([Request(p, d) for p, d in zip(prompts, decodings, strict=True)]):
         out[index] = gens
     return out
+
+
+def once_if_greedy(decoding: Decoding) -> Decoding:
+    """What to ask an engine for: greedy samples are all the same, so one is decoded and repeated
+    (vLLM refuses greedy decoding with n > 1; every backend repeats alike)."""
+    return replace(decoding, n=1) if decoding.greedy and decoding.n > 1 else decoding
+
+
+def failed(decoding: Decoding, error: str, *, engine: str = "") -> list[Generation]:
+    """A request's n samples when it could not be generated: an explicit error (GEN_ERROR later)."""
+    return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=0.0,
+                       seed=decoding.seed + j, error=error, engine=engine) for j in range(decoding.n)]
 
 
 def prompt_share(tokens: int, n: int, index: int) -> int:

@@ -5,24 +5,23 @@ backoff, Retry-After), timeouts. A request
 that fails after its last retry gives its samples an explicit error (finish_reason "error",
 verdict GEN_ERROR later), never an empty answer.
 
-A server is known by what it serves, not where (`fingerprint`): the served name it lists under
-/models, and its greedy answers to fixed probe prompts, hashed. Records are keyed by that, so a
-server restarted on another port resumes a run, and other weights served under the same name
-answer the probes otherwise and never resume into the old records."""
+A server is known by what it serves, not where (`fingerprint`, `engine.evaluate.served_identity`):
+the served name it lists under /models, the model metadata it lists, and its greedy answers to
+fixed probe prompts, hashed. Records are keyed by that, so a server restarted on another port
+resumes a run, and other weights served under the same name answer the probes otherwise and never
+resume into the old records."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import queue
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Iterator, Sequence, Union
 
 import httpx
 
-from engine.errors import UserError
 from engine.evaluate.backends.base import (
     Decoding,
     Finished,
@@ -30,17 +29,15 @@ from engine.evaluate.backends.base import (
     Prompt,
     Request,
     cut_at_stop,
+    failed,
+    once_if_greedy,
     prompt_share,
 )
+from engine.evaluate.served_identity import PROBES, ServedModel  # noqa: F401 (PROBES: the probes, for callers)
 from engine.retry import RETRYABLE_STATUS, Retryable, RetryPolicy, retry_after_s
 
 
-# Fixed prompts whose greedy answers tell one set of weights from another (any prompt would; these
-# are short, and code-flavoured as the models served here are). Changing them changes every key.
-PROBES = ("def fibonacci(n):", "Write a Python function that returns the reverse of a string.",
-          "# Sort a list of integers in descending order\n")
-PROBE_TOKENS = 24
-FINGERPRINT_LEN = 16
+ENGINE = "openai"  # a served model's engine and version are the server's, which it does not say
 
 
 class _Refused(Exception):
@@ -92,13 +89,16 @@ class OpenAIBackend:
     async def _one(self, client: httpx.AsyncClient, gate: asyncio.Semaphore, prompt: Prompt,
                    decoding: Decoding) -> list[Generation]:
         chat = not isinstance(prompt, str)
-        body: dict[str, Any] = {"model": self.model, "n": decoding.n, "max_tokens": decoding.max_tokens,
+        asked = once_if_greedy(decoding)  # a vLLM server refuses greedy with n > 1
+        # Every knob a server would otherwise fill from the checkpoint's generation_config (vLLM's
+        # and SGLang's servers do for top_k, repetition_penalty, min_p) is sent: the protocol
+        # decodes as on the offline engines.
+        body: dict[str, Any] = {"model": self.model, "n": asked.n, "max_tokens": decoding.max_tokens,
                                 "temperature": decoding.temperature, "top_p": decoding.top_p, "seed": decoding.seed,
-                                ("messages" if chat else "prompt"): prompt}
+                                "top_k": decoding.top_k if decoding.top_k > 0 else -1, "repetition_penalty": 1.0,
+                                "min_p": 0.0, ("messages" if chat else "prompt"): prompt}
         if decoding.stop:
             body["stop"] = list(decoding.stop)
-        if decoding.top_k > 0:
-            body["top_k"] = decoding.top_k
         url = f"{self.base_url}/{'chat/completions' if chat else 'completions'}"
 
         async def once() -> list[Generation]:
@@ -109,7 +109,7 @@ class OpenAIBackend:
                 except httpx.HTTPError as exc:
                     raise Retryable(f"{type(exc).__name__}: {exc}") from None
             if response.status_code == 200:
-                return _parse(response.json(), chat, decoding, time.perf_counter() - began)
+                return _repeated(_parse(response.json(), chat, asked, time.perf_counter() - began), decoding)
             error = f"HTTP {response.status_code}: {response.text[:200]}"
             if response.status_code in RETRYABLE_STATUS:
                 raise Retryable(error, retry_after_s(response.headers))
@@ -118,39 +118,15 @@ class OpenAIBackend:
         try:
             return await self.retry.acall(once)
         except (Retryable, _Refused) as exc:
-            return [Generation(text="", prompt_tokens=0, completion_tokens=0, finish_reason="error", latency_s=0.0,
-                               seed=decoding.seed, error=str(exc))] * decoding.n
+            return failed(decoding, str(exc), engine=ENGINE)
 
     def fingerprint(self, chat: bool) -> str:
-        """What the server serves under `model`: its greedy answers to `PROBES` (as chat messages or
-        plain prompts, as the run asks it), hashed. Refuses a server that cannot be asked, or that
-        lists its models and not this one."""
-        self._check_listed()
-        prompts = [[{"role": "user", "content": p}] if chat else p for p in PROBES]
-        decoding = Decoding(temperature=0.0, top_p=1.0, max_tokens=PROBE_TOKENS, n=1, seed=0)
-        answers: dict[int, Generation] = {}
-        for index, gens in self.stream([Request(p, decoding) for p in prompts]):
-            answers[index] = gens[0]
-        failed = [g.error for g in answers.values() if g.finish_reason == "error"]
-        if failed:
-            raise UserError(f"cannot tell what {self.base_url} serves as {self.model!r}: a probe request failed "
-                            f"({failed[0]})\n  fix: start the server (or correct the endpoint's base_url) and re-run")
-        texts = [answers[i].text for i in range(len(PROBES))]
-        return hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:FINGERPRINT_LEN]
+        """What the server serves under `model` (`engine.evaluate.served_identity`): refuses a server
+        that cannot be asked, that lists its models and not this one, or whose probes come back empty."""
+        return self.served().fingerprint(chat)
 
-    def _check_listed(self) -> None:
-        try:
-            response = httpx.get(f"{self.base_url}/models", headers=self.headers, timeout=self.timeout_s)
-        except httpx.HTTPError as exc:
-            raise UserError(f"cannot reach {self.base_url} ({type(exc).__name__}: {exc})\n"
-                            "  fix: start the server (or correct the endpoint's base_url) and re-run") from None
-        try:
-            listed = [m.get("id") for m in response.json().get("data", [])] if response.status_code == 200 else []
-        except (ValueError, AttributeError):
-            listed = []
-        if listed and self.model not in listed:  # a server that lists nothing is asked all the same
-            raise UserError(f"{self.base_url} serves {', '.join(map(repr, listed))}, not {self.model!r}\n"
-                            f"  fix: set the endpoint's model to the name the server serves")
+    def served(self) -> "ServedModel":
+        return ServedModel(model=self.model, base_url=self.base_url, headers=self.headers, timeout_s=self.timeout_s)
 
     def close(self) -> None:
         return None
@@ -175,8 +151,19 @@ def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float)
     for i, choice in enumerate(choices):
         text = choice["message"]["content"] if chat else choice["text"]
         text, stopped = cut_at_stop(text or "", decoding.stop)
-        finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
+        reason = choice.get("finish_reason") or "stop"
+        fault = None if reason in ("stop", "length") or stopped else f"the server finished the sample with {reason!r}"
+        finish = "error" if fault else "length" if reason == "length" and not stopped else "stop"
         prompt_tokens = prompt_share(usage.get("prompt_tokens", 0), len(choices), i)  # usage counts it once
-        out.append(Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=per_choice,
-                              finish_reason=finish, latency_s=latency / max(1, len(choices)), seed=decoding.seed))
+        out.append(Generation(text="" if fault else text, prompt_tokens=prompt_tokens, completion_tokens=per_choice,
+                              finish_reason=finish, latency_s=latency / max(1, len(choices)),
+                              seed=decoding.seed + (0 if decoding.greedy else i), error=fault, engine=ENGINE))
     return out
+
+
+def _repeated(gens: list[Generation], decoding: Decoding) -> list[Generation]:
+    """A greedy request's one answer as its n samples (each its share of the prompt)."""
+    if len(gens) != 1 or decoding.n == 1 or not decoding.greedy:
+        return gens
+    return [replace(gens[0], prompt_tokens=prompt_share(gens[0].prompt_tokens, decoding.n, j),
+                    completion_tokens=gens[0].completion_tokens) for j in range(decoding.n)]

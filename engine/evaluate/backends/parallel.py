@@ -6,10 +6,15 @@ CUDA_VISIBLE_DEVICES, loads its engine once, and streams back whatever it is giv
 requests are dealt round-robin (neighbours in a dataset tend to be alike in length, so every
 engine gets a similar mix) and every finished request is yielded as it lands, from whichever
 engine finished it.
+
+The workers are not daemonic: vLLM starts its engine core as a child process of the worker, and
+Python refuses a daemonic process children. They are ended by `close`, and at this process's
+exit if it never closed them.
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import queue
@@ -31,10 +36,11 @@ class DataParallel:
         self.results: Any = context.Queue()
         self.inboxes = [context.Queue() for _ in devices]
         self.workers = [context.Process(target=_worker, args=(target, options, device, inbox, self.results, rank),
-                                        name=f"engine-{rank}", daemon=True)
+                                        name=f"engine-{rank}", daemon=False)
                         for rank, (device, inbox) in enumerate(zip(devices, self.inboxes))]
         for worker in self.workers:
             worker.start()
+        atexit.register(self.close)
         for _ in self.workers:  # every engine loaded before the first request (a load error surfaces here)
             self._take()
         self.calls = 0  # each stream's number: answers to an earlier stream its caller left are dropped
@@ -44,11 +50,13 @@ class DataParallel:
             try:
                 item = self.results.get(timeout=5.0)
             except queue.Empty:
-                dead = [w.name for w in self.workers if not w.is_alive()]
+                dead = [w for w in self.workers if not w.is_alive()]
                 if dead:
-                    raise RuntimeError(f"generation worker {dead[0]} died (exit {self.workers[0].exitcode})") from None
+                    self.close()
+                    raise RuntimeError(f"generation worker {dead[0].name} died (exit {dead[0].exitcode})") from None
                 continue
             if item[0] == _FAILED:
+                self.close()
                 raise UserError(item[1]) if item[2] else RuntimeError(item[1])
             return item
 
@@ -72,12 +80,16 @@ class DataParallel:
             yield item[2], item[3]
 
     def close(self) -> None:
-        for inbox in self.inboxes:
-            inbox.put(None)
+        """Each engine shut down in its worker, and the worker gone (killed if it does not end)."""
+        atexit.unregister(self.close)
+        for inbox, worker in zip(self.inboxes, self.workers):
+            if worker.is_alive():
+                inbox.put(None)
         for worker in self.workers:
-            worker.join(timeout=30)
+            worker.join(timeout=60)
             if worker.is_alive():
                 worker.kill()
+                worker.join(timeout=10)
 
 
 def _worker(target: str, options: dict[str, Any], device: str, inbox: Any, results: Any, rank: int) -> None:
