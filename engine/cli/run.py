@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Optional
 
 from rich.text import Text
@@ -17,6 +18,7 @@ from engine.runs.pipeline import (
     Event,
     Executing,
     Planned,
+    Resuming,
     RunChanged,
     UnmetResources,
     UnverifiedData,
@@ -40,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --dry-run: hardware profile from registry/hardware.yaml (default: h100, or cpu "
                         "when no run needs a GPU)")
     p.add_argument("--price", type=float, default=None, help="with --dry-run: cost of one GPU-hour")
+    p.add_argument("--currency", default=None, help="with --dry-run: what --price is in, shown with each cost "
+                                                    "(e.g. USD, EUR, $)")
+    p.add_argument("--hardware", default=None, metavar="FILE",
+                   help="with --dry-run: a hardware profiles file of your own (as registry/hardware.yaml), "
+                        "its profiles added over the shipped ones")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan's forecast as JSON on stdout")
     p.add_argument("--detail", action="store_true",
                    help="with --dry-run: also list every run (id, parents, state) and every comparison's "
@@ -63,6 +70,8 @@ def command(args: argparse.Namespace) -> int:
         raise UserError("--json goes with --dry-run (a run's progress is `rlvr-run status --json`)")
     if args.detail and not args.dry_run:
         raise UserError("--detail goes with --dry-run (a run's states are `rlvr-run status`)")
+    if args.currency and args.price is None:
+        raise UserError("--currency names what --price is in: pass --price too (e.g. --price 2.5 --currency USD)")
     view = _View(args.runs_dir, quiet=args.json)
     try:
         outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
@@ -75,6 +84,10 @@ def command(args: argparse.Namespace) -> int:
     if outcome.result is not None:
         result = outcome.result
         counts = ", ".join(f"{state} {n}" for state, n in sorted(result.counts().items()))
+        if result.interrupted_by:
+            # On stderr first: the reader of stdout may be what went away (`rlvr-run SPEC | head`).
+            err_console.print(interrupted_summary(outcome.plan.spec_name, result, args.spec), highlight=False,
+                              soft_wrap=True)
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
         reports = write_reports(args.runs_dir, outcome.plan.spec_name)
         for report in reports:
@@ -87,12 +100,22 @@ def command(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def interrupted_summary(spec_name: str, result, spec: str) -> str:
+    """One line: what stopped the runner, how its runs were left, and how to go on."""
+    import signal
+
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(result.counts().items()))
+    return (f"rlvr-run: {spec_name} interrupted by {signal.Signals(result.interrupted_by).name}: {counts}; "
+            f"no run left running; `rlvr-run {spec}` resumes them")
+
+
 def _print_dry_run(args: argparse.Namespace, outcome, planned: Optional[Planned]) -> None:
     """The plan and its forecast, summary first (see `describe_plan`)."""
     from engine.price.study import price_plan
 
     priced = price_plan(outcome.plan, outcome.validated, gpu_type=args.gpu_type, gpus=args.gpus or None,
-                        nodes=args.nodes, cpus=args.cpus, price=args.price, executor=args.executor)
+                        nodes=args.nodes, cpus=args.cpus, price=args.price, currency=args.currency,
+                        executor=args.executor, hardware=Path(args.hardware) if args.hardware else None)
     if args.json:
         print(priced.model_dump_json(indent=2))
         return
@@ -153,15 +176,21 @@ class _View:
                 console.print(f"nothing to do: every run of {event.plan.spec_name} has already succeeded "
                               "(`rlvr-run status` lists them; change the spec to plan new runs)", highlight=False)
             self.progress = RunProgress(console, event.plan, total=event.todo)
+        elif isinstance(event, Resuming):
+            label = self.progress.labels.get(event.run_id, event.run_id) if self.progress else event.run_id
+            err_console.print(f"{label}: {event.what}", highlight=False, markup=False)
         elif isinstance(event, RunChanged) and self.progress is not None:
             self.progress.change(event.run_id, event.state, event.reason)
             if event.state in FINISHED:
                 self.pages.refresh()
 
     def close(self) -> None:
-        self.status.stop()
-        if self.progress is not None:
-            self.progress.stop()
+        try:
+            self.status.stop()
+            if self.progress is not None:
+                self.progress.stop()
+        except BrokenPipeError:  # the reader left; what the runner recorded is what matters
+            pass
 
 
 class _Pages:

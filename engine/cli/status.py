@@ -75,13 +75,23 @@ def command(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     def view(report, eta):
+        if not report.runs:
+            from rich.text import Text
+
+            return Text(f"{report.note}\nwaiting for its first run (Ctrl-C stops)")
         return render_status(report, render_eta(eta) if eta else None, fit=console, every_run=args.every_run)
 
     with Live(view(report, eta), console=console, refresh_per_second=1, transient=False) as live:
         # `runs` is each spec's current plan: a run an edit no longer plans, left queued by a
-        # killed runner, is listed apart and never waited for.
-        while any(r.state.value in ACTIVE for r in report.runs):
+        # killed runner, is listed apart and never waited for. A study whose runner has not
+        # recorded its first run yet (it validates and plans first) is waited for.
+        while not report.runs or any(r.state.value in ACTIVE for r in report.runs):
             time.sleep(args.every)
-            report, eta = _view(args)
+            try:
+                report, eta = _view(args)
+            except UserError:  # a runner creating or upgrading the lineage before its first run
+                if report.runs:
+                    raise
+                continue
             live.update(view(report, eta))
     return 0

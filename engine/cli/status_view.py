@@ -86,9 +86,12 @@ def _runs_and_notes(report: StatusReport, runs: list) -> list[RenderableType]:
         rows.append(([r.spec_name] if len(specs) > 1 else []) + [
             r.id, r.phase, r.variant or "", "" if r.seed is None else str(r.seed), r.kind,
             # A job still PENDING in Slurm's queue is queued, not running: it has no start and no time yet.
-            ("queued" if pending else r.state.value) + (f" · {r.queue}" if r.queue else ""),
+            ("queued" if pending else r.state.value) + (f" · {r.queue}" if r.queue else "")
+            + (" · runner gone" if r.runner else ""),
             "" if pending else _started(r.started_at), "" if pending else format_duration(r.duration_s), metric,
         ])
+        if r.runner:
+            notes.append(Text(f"{r.id} {r.runner}; `rlvr-run SPEC` takes it over", style="red"))
         if r.state in ENDED_BADLY and r.reason:
             notes.append(Text(f"{r.id} {r.state.value}: {r.reason}", style=STATE_STYLES[r.state.value]))
         elif r.reason and UNCHANGED in r.reason:  # succeeded, but trained nothing: its cells repeat its parent
@@ -135,13 +138,17 @@ def render_eta(eta) -> RenderableType:
             total = f"{r.total:.0f}" if r.total else "?"
             share = f" ({r.done / r.total:.0%})" if r.total else ""
             table.add_row(r.label, r.kind, f"{r.what} {r.done:.0f} of {total}{share}", format_duration(r.elapsed_s),
-                          format_duration(r.eta_s))
+                          "unknown" if r.eta_s is None else format_duration(r.eta_s))
         parts.append(table)
     fixes = ", ".join(f"{kind} x{f:.2f}" for kind, f in sorted(eta.correction.items()))
     q = eta.remaining_s
-    parts.append(Text(f"time left on {eta.slots} {eta.profile} slot(s): {format_duration(q.p50)} "
-                      f"[{format_duration(q.p10)}–{format_duration(q.p90)}]; {eta.finished} of {eta.total} runs done"
-                      + (f"; forecast corrected by the finished runs: {fixes}" if fixes else "")))
+    left = f"{format_duration(q.p50)} [{format_duration(q.p10)}–{format_duration(q.p90)}]"
+    if eta.unknown:  # what those runs still need is not in it: a bound at most, never a flat 0 s
+        left = "unknown" if q.p50 <= 0 else f"at least {format_duration(q.p50)}"
+    parts.append(Text(f"time left on {eta.slots} {eta.profile} slot(s): {left}; {eta.finished} of {eta.total} runs done"
+                      + (f"; forecast corrected by the finished runs: {fixes}" if fixes else "")
+                      + (f"; {eta.unknown} run(s) of unknown ETA (past their forecast, no pace yet)"
+                         if eta.unknown else "")))
     return Group(*parts)
 
 

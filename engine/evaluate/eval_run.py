@@ -33,7 +33,7 @@ from engine.evaluate.backends import (
 from engine.evaluate.backends.base import Backend, Decoding
 from engine.evaluate.best_of_n import ChosenRecord, choose, import_chosen, write_chosen
 from engine.evaluate.metrics import repair_summary, reported_ks, summarize
-from engine.evaluate.model_key import model_key, served_key
+from engine.evaluate.model_key import model_key
 from engine.evaluate.records import GenerationRecord, Keys, is_fault, read
 from engine.evaluate.stages import ModelLoaded, ProgressHandler, Task
 from engine.judge.api import Judge
@@ -113,7 +113,7 @@ def model_identity(frozen: FrozenRun, settings: Settings, model: str, chat: bool
     from engine.evaluate.backends.openai import OpenAIBackend  # httpx is loaded only for a served model
 
     served = OpenAIBackend(model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key(), concurrency=1)
-    return served_key(endpoint.model, served.fingerprint(chat), endpoint.fingerprint, where=endpoint.base_url)
+    return served.served().key(chat, endpoint.fingerprint)
 
 
 def generator_for(frozen: FrozenRun, settings: Settings, model: str,

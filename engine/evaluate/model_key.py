@@ -8,7 +8,7 @@ fine-tune of one architecture has weights of exactly the same size, so a checkpo
 the folder would pass a name-and-size check; its new modification time does not. A folder without one (a
 user's own) is hashed whole on each use, never written into. A hub id is keyed by the
 revision the loaders will fetch (online the hub's, offline the local cache's). A model an
-OpenAI-compatible server serves is keyed by what it serves, not where (`served_key`): its served
+OpenAI-compatible server serves is keyed by what it serves, not where (`engine.evaluate.served_identity`): its served
 name and the fingerprint of its answers (`backends.openai`), never the server's address.
 
     python -m engine.evaluate.model_key FOLDER   # write FOLDER's manifest, print its key
@@ -106,17 +106,6 @@ def model_key(model: str) -> str:
     if "/" in model and not model.startswith((".", "/")):
         return f"{model}@{hub_revision(model)}"
     return model
-
-
-def served_key(model: str, fingerprint: str, pinned: Optional[str] = None, where: str = "") -> str:
-    """The key of a served model: its name and fingerprint. A fingerprint the spec pins must be the
-    one measured: other weights served under the same name are refused, never resumed into."""
-    if pinned is not None and pinned != fingerprint:
-        raise UserError(f"{where or 'the server'} serves {model!r} with fingerprint {fingerprint}, but the endpoint "
-                        f"pins {pinned}: other weights are served under that name\n  fix: serve the pinned "
-                        f"weights, or set the endpoint's `fingerprint: {fingerprint}` to evaluate these ones "
-                        "(a new run: the fingerprint is part of its id)")
-    return f"served:{model}@{fingerprint}"
 
 
 def hub_revision(repo: str) -> str:

@@ -34,7 +34,7 @@ class RunProgress(BaseModel):
     what: str  # steps | samples
     elapsed_s: float  # since the current attempt began
     forecast_s: float
-    eta_s: float  # seconds left
+    eta_s: Optional[float]  # seconds left; None: unknown (no pace yet and past its forecast, or none)
 
 
 class StudyEta(BaseModel):
@@ -44,8 +44,9 @@ class StudyEta(BaseModel):
     finished: int
     total: int
     correction: dict[str, float]  # run kind → actual / forecast over its finished runs
-    remaining_s: Quantiles
+    remaining_s: Quantiles  # never less than a running run's known ETA
     runs: list[RunProgress]
+    unknown: int = 0  # running runs whose ETA is unknown: the time left does not count what they still need
 
 
 def _last_step(run_dir: Path) -> int:
@@ -85,8 +86,38 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def progress_of(run: RunShape, run_dir: Path, sizes: dict[str, int]) -> tuple[float, Optional[float], str]:
-    """(done, total, what) from the run's own files: training steps, or samples generated."""
+def _current_step(run_dir: Path, attempt: int) -> int:
+    """The step the current attempt is at: its own log's last step; before it logged one, the
+    checkpoint it resumes from (an earlier attempt's later steps are lost work, not progress).
+    A trainer that keeps no log per attempt: the last step any log has."""
+    if attempt < 1 or not any(p.name.split(".")[1].isdigit() for p in run_dir.glob(METRICS_GLOB)):
+        return _last_step(run_dir)  # no attempt number recorded, or a trainer with one log for all
+    own = run_dir / "logs" / f"metrics.{attempt}.jsonl"
+    if own.is_file() and _first_step(own) is not None:
+        return _last_step_of(own)
+    saved = [int(p.name.split("-")[-1]) for p in (run_dir / "checkpoints").glob("checkpoint-*")
+             if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    return max(saved, default=0)
+
+
+def _last_step_of(log: Path) -> int:
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line).get("step", 0))
+        except (ValueError, AttributeError):
+            continue
+    return 0
+
+
+def progress_of(run: RunShape, run_dir: Path, sizes: dict[str, int],
+                attempt: Optional[int] = None) -> tuple[float, Optional[float], str]:
+    """(done, total, what) from the run's own files: training steps (of the current `attempt`), or
+    samples generated. Until the trainer writes how many steps it will take, the declared
+    `max_steps` is the total."""
     if run.kind in ("eval", "best_of_n"):
         use = "evaluate" if run.kind == "eval" else "generate"
         protocol = run.protocol(use)
@@ -96,7 +127,11 @@ def progress_of(run: RunShape, run_dir: Path, sizes: dict[str, int]) -> tuple[fl
         return float(done), float(sum(sizes.get(name, 0) * n for name in names)), "samples"
     outcome = read_outcome(run_dir)
     total = outcome.expected_steps if outcome and outcome.expected_steps else None
-    return float(_last_step(run_dir)), (float(total) if total else None), "steps"
+    declared = run.hparam("max_steps")
+    if not total and isinstance(declared, int) and declared > 0:
+        total = declared
+    done = _last_step(run_dir) if attempt is None else _current_step(run_dir, attempt)
+    return float(done), (float(total) if total else None), "steps"
 
 
 def done_at_start(run: RunShape, run_dir: Path, attempt: int, done: float) -> float:
@@ -147,21 +182,28 @@ def study_eta(lineage: Lineage, spec_name: str, *, gpu_type: Optional[str] = Non
         seconds = 0.0 if current and current.queued else _elapsed(rec)  # waiting in Slurm's queue: not begun
         expected = median.get(run.id, 0.0) * scale[run.id]
         run_dir = Path(rec.run_dir or ".")
-        done, total, what = progress_of(run, run_dir, study.sizes)
+        done, total, what = progress_of(run, run_dir, study.sizes, rec.attempt)
         before = done_at_start(run, run_dir, rec.attempt, done)
         # The pace is this attempt's: what it did over the time it has run (an earlier attempt's
         # work counted against this one's seconds made a resumed run look fast).
         share = min((done - before) / total, 1.0) if total else 0.0
-        eta = max(expected - seconds, 0.0)
+        # Without a pace of its own, the forecast's rest; past its forecast with no pace (or with no
+        # forecast), unknown: never 0 s for a run that is still to do its work.
+        eta: Optional[float] = expected - seconds if expected > seconds else None
         if share >= PACE_AFTER:
             eta = seconds * max(total - done, 0.0) / (done - before)
-        elapsed[run.id] = max(expected - eta, 0.0)  # what the forecast should treat as done
+        elapsed[run.id] = max(expected - eta, 0.0) if eta is not None else min(seconds, expected)
         rows.append(RunProgress(id=run.id, label=run.label, kind=run.kind, done=done, done_at_start=before,
                                 total=total, what=what, elapsed_s=seconds, forecast_s=expected, eta_s=eta))
     succeeded = [r.id for r in study.runs if records[r.id].state is RunState.succeeded]
     left = forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, draws=draws, skip=succeeded,
                     scale=scale, elapsed=elapsed) \
         if len(succeeded) < len(study.runs) else None
+    remaining = left.wall_s if left else Quantiles(p10=0, p50=0, p90=0)
+    # The study ends after its slowest running run, whatever the forecast's packing of the rest says.
+    longest = max((r.eta_s for r in rows if r.eta_s is not None), default=0.0)
+    remaining = Quantiles(p10=max(remaining.p10, longest), p50=max(remaining.p50, longest),
+                          p90=max(remaining.p90, longest))
     return StudyEta(spec=spec_name, profile=profile.name, slots=full.slots, finished=len(succeeded),
-                    total=len(study.runs), correction=correction,
-                    remaining_s=left.wall_s if left else Quantiles(p10=0, p50=0, p90=0), runs=rows)
+                    total=len(study.runs), correction=correction, remaining_s=remaining, runs=rows,
+                    unknown=sum(1 for r in rows if r.eta_s is None))

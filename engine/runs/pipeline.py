@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+from engine.data.cache import cache_root
 from engine.errors import UserError
 from engine.plan.model import Plan, Run, evaluation_key
 from engine.resources import visible_gpus
@@ -58,7 +59,15 @@ class RunChanged:
     reason: str
 
 
-Event = Union[Validating, Planned, Executing, RunChanged]
+@dataclass(frozen=True)
+class Resuming:
+    """A run this runner takes up again: re-attached to its live job, or resumed in a new attempt."""
+
+    run_id: str
+    what: str  # "resuming from checkpoint-40, attempt 2"
+
+
+Event = Union[Validating, Planned, Executing, RunChanged, Resuming]
 EventHandler = Callable[[Event], None]
 
 
@@ -111,6 +120,10 @@ def run_spec(
     """`executor` ("local" | "ray" | "slurm") and `address` override the spec's `executor:` block; `gpus`
     defaults to the GPUs this machine shows (CUDA_VISIBLE_DEVICES when set)."""
     runs_dir = Path(runs_dir)
+    if not dry_run and runs_dir.is_dir():
+        # A runner already there is said at once, not after seconds of validation; the lock is
+        # taken for good below, so two runners starting together are still kept apart.
+        RunLock(runs_dir).acquire().release()
     gpus = len(visible_gpus()) if gpus is None else gpus
     checked = preflight(Path(path), on_step=lambda step: on_event(Validating(step)))
     validated, the_plan = checked.validated, checked.plan
@@ -135,7 +148,8 @@ def run_spec(
         jobs = [job_of(d) for d in run_dirs]
         on_event(Executing(plan=the_plan, todo=sum(1 for j in jobs if states.get(j.id) != RunState.succeeded.value)))
         result = execute(jobs, lineage, real, heartbeat_s=heartbeat_s, grace_s=grace_s,
-                         on_change=lambda run_id, state, reason: on_event(RunChanged(run_id, state, reason)))
+                         on_change=lambda run_id, state, reason: on_event(RunChanged(run_id, state, reason)),
+                         on_resume=lambda run_id, what: on_event(Resuming(run_id, what)))
     return RunOutcome(plan=the_plan, result=result)
 
 
@@ -151,7 +165,7 @@ def build_base_model(validated: ValidatedSpec) -> Optional[Path]:
         partial = folder.with_name(folder.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         build_tiny_model(partial, hidden=b.hidden, layers=b.layers, heads=b.heads, kv_heads=b.kv_heads,
-                         vocab_size=b.vocab_size, seed=b.seed)
+                         vocab_size=b.vocab_size, seed=b.seed, tokenizer_cache=cache_root() / "tokenizers")
         os.replace(partial, folder)
     return folder
 

@@ -1,8 +1,8 @@
 """Execute jobs in DAG order on an executor, recording every state change in lineage.
 
 A job is ready when all its parents succeeded. A failure blocks every
-descendant; independent branches go on. SIGINT/SIGTERM stop every running
-script's process group and record `cancelled`; queued jobs stay queued.
+descendant; independent branches go on. SIGINT, SIGTERM, SIGHUP and SIGPIPE stop
+every running script's process group and record `cancelled`; queued jobs stay queued.
 Runs a dead runner left `running` are reaped and marked failed first, then
 re-queued with the other unfinished runs: re-running resumes.
 """
@@ -12,26 +12,24 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sqlite3
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from engine.errors import UserError
 from engine.runs.completion import UNCHANGED, check_completion, unchanged
 from engine.runs.executors.base import LOG_DIR, Executor, Job, Started
 from engine.runs.ingest import ingest
-from engine.runs.lineage import (
-    Lineage, RunRecord, RunState, began_reason, open_lineage, parse_iso, process_of, running_reason,
-)
+from engine.runs.lineage import Lineage, RunRecord, RunState, began_reason, open_lineage, running_reason
+from engine.runs.recovery import recover_dead_runs
 
 OnChange = Callable[[str, RunState, str], None]  # run id, new state, reason
+OnResume = Callable[[str, str], None]  # run id, what it resumes and from where ("resuming from checkpoint-40, attempt 2")
 INTERRUPTED_EXIT = 130
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
 S = RunState
 
 
@@ -63,11 +61,14 @@ def execute(
     stale_s: float = 60.0,
     poll_s: float = 0.05,
     on_change: Optional[OnChange] = None,
+    on_resume: Optional[OnResume] = None,
 ) -> ExecutionResult:
     """Run `jobs` (topologically ordered, already recorded in lineage); the caller holds the runs lock."""
     _, attached = recover_dead_runs(lineage, executor, stale_s=stale_s, grace_s=grace_s, jobs=jobs)
-    sched = _Scheduler(jobs=jobs, lineage=lineage, executor=executor, on_change=on_change)
+    sched = _Scheduler(jobs=jobs, lineage=lineage, executor=executor, on_change=on_change, grace_s=grace_s,
+                       on_resume=on_resume)
     with _trap_signals() as caught, _Heartbeat(lineage.path, heartbeat_s, sched.live_ids):
+        sched.caught = caught
         try:
             sched.prepare(attached)
             while sched.busy() and not caught:
@@ -80,58 +81,19 @@ def execute(
     return ExecutionResult(states=sched.final_states(), interrupted_by=caught[0] if caught else None)
 
 
-def recover_dead_runs(
-    lineage: Lineage, executor: Executor, *, stale_s: float, grace_s: float, jobs: Sequence[Job] = (),
-) -> tuple[list[RunRecord], list[Started]]:
-    """Take over, or mark failed, every run left `running` by a runner that died.
-
-    An attempt the executor can find again (a Ray job, by its id) is re-attached and
-    goes on; the rest are failed with the reason, their leftovers on this host killed.
-    Holding the runs lock proves no live runner here owns them; a run recorded on
-    another host counts as dead only once its heartbeat is older than `stale_s`.
-    """
-    host = socket.gethostname()
-    by_id = {job.id: job for job in jobs}
-    recovered, attached = [], []
-    # Process leaders first: a run done in another run's process (evaluations of one checkpoint)
-    # whose job id never reached lineage (the runner died right after submitting) is in its
-    # leader's job, which its own name would never find.
-    for rec in sorted(lineage.runs(state=S.running), key=lambda r: process_of(r.reason) is not None):
-        leader = process_of(rec.reason)
-        if rec.job_id is None and leader is not None:
-            found = next((s for s in attached if s.job.id == leader and s.job_id), None)
-            if found:
-                lineage.record_launch(rec.id, rec.pid, found.job_id)
-                rec = lineage.run(rec.id)
-        last = rec.heartbeat_at or "never"
-        elsewhere = bool(rec.host) and rec.host != host
-        if elsewhere and (age := _age_s(rec.heartbeat_at)) < stale_s:
-            raise UserError(
-                f"run {rec.id} is running on host {rec.host} (heartbeat {age:.0f}s ago); "
-                "stop that runner first, or wait until it finishes"
-            )
-        # A cluster's job outlives its runner wherever that ran (a SLURM allocation's head
-        # node changes between allocations), so it is looked for before anything is failed.
-        job = by_id.get(rec.id)
-        started = job and executor.reattach(rec, job, log_path=job.run_dir / LOG_DIR / f"attempt-{rec.attempt}.log")
-        if started:
-            attached.append(started)
-            continue
-        if elsewhere:
-            reason = f"runner on {rec.host} died: last heartbeat {last}"
-        else:
-            killed = executor.reap(rec, grace_s=grace_s)
-            what = f"job {rec.job_id}" if rec.job_id else f"script pid {rec.pid}"
-            fate = f"killed {killed} surviving process(es)" if killed else "gone"
-            reason = f"runner died: {what} {fate}, last heartbeat {last}"
-        # Its attempt ended at its last sign of life, not now: the time until this runner came holds no work.
-        recovered.append(lineage.set_state(rec.id, S.failed, reason, at=rec.heartbeat_at))
-    return recovered, attached
-
-
-def _age_s(stamp: Optional[str]) -> float:
-    then = parse_iso(stamp)
-    return float("inf") if then is None else (datetime.now(timezone.utc) - then).total_seconds()
+def resume_point(job: Job) -> str:
+    """Where a resumed run's launch script picks up, from its run directory: the newest complete
+    checkpoint of a training run (trainer_state.json is written last), the samples an evaluation
+    recorded; else the start."""
+    saved = [p for p in (job.run_dir / "checkpoints").glob("checkpoint-*")
+             if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    if saved:
+        return max(saved, key=lambda p: int(p.name.split("-")[-1])).name
+    samples = 0
+    for path in (job.run_dir / "outputs" / "generations").glob("*.jsonl"):
+        with contextlib.suppress(OSError), open(path, "rb") as fh:
+            samples += sum(1 for _ in fh)
+    return f"{samples} recorded sample(s)" if samples else "the start"
 
 
 def next_attempt(run_dir: Path, recorded: int) -> int:
@@ -146,6 +108,9 @@ class _Scheduler:
     lineage: Lineage
     executor: Executor
     on_change: Optional[OnChange] = None
+    on_resume: Optional[OnResume] = None
+    grace_s: float = 5.0
+    caught: list[int] = field(default_factory=list)  # signals that stop the runner (a closed reader: SIGPIPE)
     state: dict[str, RunState] = field(default_factory=dict)
     waiting: list[str] = field(default_factory=list)
     running: dict[str, Started] = field(default_factory=dict)
@@ -153,6 +118,7 @@ class _Scheduler:
     # process's job, each member with its own attempt log; each keeps its own state and completion.
     members: dict[str, list[Started]] = field(default_factory=dict)
     began: set[tuple[str, int]] = field(default_factory=set)  # (run, attempt) whose queued job began
+    queue_said: dict[str, str] = field(default_factory=dict)  # run → the queue state last recorded
     _live_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -176,7 +142,11 @@ class _Scheduler:
         rec = self.lineage.set_state(run_id, to, reason, **fields)
         self.state[run_id] = to
         if self.on_change:
-            self.on_change(run_id, to, reason)
+            try:
+                self.on_change(run_id, to, reason)
+            except BrokenPipeError:  # the output's reader is gone (`| head`): stop as on SIGPIPE
+                self.on_change = None
+                self.caught.append(signal.SIGPIPE)
         return rec
 
     def prepare(self, attached: Sequence[Started] = ()) -> None:
@@ -187,11 +157,18 @@ class _Scheduler:
             if job.id in taken_over:
                 with self._live_lock:
                     self.running[job.id] = taken_over[job.id]
+                found = taken_over[job.id]
+                self._say(job.id, f"re-attached to its job {found.job_id or found.pid}, attempt {found.attempt}")
                 continue
             if rec.state is S.succeeded:
                 continue
             if rec.state in (S.failed, S.cancelled, S.blocked):
+                # An earlier attempt's job may outlive what lineage says of it (a scancel that did not
+                # take, a job queued by a lost sbatch answer): it is stopped before a new one is submitted.
+                if rec.attempt and getattr(self.executor, "queues", False):
+                    self.executor.reap(rec, grace_s=self.grace_s)
                 self._set(job.id, S.queued, f"resumed after {rec.state.value}: {rec.reason or ''}".rstrip(": "))
+                self._say(job.id, f"resuming from {resume_point(job)}, attempt {next_attempt(job.run_dir, rec.attempt)}")
             elif rec.state is S.planned:
                 self._set(job.id, S.queued, "queued")
             refusal = self.executor.refusal(job)
@@ -204,6 +181,14 @@ class _Scheduler:
         for run_id, st in list(self.state.items()):
             if st is S.failed:
                 self._block_descendants(run_id, "failed")
+
+    def _say(self, run_id: str, what: str) -> None:
+        if self.on_resume is not None:
+            try:
+                self.on_resume(run_id, what)
+            except BrokenPipeError:
+                self.on_resume = None
+                self.caught.append(signal.SIGPIPE)
 
     def _parent_state(self, parent: str) -> RunState:
         if parent not in self.state:
@@ -230,6 +215,10 @@ class _Scheduler:
             code = self.executor.poll(started)
             if started.began_at and (run_id, started.attempt) not in self.began:
                 self._began(started)
+            if started.queue_state and self.queue_said.get(run_id) != started.queue_state:
+                self.queue_said[run_id] = started.queue_state
+                for each in (started, *self.members.get(run_id, [])):
+                    self.lineage.record_queue_state(each.job.id, started.queue_state)
             if code is not None:
                 self._finish(started, code)
         for run_id in list(self.waiting):
@@ -261,9 +250,9 @@ class _Scheduler:
             attempts[each.id] = next_attempt(each.run_dir, self.lineage.run(each.id).attempt)
             # `running` is recorded before the process exists, so a crash in between
             # leaves a run the next invocation reaps, never a duplicate launch.
-            self._set(each.id, S.running, running_reason(attempts[each.id], job.id if each is not job else None,
-                                                         queued=queued),
-                      attempt=attempts[each.id], pid=None, job_id=None)
+            leader = job.id if each is not job else None
+            self._set(each.id, S.running, running_reason(attempts[each.id], leader, queued=queued),
+                      attempt=attempts[each.id], pid=None, job_id=None, leader=leader, queued=queued)
         log_path = job.run_dir / LOG_DIR / f"attempt-{attempts[job.id]}.log"
         try:
             started = self.executor.start(job, attempt=attempts[job.id], log_path=log_path, also=also) if also \
@@ -313,14 +302,18 @@ class _Scheduler:
         self._block_descendants(job.id, "failed")
 
     def cancel_running(self, why: str, *, grace_s: float) -> None:
+        """Stop every running attempt and record each run `cancelled` (whatever stopping raised:
+        no run stays `running` behind a runner that is gone); what survived is in its reason."""
         running = list(self.running.values())
-        self.executor.stop(running, grace_s=grace_s)
-        for started in running:
-            with self._live_lock:
-                del self.running[started.job.id]
-                members = self.members.pop(started.job.id, [])
-            for each in (started, *members):
-                self._set(each.job.id, S.cancelled, why)
+        try:
+            self.executor.stop(running, grace_s=grace_s)
+        finally:
+            for started in running:
+                with self._live_lock:
+                    del self.running[started.job.id]
+                    members = self.members.pop(started.job.id, [])
+                for each in (started, *members):
+                    self._set(each.job.id, S.cancelled, f"{why} ({started.detail})" if started.detail else why)
 
 
 def _member_of(job: Job, attempt: int, leader: Job, started: Started) -> Started:
@@ -348,12 +341,14 @@ def _last_line(log: Path, limit: int = 200) -> str:
 
 @contextlib.contextmanager
 def _trap_signals() -> Iterator[list[int]]:
-    """Turn SIGINT/SIGTERM into a flag the scheduling loop checks (main thread only)."""
+    """Turn SIGINT, SIGTERM, SIGHUP (the terminal closed) and SIGPIPE (the output's reader is gone:
+    `rlvr-run SPEC | head`) into a flag the scheduling loop checks (main thread only): each ends the
+    runner the same way, its runs stopped and recorded."""
     caught: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield caught
         return
-    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in STOP_SIGNALS}
     try:
         yield caught
     finally:

@@ -61,6 +61,7 @@ class StatusRow(Record):
     reason: Optional[str]
     headline: Optional[Headline] = None
     queue: Optional[str] = None  # a running run's Slurm job as squeue says: "PENDING (Resources)", "RUNNING"
+    runner: Optional[str] = None  # a running run whose runner is gone: "runner gone (...)"; None: it runs
 
 
 class OlderRun(Record):
@@ -90,13 +91,13 @@ def spec_name_of(spec: str) -> str:
     path = Path(spec)
     if not path.is_file():
         return spec
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    from engine.spec.load import parse_yaml, plain, read_text
 
-    try:
-        data = YAML(typ="safe").load(path.read_text())
-    except YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({exc}); run `rlvr-run validate {path}`") from None
+    tree, _, problems = parse_yaml(path, read_text(path))  # bounded: no alias bomb or deep nesting hangs it
+    if problems and tree is None:
+        raise UserError(f"{problems[0].file}:{problems[0].line}:{problems[0].col}: {problems[0].message}; "
+                        f"run `rlvr-run validate {path}`")
+    data = plain(tree)
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         raise UserError(f"{path}: has no `name:`; run `rlvr-run validate {path}`")
     return data["name"]
@@ -125,9 +126,51 @@ def collect_status(runs_dir: Path | str, spec: Optional[str] = None) -> StatusRe
         rows = [_row(rec, metrics[rec.id], evaluated[rec.id], times.get(rec.id)) for rec in records]
     queued = slurm_states(records)
     rows = [row.model_copy(update={"queue": queued[row.id]}) if row.id in queued else row for row in rows]
+    gone = runner_gone(Path(runs_dir), records)
+    rows = [row.model_copy(update={"runner": gone[row.id]}) if row.id in gone else row for row in rows]
     counts = Counter(r.state.value for r in rows)
     return StatusReport(spec=name, runs=rows, counts={s.value: counts[s.value] for s in RunState if counts[s.value]},
                         older=older)
+
+
+# Three missed heartbeats of the runner's default interval: its host's runs are judged by its pid at once.
+STALE_HEARTBEAT_S = 15.0
+
+
+def runner_gone(runs_dir: Path, records: list[RunRecord], *, stale_s: float = STALE_HEARTBEAT_S) -> dict[str, str]:
+    """Why each `running` run has no runner any more, by id: the runs lock names no live holder
+    (the runner on this host exited or was killed: known at once, by its pid), or the run's
+    heartbeat stopped (a runner on another host). The next `rlvr-run SPEC` takes such runs over."""
+    running = [rec for rec in records if rec.state is RunState.running]
+    if not running:
+        return {}
+    import os
+    import socket
+
+    import psutil
+
+    from engine.runs.runlock import LOCK_FILE
+
+    try:
+        holder = (runs_dir / LOCK_FILE).read_text().split()
+    except OSError:
+        holder = []
+    # "pid N on HOST", written by the holder and cleared when it lets go
+    pid = int(holder[1]) if len(holder) >= 4 and holder[0] == "pid" and holder[1].isdigit() else None
+    host = holder[3] if pid is not None else None
+    now = datetime.now(timezone.utc)
+    out = {}
+    for rec in running:
+        beat = parse_iso(rec.heartbeat_at)
+        silent = (now - beat).total_seconds() if beat else None
+        last = f"last heartbeat {silent:.0f} s ago" if silent is not None else "no heartbeat"
+        if pid is None:
+            out[rec.id] = f"runner gone ({last}): no runner holds {runs_dir / LOCK_FILE}"
+        elif host == socket.gethostname() and not psutil.pid_exists(pid) and pid != os.getpid():
+            out[rec.id] = f"runner gone ({last}): its pid {pid} has exited"
+        elif silent is not None and silent > stale_s:
+            out[rec.id] = f"runner gone? ({last}; the runs lock names pid {pid} on {host})"
+    return out
 
 
 def slurm_states(records: list[RunRecord]) -> dict[str, str]:

@@ -304,10 +304,15 @@ def _all_kind_errors(spec: Spec, at: At) -> Iterator[Diagnostic]:
 SLURM_KEYS = ("partition", "account", "qos", "time_limit_h", "sbatch_args")
 # sbatch options the Slurm executor sets or relies on (docs/executors.md): given in sbatch_args,
 # they would come after its own and win, losing the job's name (how a restarted runner finds it),
-# its log, its run directory, the exit file, or running it once. By long name, with its short form.
+# its log, its run directory, the exit file, or running it once; nor what changes where or when the
+# job runs, which the refusal checks before submitting (its partition, its one node and task, its
+# time) and the runner follows (a held, delayed, test-only or other cluster's job never comes, or
+# never answers `squeue`). By long name, with its short form.
 RESERVED_SBATCH = {"--job-name": "-J", "--output": "-o", "--error": "-e", "--chdir": "-D", "--requeue": None,
                    "--array": "-a", "--export": None, "--export-file": None, "--open-mode": None, "--parsable": None,
-                   "--wait": "-W", "--dependency": "-d", "--wrap": None}
+                   "--wait": "-W", "--dependency": "-d", "--wrap": None, "--nodes": "-N", "--ntasks": "-n",
+                   "--hold": "-H", "--test-only": None, "--begin": "-b", "--deadline": None, "--immediate": "-I",
+                   "--clusters": "-M", "--partition": "-p", "--time": "-t"}
 
 
 def reserved_sbatch_option(arg: str) -> Optional[str]:

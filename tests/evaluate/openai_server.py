@@ -5,7 +5,9 @@ answers that many requests with 503 first; `always_fail` answers every request w
 that never recovers); `fail_after` answers that many requests, then fails every one with 500 (an
 outage after the probes that identify the model). `served` names the models it lists under GET /v1/models (none: it answers
 404 there, as a server without the listing). It counts completion requests, the most it held at
-once, and the API keys it saw."""
+once, and the API keys it saw. `reasoning`: as behind a reasoning parser, a chat answer's text is
+in `reasoning_content` and its `content` is null. `listing`: more of what GET /v1/models says of
+each model (vLLM's `root`: where its weights were loaded from)."""
 
 from __future__ import annotations
 
@@ -22,13 +24,18 @@ from engine.evaluate.backends.hf import HFBackend
 class Server:
     def __init__(self, model: Optional[str] = None, *, fail_first: int = 0, always_fail: bool = False,
                  latency: Callable[[str], float] = lambda prompt: 0.0, answer: str = "def f():\n    return 0",
-                 choices: Optional[int] = None, served: Sequence[str] = (), fail_after: Optional[int] = None) -> None:
-        """`choices`: answer that many choices whatever `n` asks (a server that ignores `n`)."""
+                 choices: Optional[int] = None, served: Sequence[str] = (), fail_after: Optional[int] = None,
+                 reasoning: bool = False, listing: Optional[dict] = None,
+                 refuses: Sequence[str] = ()) -> None:
+        """`choices`: answer that many choices whatever `n` asks (a server that ignores `n`).
+        `refuses`: request arguments it does not know, answered 400 as OpenAI's API answers them."""
         self.backend = HFBackend(model=model, batch_size=4) if model else None
         self.lock = threading.Lock()  # one generate at a time: the model is not thread-safe
         self.fail_left, self.always_fail, self.requests = fail_first, always_fail, 0
         self.fail_after = fail_after
         self.latency, self.canned, self.choices, self.served = latency, answer, choices, list(served)
+        self.reasoning, self.listing = reasoning, dict(listing or {})
+        self.refuses, self.bodies = set(refuses), []
         self.in_flight = self.most_in_flight = 0
         self.keys: set[str] = set()
         handler = type("Handler", (_Handler,), {"server_state": self})
@@ -48,6 +55,11 @@ class Server:
         self.httpd.server_close()
 
     def answer(self, path: str, body: dict, key: str = "") -> tuple[int, dict]:
+        with self.lock:
+            self.bodies.append(dict(body))
+        if unknown := sorted(self.refuses & set(body)):
+            return 400, {"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}",
+                                   "type": "invalid_request_error", "param": None, "code": None}}
         with self.lock:
             self.keys.add(key)
             self.in_flight += 1
@@ -76,10 +88,35 @@ class Server:
             self.requests += 1
         time.sleep(self.latency(prompt))
         choices = [{"index": i, "finish_reason": "stop",
-                    **({"message": {"role": "assistant", "content": self.canned}} if chat else {"text": self.canned})}
+                    **({"message": self._message(self.canned)} if chat else {"text": self.canned})}
                    for i in range(self.choices or body.get("n", 1))]
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 8 * len(choices)}
         return 200, {"choices": choices, "usage": usage}
+
+    def _logprobs(self, body: dict, chat: bool, text: str) -> dict:
+        """The model's own log-probability of each token of its answer after the prompt, in the
+        shape the OpenAI chat or completions API gives it."""
+        import torch
+
+        tok, model = self.backend.tokenizer, self.backend.model
+        prompt = tok.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True) if chat \
+            else tok(body["prompt"]).input_ids
+        prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
+        answer = tok(text, add_special_tokens=False).input_ids
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + answer])).logits[0]
+        scores = torch.log_softmax(logits.float(), dim=-1)
+        values = [float(scores[len(prompt) - 1 + i, t]) for i, t in enumerate(answer)]
+        tokens = [tok.decode([t]) for t in answer]
+        if chat:
+            return {"content": [{"token": t, "logprob": v, "bytes": None, "top_logprobs": []}
+                                for t, v in zip(tokens, values)]}
+        return {"tokens": tokens, "token_logprobs": values}
+
+    def _message(self, text: str) -> dict:
+        if self.reasoning:
+            return {"role": "assistant", "content": None, "reasoning_content": text}
+        return {"role": "assistant", "content": text}
 
     def _generated(self, path: str, body: dict) -> tuple[int, dict]:
         with self.lock:
@@ -89,9 +126,12 @@ class Server:
                                 max_tokens=body.get("max_tokens", 16), n=body.get("n", 1),
                                 stop=tuple(body.get("stop") or ()), seed=body.get("seed", 0))
             [gens] = generate(self.backend, [body["messages"] if chat else body["prompt"]], decoding)
+            logprobs = [self._logprobs(body, chat, g.text) for g in gens] if body.get("logprobs") is not None \
+                and body.get("logprobs") is not False else [None] * len(gens)
         choices = [{"index": i, "finish_reason": g.finish_reason,
-                    **({"message": {"role": "assistant", "content": g.text}} if chat else {"text": g.text})}
-                   for i, g in enumerate(gens)]
+                    **({"message": self._message(g.text)} if chat else {"text": g.text}),
+                    **({"logprobs": lp} if lp is not None else {})}
+                   for i, (g, lp) in enumerate(zip(gens, logprobs))]
         usage = {"prompt_tokens": sum(g.prompt_tokens for g in gens), "completion_tokens": sum(g.completion_tokens for g in gens)}
         return 200, {"object": "chat.completion" if chat else "text_completion", "choices": choices, "usage": usage}
 
@@ -110,7 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         served = self.server_state.served
         if self.path.rstrip("/").endswith("/models") and served:
-            self._send(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in served]})
+            self._send(200, {"object": "list", "data": [{"id": name, "object": "model", **self.server_state.listing}
+                                                        for name in served]})
         else:
             self._send(404, {"error": "not found"})
 

@@ -43,8 +43,8 @@ def test_fresh_database_is_wal_with_every_migration_recorded(tmp_path, lineage):
     assert applied == ["m001_runs_and_events", "m002_data_metrics_waivers", "m003_run_attempts",
                        "m004_dataset_content", "m005_metric_context", "m006_run_job_id",
                        "m007_dataset_verified", "m008_artifact_source",
-                       "m009_leak_findings", "m010_plan_runs", "m011_spec_semantic"]
-    assert lineage.schema_version == 11
+                       "m009_leak_findings", "m010_plan_runs", "m011_spec_semantic", "m012_attempts"]
+    assert lineage.schema_version == 12
     assert {"specs", "runs", "edges", "events", "datasets", "run_datasets", "protocols", "run_protocols",
             "artifacts", "metrics", "waivers"} <= set(lineage.db.table_names())
 
@@ -56,7 +56,7 @@ def test_an_old_schema_is_migrated_forward_keeping_its_rows(tmp_path):
     old["runs"].insert({"id": "r1", "spec_name": "s", "phase": "p", "kind": "eval", "state": "succeeded", "config_json": "{}"})
     old.close()
     with open_lineage(path) as lin:
-        assert lin.schema_version == 11
+        assert lin.schema_version == 12
         assert "semantic" in lin.db["specs"].columns_dict
         assert [r.id for r in lin.plan_runs("s")] == ["r1"]  # an old lineage knew no plan: its runs stand as planned
         assert "verified" in lin.db["datasets"].columns_dict and "leaks" in lin.db.table_names()
@@ -189,4 +189,25 @@ def test_the_states_a_run_starts_from_are_read_from_an_older_schema_before_it_up
     with pytest.raises(UserError, match="older lineage schema"):  # other readers still ask for the upgrade
         open_lineage(tmp_path / "lineage.sqlite", readonly=True)
     with open_lineage(tmp_path / "lineage.sqlite") as lin:  # which the run then makes
-        assert lin.schema_version == 11 and lin.run_states("s") == {"r1": "succeeded"}
+        assert lin.schema_version == 12 and lin.run_states("s") == {"r1": "succeeded"}
+
+
+def test_attempts_said_only_in_event_reasons_become_typed_rows(tmp_path):
+    # A lineage written before attempts had a table: each `running` event's reason was the record.
+    db = Database(tmp_path / "lineage.sqlite")
+    MIGRATIONS.apply(db, stop_before="m012_attempts")
+    db["runs"].insert({"id": "m", "spec_name": "s", "phase": "p", "kind": "eval", "state": "running", "attempt": 2,
+                       "job_id": "41"})
+    db["events"].insert_all([
+        {"run_id": "m", "time": "2026-01-01T00:00:00+00:00", "from_state": "queued", "to_state": "running",
+         "reason": "attempt 1"},
+        {"run_id": "m", "time": "2026-01-01T01:00:00+00:00", "from_state": "failed", "to_state": "running",
+         "reason": "attempt 2 in the process of r, queued"},
+        {"run_id": "m", "time": "2026-01-01T02:00:00+00:00", "from_state": "running", "to_state": "running",
+         "reason": "attempt 2 began"}])
+    db.close()
+    with open_lineage(tmp_path / "lineage.sqlite") as lineage:
+        rows = lineage.attempts(["m"])
+        times = lineage.run_times(["m"])["m"]
+    assert [(a.attempt, a.leader, a.queued, a.job_id) for a in rows] == [(1, None, False, None), (2, "r", True, "41")]
+    assert times.current.number == 2 and times.current.process == "r" and not times.current.queued

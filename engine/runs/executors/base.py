@@ -67,6 +67,7 @@ class Started:
     # ended where it knows better than the moment `poll` saw it (an attempt that ended unwatched).
     began_at: Optional[str] = None
     ended_at: Optional[str] = None
+    queue_state: Optional[str] = None  # the queue's word for its job ("PENDING (Resources)"), where it has one
     handle: Any = field(default=None, repr=False)  # the executor's own
 
 

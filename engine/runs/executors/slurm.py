@@ -19,7 +19,9 @@ a job Slurm ended (TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED by anyone else, OUT_
 failed attempt whose reason carries Slurm's state and reason; submitted with `--no-requeue`,
 Slurm never runs an attempt twice behind the runner's back.
 
-The batch script's first act writes `logs/slurm-<job id>.start` (the time it began, on the node):
+The batch script (`slurm_script`) first takes its run directories' lock (one attempt at a time in
+a run directory, whatever any runner believes), then writes `logs/slurm-<job id>.start` (the time
+it began, on the node):
 the attempt's time counts from there, not from its submission (`queues`), so a job PENDING for
 hours adds nothing to the run's time, its cost or its ETA.
 """
@@ -40,8 +42,9 @@ from typing import Mapping, Optional, Sequence
 
 from engine.errors import UserError
 from engine.runs.executors import slurm_commands as slurm
-from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, LOG_DIR, RUN_ID_ENV, Job, Started, run_environment
+from engine.runs.executors.base import LOG_DIR, Job, Started, run_environment
 from engine.runs.executors.slurm_commands import JobState, SlurmUnreachable
+from engine.runs.executors.slurm_script import GROUPED, batch_script, exit_file_name
 from engine.runs.lineage import RunRecord, now_iso, parse_iso
 
 
@@ -73,6 +76,7 @@ class SlurmExecutor:
     _tracked: dict[str, _Tracked] = field(init=False, default_factory=dict, repr=False)
     _looked_at: float = field(init=False, default=-math.inf, repr=False)
     _nodes: Optional[list[slurm.Node]] = field(init=False, default=None, repr=False)
+    _where: Optional[str] = field(init=False, default=None, repr=False)  # the partition `nodes` are of
 
     def __post_init__(self) -> None:
         self.shared_dir = Path(self.shared_dir).resolve()
@@ -94,8 +98,11 @@ class SlurmExecutor:
         return max((node.gpus for node in self.nodes()), default=0)
 
     def nodes(self) -> list[slurm.Node]:
+        """The nodes of the partition sbatch will use: the spec's, else the cluster's default one
+        (every partition's only where the cluster has no default: sbatch then refuses what none has)."""
         if self._nodes is None:
-            self._nodes = slurm.nodes(self.partition)
+            self._where = self.partition or slurm.default_partition()
+            self._nodes = slurm.nodes(self._where)
         return self._nodes
 
     # ------------------------------------------------------------ protocol
@@ -104,8 +111,10 @@ class SlurmExecutor:
             return f"no launch script at {job.launch_script}"
         if not job.run_dir.resolve().is_relative_to(self.shared_dir):
             return f"its run directory {job.run_dir} is not under the shared directory {self.shared_dir}"
-        where = f"partition {self.partition}" if self.partition else "any partition"
         cpus, gpus = max(job.cpus, 1), job.gpus
+        self.nodes()
+        where = (f"partition {self._where}" + ("" if self.partition else " (the default)")) if self._where \
+            else "any partition"
         if gpus > self.cluster_gpus():
             return f"needs {gpus} GPU(s) but no node of {where} has more than {self.cluster_gpus()}"
         holding = [node for node in self.nodes() if node.cpus >= cpus and node.gpus >= gpus]
@@ -130,28 +139,54 @@ class SlurmExecutor:
             (each.run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         script = log_path.with_suffix(".sbatch")
-        script.write_text(self._batch_script(job, attempt, also))
+        script.write_text(batch_script(job, attempt, also, python=self.python))
         options = self._options(job, name, log_path)
         with open(log_path, "x") as log:  # "x": an earlier attempt's log is never truncated; Slurm appends
             log.write(f"# rlvr-run: {job.id} attempt {attempt} submitted from {socket.gethostname()} at {now_iso()} "
                       f"as Slurm job {name}: sbatch {shlex.join(options)}"
                       f"{'; with ' + ' '.join(j.id for j in also) if also else ''}\n")
-        try:
-            job_id = slurm.submit(options, str(script), env=submit_environment(os.environ))
-        except SlurmUnreachable as exc:
-            # sbatch that lost the controller's answer ("Socket timed out", its own timeout) may
-            # have queued the job all the same: unfollowed, it would run beside the next attempt.
-            try:
-                found = self._named(job, attempt)
-            except SlurmUnreachable:
-                raise SlurmUnreachable(f"{exc} (if Slurm queued it all the same, `squeue -n {name}` "
-                                       "shows it: scancel it before running the study again)") from exc
-            if found is None:
-                raise
-            job_id = found.job_id
+        answer = slurm.submit(options, str(script), env=submit_environment(os.environ))
+        job_id = answer.job_id or self._found_after(job, attempt, answer)
         return self._started(job, attempt, log_path, job_id, also)
 
+    def _found_after(self, job: Job, attempt: int, answer: slurm.Submission) -> str:
+        """The job of an sbatch that gave no id. Whatever it said (a lost answer: "Socket timed out",
+        "Zero Bytes were transmitted or received", no answer in time; an odd one), it may have
+        queued the job all the same: unfollowed, that job would run beside the next attempt. So it
+        is looked for by its name in its run directory before the answer counts as a refusal."""
+        name = job_name_of(job.id, attempt)
+        found = None
+        for wait in (0.0, 1.0, 2.0):  # the controller may list a job it just took a moment later
+            time.sleep(wait)
+            try:
+                found = self._named(job, attempt)
+            except SlurmUnreachable as exc:
+                raise SlurmUnreachable(f"{answer.failure()}; looking for the job by name failed too ({exc}): "
+                                       f"if Slurm queued it all the same, `squeue -n {name}` shows it: scancel it "
+                                       "before running the study again") from exc
+            if found is not None or answer.returncode > 0 and not isinstance(answer.failure(), SlurmUnreachable):
+                break
+        if found is None:
+            raise answer.failure()
+        return found.job_id
+
     def poll(self, started: Started) -> Optional[int]:
+        """None while the job is queued or running, or while its end is not known yet (Slurm forgot
+        it less than `gone_after_s` ago, the controller is silent less than `unreachable_after_s`).
+        Else, exactly one of:
+
+        - launch.sh's own exit status from the exit file (0 for a group's process: each run's own
+          outputs decide), or minus the signal Slurm killed it by when Slurm ended the job
+          (TIMEOUT, PREEMPTED, CANCELLED: the batch script records launch.sh's end all the same);
+        - `-SIGTERM`: Slurm ended the job (CANCELLED, TIMEOUT, PREEMPTED, DEADLINE) before the
+          batch script could record anything;
+        - 1 with `detail`: the job is lost (unknown to the controller, no exit file), its node or
+          its batch script failed (NODE_FAIL, BOOT_FAIL, OUT_OF_MEMORY, FAILED without an exit
+          file), or the controller stopped answering;
+        - 0: Slurm says COMPLETED (the batch script exited 0) and the exit file lags (NFS).
+
+        `ended_at` is when the job ended as Slurm or the batch script recorded it, not when this
+        runner looked (an attempt that ended unwatched)."""
         tracked: _Tracked = started.handle
         try:
             state = self._state_of(tracked.job_id)
@@ -169,6 +204,8 @@ class SlurmExecutor:
                 self._note(started, tracked, state)
                 if state.state != ("COMPLETED" if code == 0 else "FAILED"):  # what Slurm says of such an exit
                     details.append(f"Slurm job {tracked.job_id} {state.describe()} after launch.sh exited with {code}")
+            if state is not None and state.state in slurm.KILLED and code > 128:
+                code = -(code - 128)  # bash's 128+n: launch.sh died of the signal Slurm ends jobs with
             if grouped and code:
                 # A group's process fails when any of its runs did: each run's own outputs decide (as
                 # the scheduler does for a group it launched), also for runs re-attached one by one.
@@ -183,8 +220,10 @@ class SlurmExecutor:
             if now - tracked.gone_since < self.gone_after_s:
                 return None
             started.detail = f"Slurm job {tracked.job_id} is unknown to the controller and left no exit file"
+            started.ended_at = slurm.end_times([tracked.job_id]).get(tracked.job_id)
             return 1
         tracked.gone_since = None
+        started.ended_at = slurm.end_times([tracked.job_id]).get(tracked.job_id)  # where accounting exists
         if state.state in slurm.KILLED:
             self._note(started, tracked, state)
             started.detail = f"Slurm job {tracked.job_id} {state.describe()}"
@@ -196,21 +235,43 @@ class SlurmExecutor:
         return 0  # COMPLETED is exit 0; an exit file on NFS may lag its job
 
     def stop(self, running: list[Started], *, grace_s: float) -> None:
-        ids = sorted({s.handle.job_id for s in running})
+        """scancel the jobs, checked: a job still alive after it (or whose fate the controller would
+        not tell) is said in its attempt's `detail`, so its run's reason does not claim it ended."""
+        survivors = self._cancel_confirmed(sorted({s.handle.job_id for s in running}), grace_s)
+        for started in running:
+            job_id = started.handle.job_id
+            if job_id in survivors:
+                started.detail = f"Slurm job {job_id} {survivors[job_id]}: `scancel {job_id}` it"
+            self._tracked.pop(job_id, None)
+
+    def _cancel_confirmed(self, ids: list[str], grace_s: float) -> dict[str, str]:
+        """scancel `ids` (tried again while it fails), then watch them end for up to `grace_s`,
+        asking again halfway; what is left, by id, in words ("still RUNNING after scancel")."""
+        if not ids:
+            return {}
         try:
             slurm.cancel(ids)
-        except SlurmUnreachable:
-            return  # an unreachable controller cannot be told; the reason says the runner stopped
-        deadline = time.monotonic() + grace_s
-        while ids and time.monotonic() < deadline:
+        except SlurmUnreachable as exc:
+            return {i: f"may still run: {exc}" for i in ids}
+        deadline, asked_again = time.monotonic() + grace_s, False
+        while True:
             try:
                 states = slurm.job_states(ids)
-            except SlurmUnreachable:
-                return
-            ids = [i for i in ids if i in states and not states[i].ended]
+            except SlurmUnreachable as exc:
+                return {i: f"may still run: after scancel, squeue failed ({exc})" for i in ids}
+            # COMPLETING: Slurm is ending it (its processes get SIGKILL after KillWait)
+            ids = [i for i in ids if i in states and not states[i].ended and states[i].state != "COMPLETING"]
+            if not ids:
+                return {}
+            if time.monotonic() >= deadline:
+                return {i: f"still {states[i].describe()} after scancel" for i in ids}
+            if not asked_again and time.monotonic() >= deadline - grace_s / 2:
+                asked_again = True
+                try:
+                    slurm.cancel(ids)
+                except SlurmUnreachable:
+                    pass
             time.sleep(0.2)
-        for started in running:
-            self._tracked.pop(started.handle.job_id, None)
 
     def reattach(self, record: RunRecord, job: Job, *, log_path: Path) -> Optional[Started]:
         try:
@@ -232,7 +293,34 @@ class SlurmExecutor:
         return self._started(job, record.attempt, log_path, job_id, ())
 
     def reap(self, record: RunRecord, *, grace_s: float) -> int:
-        return 0  # `reattach` found no job: there is nothing on the cluster to cancel
+        """Cancel every job of the run still alive (by its recorded id, and by the name of each of its
+        attempts in its run directory), and see them end: nothing else may write there meanwhile.
+        How many were cancelled; a job that survives is a UserError (nothing is submitted)."""
+        try:
+            live = self._live_jobs_of(record)
+        except SlurmUnreachable as exc:
+            raise UserError(f"run {record.id} may still have a Slurm job, and the controller does not answer "
+                            f"({exc}); start the runner again once it does") from exc
+        survivors = self._cancel_confirmed(sorted(live), max(grace_s, 30.0))
+        if survivors:
+            said = "; ".join(f"job {i} {why}" for i, why in survivors.items())
+            raise UserError(f"run {record.id}'s earlier Slurm job would write its run directory beside a new one: "
+                            f"{said}\n  fix: `scancel {' '.join(survivors)}`, wait until `squeue -j "
+                            f"{','.join(survivors)}` shows it ended, and run again")
+        return len(live)
+
+    def _live_jobs_of(self, record: RunRecord) -> list[str]:
+        """The run's jobs Slurm still runs or queues: the one lineage recorded, and those named after
+        any of its attempts whose directory is the run's (a job whose id never reached lineage)."""
+        live = []
+        if record.job_id and record.job_id.isdigit():
+            live += [i for i, st in slurm.job_states([record.job_id]).items() if not st.ended]
+        if record.run_dir and record.attempt:
+            here = Path(record.run_dir).resolve()
+            names = ",".join(job_name_of(record.id, n) for n in range(1, record.attempt + 1))
+            live += [i for i, st in slurm.job_states(name=names).items()
+                     if not st.ended and st.work_dir and Path(st.work_dir).resolve() == here and i not in live]
+        return live
 
     # ------------------------------------------------------------ helpers
     def _named(self, job: Job, attempt: int) -> Optional[JobState]:
@@ -264,33 +352,6 @@ class SlurmExecutor:
         """The job's time limit: the run's own, else the executor's for its kind; None: the partition's."""
         return job.time_limit_h or self.time_limit_h.get(job.kind)
 
-    def _batch_script(self, job: Job, attempt: int, also: Sequence[Job]) -> str:
-        cpus = max(job.cpus, 1)
-        env = {RUN_ID_ENV: job.id, "RLVR_ATTEMPT": str(attempt), "RLVR_CPUS": str(cpus), "RLVR_PYTHON": self.python,
-               "OMP_NUM_THREADS": str(cpus), "MKL_NUM_THREADS": str(cpus),
-               GROUP_ENV: " ".join(j.id for j in also), ALSO_ENV: "\n".join(str(j.run_dir) for j in also)}
-        if not job.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU-only job never reaches for a GPU another job holds
-        exits = " ".join(shlex.quote(str(j.run_dir / LOG_DIR)) for j in (job, *also))
-        lines = ["#!/bin/bash", f"# rlvr-run: the Slurm job of run {job.id}, attempt {attempt} (written by the runner)"]
-        lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
-        lines += [
-            # First: the time it began, so that the queue wait before it is no run time.
-            "began=$(date -u +%Y-%m-%dT%H:%M:%S.%3N+00:00)",
-            f'for dir in {exits}; do echo "$began" > "$dir/slurm-$SLURM_JOB_ID.start.partial" '
-            f'&& mv "$dir/slurm-$SLURM_JOB_ID.start.partial" "$dir/slurm-$SLURM_JOB_ID.start"; done',
-            'echo "# rlvr-run: Slurm job $SLURM_JOB_ID started on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ);'
-            ' CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"',
-            f"cd {shlex.quote(str(job.run_dir))}",
-            f"bash {shlex.quote(str(job.launch_script))}",
-            "code=$?",
-            # Written before the job ends, so a runner that comes back after Slurm forgot it still knows.
-            f'for dir in {exits}; do echo "$code{GROUPED if also else ""}" > "$dir/slurm-$SLURM_JOB_ID.exit.partial" '
-            f'&& mv "$dir/slurm-$SLURM_JOB_ID.exit.partial" "$dir/slurm-$SLURM_JOB_ID.exit"; done',
-            'exit "$code"',
-        ]
-        return "\n".join(lines) + "\n"
-
     def _started(self, job: Job, attempt: int, log_path: Path, job_id: str, also: Sequence[Job]) -> Started:
         tracked = self._tracked.get(job_id) or _Tracked(
             job_id=job_id, exit_files=tuple(j.run_dir / LOG_DIR / exit_file_name(job_id) for j in (job, *also)),
@@ -310,6 +371,7 @@ class SlurmExecutor:
     def _note(self, started: Started, tracked: _Tracked, state: JobState) -> None:
         """Slurm's state changes go into the attempt log (PENDING (Resources) → RUNNING → TIMEOUT)."""
         said = state.describe()
+        started.queue_state = said
         if said != tracked.seen:
             tracked.seen = said
             with open(started.log_path, "a") as log:
@@ -332,15 +394,8 @@ def submit_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in run_environment(environ).items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
 
 
-GROUPED = " group"  # after the exit code in a group's exit files
-
-
 def job_name_of(run_id: str, attempt: int) -> str:
     return f"rlvr-{run_id}-a{attempt}"
-
-
-def exit_file_name(job_id: str) -> str:
-    return f"slurm-{job_id}.exit"
 
 
 def _exit_code(tracked: _Tracked) -> tuple[Optional[int], bool, Optional[str]]:

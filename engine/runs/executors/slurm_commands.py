@@ -1,8 +1,9 @@
 """The Slurm client commands the executor and `status` use, and nothing else of Slurm's.
 
 Only what Slurm 22.05 and every later release share: `sbatch --parsable`, `squeue -h -t all
--j IDS -o FORMAT` (and `-n NAME`), `scancel IDS`, `sinfo -h -N -o FORMAT`. No REST API, no
-`sacct` (clusters without accounting storage answer nothing), no `--json` (its schema differs
+-j IDS -o FORMAT` (and `-n NAME`), `scancel IDS`, `sinfo -h -N -o FORMAT`, and `sacct -X -P -o
+JobID,End` for when a job ended, where the cluster keeps accounting (many do not: it then answers
+nothing, and the batch script's exit file says it). No REST API, no `--json` (its schema differs
 between releases). The cluster is whichever `SLURM_CONF` (or the system's configuration) names.
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Optional, Sequence
 
 # States in which a job will never run again (with `--no-requeue`); the rest are on the way.
@@ -63,16 +66,50 @@ def _run(args: Sequence[str], *, env: Optional[dict[str, str]] = None, timeout_s
         raise SlurmUnreachable(f"{args[0]} did not answer within {timeout_s:.0f} s") from exc
 
 
-def submit(options: Sequence[str], script: str, *, env: dict[str, str]) -> str:
-    """sbatch the batch script with `options`; the new job's id."""
-    done = _run(["sbatch", "--parsable", *options, script], env=env)
-    if done.returncode != 0:
-        words = done.stderr.strip() or done.stdout.strip()
-        if "Unable to contact slurm controller" in words or "Socket timed out" in words:
-            raise SlurmUnreachable(f"sbatch could not reach the Slurm controller: {words[-300:]}")
-        raise SlurmRefused(f"sbatch refused the job: {words[-300:]}")
-    # --parsable prints "id" or "id;cluster"
-    return done.stdout.strip().splitlines()[-1].split(";")[0]
+class SlurmAnswerUnclear(OSError):
+    """A Slurm command answered something that is neither what it prints nor an error it names
+    (sbatch exiting 0 with no job id, squeue lines of another shape): the command and its output."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What sbatch answered: the job id when it printed one; else its exit status and words, which
+    the executor reads only after looking for the job by name (a lost answer may have queued it)."""
+
+    command: str
+    returncode: int
+    output: str
+    job_id: Optional[str] = None
+
+    def failure(self) -> OSError:
+        """The error this answer is when no job of its name was found: unreachable, refused or unclear."""
+        words = self.output[-300:]
+        if self.returncode == 0:
+            return SlurmAnswerUnclear(f"`{self.command}` exited 0 without a job id; its output: {words or '(none)'}")
+        if self.returncode < 0 or any(sign in self.output for sign in _UNREACHABLE):  # < 0: no answer in time
+            return SlurmUnreachable(f"sbatch could not reach the Slurm controller: {words}")
+        return SlurmRefused(f"sbatch refused the job: {words or f'exit {self.returncode}, no output'}")
+
+
+# sbatch's words when the controller did not answer; a job may have been queued all the same.
+_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
+                "Connection refused", "Connection timed out", "Slurm backup controller in standby mode")
+
+
+def submit(options: Sequence[str], script: str, *, env: dict[str, str]) -> Submission:
+    """sbatch the batch script with `options`; its answer (`Submission.job_id` when it gave one)."""
+    args = ["sbatch", "--parsable", *options, script]
+    command = " ".join(args)
+    try:
+        done = _run(args, env=env)
+    except SlurmUnreachable as exc:  # its own timeout: the answer is lost, not known to be no
+        return Submission(command=command, returncode=-1, output=str(exc))
+    out = done.stdout.strip()
+    output = "\n".join(x for x in (out, done.stderr.strip()) if x)
+    # --parsable prints "id" or "id;cluster"; anything else is no id
+    last = out.splitlines()[-1].split(";")[0].strip() if out else ""
+    job_id = last if done.returncode == 0 and last.isdigit() else None
+    return Submission(command=command, returncode=done.returncode, output=output, job_id=job_id)
 
 
 def job_states(job_ids: Sequence[str] = (), *, name: Optional[str] = None) -> dict[str, JobState]:
@@ -93,14 +130,55 @@ def job_states(job_ids: Sequence[str] = (), *, name: Optional[str] = None) -> di
     found = {}
     for line in done.stdout.splitlines():
         parts = line.strip().split("|", 3)
-        if len(parts) == 4:
-            found[parts[0]] = JobState(job_id=parts[0], state=parts[1].split()[0], reason=parts[2], work_dir=parts[3])
+        if not line.strip():
+            continue
+        if len(parts) != 4 or not parts[0] or not parts[1].split():
+            raise SlurmAnswerUnclear(f"`{' '.join(args)}` printed a line of another shape than {args[5]!r}: "
+                                     f"{line[:200]!r}")
+        found[parts[0]] = JobState(job_id=parts[0], state=parts[1].split()[0], reason=parts[2], work_dir=parts[3])
     return found
 
 
-def cancel(job_ids: Sequence[str]) -> None:
-    if job_ids:
-        _run(["scancel", *job_ids])
+def cancel(job_ids: Sequence[str], *, tries: int = 3, wait_s: float = 1.0) -> None:
+    """scancel `job_ids`, tried again when it fails; raises SlurmUnreachable with its words when
+    every try failed. A job Slurm no longer knows is not a failure (it has ended)."""
+    if not job_ids:
+        return
+    words = ""
+    for i in range(tries):
+        try:
+            done = _run(["scancel", *job_ids])
+        except SlurmUnreachable as exc:
+            words = str(exc)
+        else:
+            words = (done.stderr.strip() or done.stdout.strip())[-300:]
+            errors = [line for line in words.splitlines() if line.strip()]
+            if done.returncode == 0 or (errors and all("Invalid job id" in line for line in errors)):
+                return
+        if i + 1 < tries:
+            time.sleep(wait_s * (i + 1))
+    raise SlurmUnreachable(f"`scancel {' '.join(job_ids)}` failed {tries} times: {words or 'no output'}")
+
+
+def end_times(job_ids: Sequence[str]) -> dict[str, str]:
+    """When Slurm's accounting says each job ended (ISO, with the zone), for jobs that ended; empty
+    where the cluster keeps no accounting (sacct then fails or answers nothing), or sacct is absent."""
+    if not job_ids or shutil.which("sacct") is None:
+        return {}
+    try:
+        done = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o", "JobID,End"])
+    except SlurmUnreachable:
+        return {}
+    if done.returncode != 0:
+        return {}
+    found = {}
+    for line in done.stdout.splitlines():
+        job_id, _, end = line.strip().partition("|")
+        try:  # sacct prints the controller's local time, without a zone: this machine's clock zone
+            found[job_id] = datetime.fromisoformat(end).astimezone(timezone.utc).isoformat(timespec="milliseconds")
+        except ValueError:  # "Unknown": still running
+            continue
+    return found
 
 
 _GPU = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
@@ -145,6 +223,15 @@ def hours_of(limit: str) -> Optional[float]:
 def gpus_in_gres(gres: str) -> int:
     """GPUs in one node's GRES as sinfo prints it: `gpu:4`, `gpu:a100:4(S:0-1)`, `gpu:a:2,gpu:b:2,mps:200`."""
     return sum(int(count) for count in _GPU.findall(re.sub(r"\([^)]*\)", "", gres)))
+
+
+def default_partition() -> Optional[str]:
+    """The partition sbatch uses for a job that names none (sinfo marks it with `*`); None: none is."""
+    done = _run(["sinfo", "-h", "-o", "%P"])
+    if done.returncode != 0:
+        raise SlurmUnreachable(f"sinfo failed: {done.stderr.strip()[-300:]}")
+    marked = [line.strip()[:-1] for line in done.stdout.splitlines() if line.strip().endswith("*")]
+    return marked[0] if marked else None
 
 
 def partitions() -> list[str]:

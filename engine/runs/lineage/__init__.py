@@ -9,6 +9,7 @@ from engine.runs.lineage.records import (
     UNCHANGED,
     TRANSITIONS,
     ArtifactRecord,
+    AttemptRecord,
     DatasetRecord,
     EdgeRecord,
     Event,
@@ -27,11 +28,11 @@ from engine.runs.lineage.records import (
     parse_iso,
 )
 from engine.runs.lineage.store import LINEAGE_FILE, Lineage, open_lineage
-from engine.runs.lineage.timing import Attempt, RunTime, began_reason, process_of, run_times, running_reason
+from engine.runs.lineage.timing import Attempt, RunTime, began_reason, run_times, running_reason
 
 __all__ = [
-    "FINISHED", "UNCHANGED", "TRANSITIONS", "ArtifactRecord", "DatasetRecord", "EdgeRecord", "Event", "IllegalTransition",
+    "FINISHED", "UNCHANGED", "TRANSITIONS", "ArtifactRecord", "AttemptRecord", "DatasetRecord", "EdgeRecord", "Event", "IllegalTransition",
     "LeakRecord", "Metric", "PlanRecords", "ProtocolRecord", "RunDatasetRecord", "RunProtocolRecord", "RunRecord", "RunState",
     "SpecRecord", "WaiverRecord", "now_iso", "parse_iso", "LINEAGE_FILE", "Lineage", "open_lineage",
-    "Attempt", "RunTime", "began_reason", "process_of", "run_times", "running_reason",
+    "Attempt", "RunTime", "began_reason", "run_times", "running_reason",
 ]

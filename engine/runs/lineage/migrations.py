@@ -145,6 +145,37 @@ def _m011(db: Database) -> None:
     db["specs"].add_column("semantic", str)
 
 
+@MIGRATIONS(name="m012_attempts")
+def _m012(db: Database) -> None:
+    # Each attempt of a run, typed: its executor's job id and process leader, the run whose process
+    # does its work (evaluations of one checkpoint share one), whether it waits in a queue, Slurm's
+    # last state of its job. Every job ever submitted for a run stays here, so a runner can look
+    # each up before it submits another. Attempts recorded before: from their `running` events,
+    # whose reason was the only place they were said ("attempt 2 in the process of r, queued").
+    import re
+
+    db["attempts"].create(
+        {"run_id": str, "attempt": int, "leader": str, "queued": int, "job_id": str, "pid": int,
+         "queue_state": str, "submitted_at": str, "began_at": str},
+        pk=("run_id", "attempt"),
+    )
+    said = re.compile(r"attempt (\d+)(?: in the process of ([^\s,]+))?(, queued)?")
+    rows = {}
+    for event in db.query("SELECT run_id, time, reason FROM events WHERE to_state = 'running' AND "
+                          "(from_state IS NULL OR from_state != 'running') ORDER BY id"):
+        match = said.match(event["reason"] or "")
+        if match:
+            rows[(event["run_id"], int(match.group(1)))] = {
+                "run_id": event["run_id"], "attempt": int(match.group(1)), "leader": match.group(2),
+                "queued": int(bool(match.group(3))), "submitted_at": event["time"]}
+    current = {r["id"]: r for r in db.query("SELECT id, attempt, job_id, pid FROM runs")}
+    for key, row in rows.items():
+        run = current.get(key[0])
+        if run and run["attempt"] == key[1]:
+            row.update(job_id=run["job_id"], pid=run["pid"])
+    db["attempts"].insert_all(rows.values(), pk=("run_id", "attempt"))
+
+
 def _latest_plan(rows: list[dict], specs: dict[str, str]) -> list[dict]:
     """The runs an unrecorded plan most likely held (what the pages showed before plans were
     recorded, less what the spec as last recorded no longer declares): the newest run of each

@@ -73,6 +73,20 @@ class RunRecord(RunKey):
     attempt: int = 0
 
 
+class AttemptRecord(Record):
+    """One attempt of a run: what its executor ran it as (every job ever submitted for the run)."""
+
+    run_id: str
+    attempt: int
+    leader: Optional[str] = None  # the run whose process does this attempt's work, when not its own
+    queued: bool = False  # submitted to an executor's queue (Slurm): its time starts when it began
+    job_id: Optional[str] = None  # the executor's id (a Slurm job id, a Ray submission id)
+    pid: Optional[int] = None  # the process-group leader, where it runs here
+    queue_state: Optional[str] = None  # Slurm's last state of its job ("PENDING (Resources)", "RUNNING")
+    submitted_at: Optional[str] = None
+    began_at: Optional[str] = None
+
+
 class EdgeRecord(Record):
     parent: str
     child: str

@@ -25,6 +25,7 @@ from engine.runs.lineage.records import (
     FINISHED,
     TRANSITIONS,
     ArtifactRecord,
+    AttemptRecord,
     DatasetRecord,
     Event,
     IllegalTransition,
@@ -185,12 +186,14 @@ class Lineage:
 
     # ------------------------------------------------------------ life cycle
     def set_state(self, run_id: str, to_state: RunState, reason: str = "", *, at: Optional[str] = None,
-                  **fields: Any) -> RunRecord:
+                  leader: Optional[str] = None, queued: bool = False, **fields: Any) -> RunRecord:
         """Move a run to `to_state` (validated) and record the event, in one transaction.
 
         `fields` updates other run columns in the same transaction (pid, exit_code, ...). `at`: when
         the change happened, when that was before now (a dead runner's run ended at its last
         heartbeat, not when the next runner found it: the attempt's time must not hold the gap).
+        A move to `running` with an `attempt` records that attempt (`attempts`): `leader`, the run
+        whose process does its work when not its own; `queued`, submitted to an executor's queue.
         """
         to_state = RunState(to_state)
         with self._write() as db:
@@ -205,6 +208,10 @@ class Lineage:
             if to_state is RunState.running:
                 update.update(started_at=stamp, finished_at=None, exit_code=None, heartbeat_at=stamp)
                 update.setdefault("host", socket.gethostname())
+                if fields.get("attempt"):
+                    db["attempts"].upsert({"run_id": run_id, "attempt": fields["attempt"], "leader": leader,
+                                           "queued": int(queued), "submitted_at": stamp, "job_id": None, "pid": None,
+                                           "queue_state": None, "began_at": None}, pk=("run_id", "attempt"))
             elif to_state in FINISHED:
                 update["finished_at"] = stamp
             db["runs"].update(run_id, update)
@@ -215,6 +222,14 @@ class Lineage:
         """The process-group leader (or the executor's job id) of a run that `set_state(running)` just started."""
         with self._write() as db:
             db["runs"].update(run_id, {"pid": pid, "job_id": job_id})
+            db.execute("UPDATE attempts SET pid = ?, job_id = ? WHERE run_id = ? AND attempt = "
+                       "(SELECT attempt FROM runs WHERE id = ?)", [pid, job_id, run_id, run_id])
+
+    def record_queue_state(self, run_id: str, state: str) -> None:
+        """Slurm's state of the current attempt's job ("PENDING (Resources)", "RUNNING"), as last seen."""
+        with self._write() as db:
+            db.execute("UPDATE attempts SET queue_state = ? WHERE run_id = ? AND attempt = "
+                       "(SELECT attempt FROM runs WHERE id = ?)", [state, run_id, run_id])
 
     def record_began(self, run_id: str, at: str, reason: str) -> None:
         """A running attempt that waited in the executor's queue began at `at`: its `running` →
@@ -225,6 +240,7 @@ class Lineage:
             if row is None or row["state"] != RunState.running.value or row.get("started_at") == at:
                 return
             db["runs"].update(run_id, {"started_at": at})
+            db.execute("UPDATE attempts SET began_at = ? WHERE run_id = ? AND attempt = ?", [at, run_id, row["attempt"]])
             self._event(run_id, RunState.running, RunState.running, reason, at)
 
     def heartbeat(self, run_ids: list[str]) -> None:
@@ -296,6 +312,21 @@ class Lineage:
                              "ORDER BY runs.created_at, runs.rowid", [spec_name])
         return [RunRecord.model_validate(r) for r in rows]
 
+    def attempts(self, run_ids: Optional[Iterable[str]] = None) -> list[AttemptRecord]:
+        """Every attempt recorded (of `run_ids`), by run and number: each job ever submitted for them."""
+        if run_ids is None:
+            rows = list(self.db["attempts"].rows_where(order_by="run_id, attempt"))
+        else:
+            rows = []
+            for chunk in _chunks(_strings(run_ids, "run_ids")):
+                rows += self.db["attempts"].rows_where(f"run_id IN ({','.join('?' * len(chunk))})", chunk,
+                                                       order_by="run_id, attempt")
+        return [AttemptRecord.model_validate({**r, "queued": bool(r["queued"])}) for r in rows]
+
+    def attempt(self, run_id: str, number: int) -> Optional[AttemptRecord]:
+        rows = list(self.db["attempts"].rows_where("run_id = ? AND attempt = ?", [run_id, number]))
+        return AttemptRecord.model_validate({**rows[0], "queued": bool(rows[0]["queued"])}) if rows else None
+
     def events(self, run_id: Optional[str] = None) -> list[Event]:
         rows = self.db["events"].rows_where("run_id = ?" if run_id else None, [run_id] if run_id else [], order_by="id")
         return [Event.model_validate(r) for r in rows]
@@ -303,13 +334,13 @@ class Lineage:
     def run_times(self, run_ids: Optional[Iterable[str]] = None) -> dict[str, RunTime]:
         """Each run's attempts and total time (`timing`); with `run_ids`, only theirs."""
         if run_ids is None:
-            return run_times(self.events())
+            return run_times(self.events(), self.attempts())
         ids = _strings(run_ids, "run_ids")
         events: list[Event] = []
         for chunk in _chunks(ids):
             rows = self.db["events"].rows_where(f"run_id IN ({','.join('?' * len(chunk))})", chunk, order_by="id")
             events += [Event.model_validate(r) for r in rows]
-        return run_times(events)  # a run's events are in one chunk, in the order recorded
+        return run_times(events, self.attempts(ids))  # a run's events are in one chunk, in the order recorded
 
     def metrics(self, run_id: str) -> list[Metric]:
         return [Metric.model_validate(r) for r in self.db["metrics"].rows_where("run_id = ?", [run_id])]

@@ -5,9 +5,11 @@ A run is tried again after a crash, a failure or a Ctrl-C; each try is one attem
 sum of its attempts, never its last one alone (`RunRecord.started_at`/`finished_at` are the last
 attempt's): the cost page, `price --fit`, forecast against actual and the ETA all read it here.
 
-The runner writes the `running` event's reason with `running_reason`, which names the attempt and,
-for a run done in another run's process (evaluations of one checkpoint share one model load),
-that run: the process's time is then shared among the runs it did (`price.study`).
+Each attempt is a typed row of lineage's `attempts` (its number; for a run done in another run's
+process, evaluations of one checkpoint sharing one model load, that run, whose process's time is
+then shared among the runs it did, `price.study`; whether it was queued), matched to its
+`running` event in order. The event's reason (`running_reason`) says the same for people; it is
+read back only from a list of events given without their attempts.
 
 An executor with a queue (Slurm) submits the attempt at its `running` event, whose reason then
 says `queued`; the attempt holds no time until a `running` → `running` event (`began_reason`)
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Optional
 
-from engine.runs.lineage.records import Event, RunState, parse_iso
+from engine.runs.lineage.records import AttemptRecord, Event, RunState, parse_iso
 
 _RUNNING = re.compile(r"attempt (\d+)(?: in the process of ([^\s,]+))?(, queued)?")
 _QUEUED = ", queued"
@@ -32,12 +34,6 @@ def running_reason(attempt: int, process: Optional[str] = None, *, queued: bool 
     """The reason of an attempt's `running` event (what `run_times` reads back); `queued`: submitted
     to an executor's queue, where it may wait before it begins."""
     return f"attempt {attempt}" + (f" in the process of {process}" if process else "") + (_QUEUED if queued else "")
-
-
-def process_of(reason: Optional[str]) -> Optional[str]:
-    """The run whose process does the attempt a `running` reason names (None: its own)."""
-    match = _RUNNING.match(reason or "")
-    return match.group(2) if match else None
 
 
 def began_reason(attempt: int) -> str:
@@ -84,8 +80,15 @@ class RunTime:
         return self.attempts[-1].end if self.attempts else None
 
 
-def run_times(events: Iterable[Event]) -> dict[str, RunTime]:
-    """Each run's attempts from its events (in the order lineage recorded them)."""
+def run_times(events: Iterable[Event], attempts: Optional[Iterable[AttemptRecord]] = None) -> dict[str, RunTime]:
+    """Each run's attempts from its events (in the order lineage recorded them) and, when given,
+    its `attempts` rows (the n-th `running` event of a run opens its n-th attempt row)."""
+    rows: Optional[dict[str, list[AttemptRecord]]] = None
+    if attempts is not None:
+        rows = {}
+        for row in sorted(attempts, key=lambda a: (a.run_id, a.attempt)):
+            rows.setdefault(row.run_id, []).append(row)
+    opened: dict[str, int] = {}
     open_: dict[str, tuple[int, datetime, Optional[str], bool]] = {}
     done: dict[str, list[Attempt]] = {}
     for event in events:
@@ -98,9 +101,16 @@ def run_times(events: Iterable[Event]) -> dict[str, RunTime]:
                 number, _, process, _ = open_[event.run_id]
                 open_[event.run_id] = (number, when, process, False)
         elif event.to_state is RunState.running:
-            match = _RUNNING.match(event.reason or "")
-            number = int(match.group(1)) if match else len(attempts) + 1
-            open_[event.run_id] = (number, when, match.group(2) if match else None, bool(match and match.group(3)))
+            nth = opened[event.run_id] = opened.get(event.run_id, 0) + 1
+            if rows is not None:
+                mine = rows.get(event.run_id, [])
+                row = mine[nth - 1] if nth <= len(mine) else None
+                open_[event.run_id] = (row.attempt, when, row.leader, row.queued) if row else (
+                    len(attempts) + 1, when, None, False)
+            else:
+                match = _RUNNING.match(event.reason or "")
+                number = int(match.group(1)) if match else len(attempts) + 1
+                open_[event.run_id] = (number, when, match.group(2) if match else None, bool(match and match.group(3)))
         elif event.run_id in open_:
             number, start, process, queued = open_.pop(event.run_id)
             start = when if queued else start  # ended without beginning: it held nothing

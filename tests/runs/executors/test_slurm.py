@@ -27,6 +27,7 @@ from engine.report.generate import write_reports
 from engine.runs.executors import slurm_commands
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.slurm import SlurmExecutor, job_name_of, submit_environment
+from engine.runs.executors.slurm_script import batch_script
 from engine.runs.lineage import LINEAGE_FILE, Event, PlanRecords, RunRecord, RunState, open_lineage, run_times
 from engine.runs.pipeline import ExecutorChoice, run_spec
 from engine.runs.schedule import execute, recover_dead_runs
@@ -132,13 +133,13 @@ def test_a_job_asks_slurm_for_its_resources_and_the_specs_settings(tmp_path):
                        "--time=30", "--partition=gpu", "--account=lab", "--qos=high", "--exclusive"]
     # The run's own time limit wins over the executor's per kind.
     assert "--time=120" in executor._options(make_job(tmp_path, "r3", time_limit_h=2.0), "x", log)
-    script = executor._batch_script(job, 1, [member])
+    script = batch_script(job, 1, [member], python="/venv/bin/python")
     assert "export RLVR_RUN_ID=r1" in script and "export RLVR_PYTHON=/venv/bin/python" in script
     assert f"export RLVR_EVAL_ALSO={member.run_dir}" in script and "export RLVR_GROUP_RUN_IDS=r2" in script
     assert "CUDA_VISIBLE_DEVICES=''" not in script  # a GPU job gets Slurm's own
-    assert "export CUDA_VISIBLE_DEVICES=''" in executor._batch_script(member, 1, [])
+    assert "export CUDA_VISIBLE_DEVICES=''" in batch_script(member, 1, [], python="/venv/bin/python")
     assert str(member.run_dir / "logs") in script.split("for dir in", 1)[1]  # each run gets the exit file
-    assert 'echo "$code group"' in script and 'echo "$code"' in executor._batch_script(member, 1, [])
+    assert 'echo "$code group"' in script and 'echo "$code"' in batch_script(member, 1, [], python="/venv/bin/python")
     # A runner inside an allocation (salloc on a login node) passes on none of that job's settings.
     env = submit_environment({"SLURM_CONF": "/etc/slurm/x.conf", "SLURM_MEM_PER_NODE": "1000", "SLURM_JOB_ID": "7",
                               "SBATCH_ACCOUNT": "lab", "PATH": "/bin"})
@@ -228,7 +229,7 @@ def test_a_run_waiting_in_slurms_queue_has_not_begun_for_the_eta_nor_for_status(
             id="train1", spec_name="s", phase="sft", seed=1, kind="sft", config_json=json.dumps(config),
             run_dir=str(run_dir))]))
         lineage.set_state("train1", S.queued)
-        lineage.set_state("train1", S.running, "attempt 1, queued", attempt=1, at=two_hours_ago)  # PENDING since
+        lineage.set_state("train1", S.running, "attempt 1, queued", attempt=1, at=two_hours_ago, queued=True)  # PENDING since
     registry = tmp_path / "registry"
     registry.mkdir()
     shutil.copy(shipped("registry") / "hardware.yaml", registry / "hardware.yaml")
@@ -563,9 +564,10 @@ def test_a_group_left_by_a_runner_dead_after_sbatch_is_found_through_its_leader_
     with open_lineage(runs / LINEAGE_FILE) as lineage:
         lineage.record_plan_records(PlanRecords(runs=[
             RunRecord(id=j.id, spec_name="t", phase=j.id, kind=j.kind, run_dir=str(j.run_dir)) for j in (leader, member)]))
-        for job, reason in ((leader, "attempt 1, queued"), (member, "attempt 1 in the process of leader, queued")):
+        for job, reason, by in ((leader, "attempt 1, queued", None),
+                                (member, "attempt 1 in the process of leader, queued", "leader")):
             lineage.set_state(job.id, S.queued, "queued")
-            lineage.set_state(job.id, S.running, reason, attempt=1)
+            lineage.set_state(job.id, S.running, reason, attempt=1, leader=by, queued=True)
         started = executor.start(leader, attempt=1, log_path=leader.run_dir / "logs" / "attempt-1.log", also=[member])
         lineage.record_launch("leader", None, started.job_id)
     exits = [j.run_dir / "logs" / f"slurm-{started.job_id}.exit" for j in (leader, member)]
@@ -597,8 +599,9 @@ def test_a_run_wanting_more_cpus_than_any_node_has_is_refused_not_left_pending_f
     cpus = slurm_env.cpus
     assert executor.refusal(make_job(tmp_path, "fits", cpus=cpus, gpus=slurm_env.gpus)) is None
     too_many = make_job(tmp_path, "too_many", cpus=cpus + 1)
-    assert executor.refusal(too_many) == (f"needs {cpus + 1} CPU(s) but no node of any partition has "
-                                          f"that many (the most: {cpus})")
+    # No partition set: sbatch uses the default one, and that is the one checked.
+    assert executor.refusal(too_many) == (f"needs {cpus + 1} CPU(s) but no node of partition debug (the default) "
+                                          f"has that many (the most: {cpus})")
 
 
 @pytest.mark.slow  # a real Slurm: `make test-all` and CI run it
@@ -677,3 +680,128 @@ def test_stopping_the_test_cluster_leaves_no_job_running(tmp_path):
     for pid in left:  # this test's own job, so that a failure leaves nothing behind either
         os.kill(pid, signal.SIGKILL)
     assert left == []
+
+
+def _shim(folder: Path, name: str, body: str) -> None:
+    """A wrapper named like a Slurm command, first on the PATH: the real one with a fault injected."""
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(f"#!/bin/bash\nREAL={shutil.which(name)}\n{body}\n")
+    (folder / name).chmod(0o755)
+
+
+def _record(lineage, spec: str, jobs: list[Job]) -> None:
+    lineage.record_plan_records(PlanRecords(runs=[
+        RunRecord(id=j.id, spec_name=spec, phase=j.id, kind=j.kind, run_dir=str(j.run_dir)) for j in jobs]))
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_a_live_job_of_another_spec_left_by_a_dead_runner_is_cancelled_and_seen_ended_before_anything_runs(
+        slurm_env, tmp_path):
+    # A runner of spec "other" died with its job RUNNING; the next runner of this runs directory
+    # runs another spec. Before, that job was marked "gone" with no scancel, and a rerun of
+    # "other" put a second job into the same run directory while the first still trained.
+    runs = tmp_path / "runs"
+    theirs, ours = make_job(runs, "theirs", "sleep 300"), make_job(runs, "ours")
+    executor = SlurmExecutor(shared_dir=runs, status_every_s=0.3)
+    with open_lineage(runs / LINEAGE_FILE) as lineage:
+        _record(lineage, "other", [theirs])
+        _record(lineage, "t", [ours])
+        lineage.set_state("theirs", S.queued, "queued")
+        lineage.set_state("theirs", S.running, "attempt 1, queued", attempt=1, queued=True)
+        job_id = executor.start(theirs, attempt=1, log_path=theirs.run_dir / "logs" / "attempt-1.log").job_id
+        lineage.record_launch("theirs", None, job_id)
+        wait_for(lambda: state_of(job_id) == "RUNNING", what="the other spec's job to run")
+        result = execute([ours], lineage, SlurmExecutor(shared_dir=runs, status_every_s=0.3), heartbeat_s=0.5)
+        rec = lineage.run("theirs")
+    assert result.states == {"ours": S.succeeded}
+    assert state_of(job_id) in ("CANCELLED", None) and rec.state is S.failed
+    assert rec.reason.startswith(f"runner died: job {job_id} still alive: cancelled (1 job(s)) and seen ended"), \
+        rec.reason
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_a_second_attempts_job_in_a_run_directory_another_job_holds_does_nothing(slurm_env, tmp_path):
+    # Whatever the runners believe, the batch script itself holds its run directory's lock.
+    job = make_job(tmp_path, "held", 'echo "working $SLURM_JOB_ID"; sleep 300')
+    executor = SlurmExecutor(shared_dir=tmp_path, status_every_s=0.3)
+    first = executor.start(job, attempt=1, log_path=job.run_dir / "logs" / "attempt-1.log")
+    try:
+        wait_for(lambda: "working" in (job.run_dir / "logs" / "attempt-1.log").read_text(), what="the first job")
+        second = executor.start(job, attempt=2, log_path=job.run_dir / "logs" / "attempt-2.log")
+        codes = []
+        wait_for(lambda: codes.append(executor.poll(second)) or codes[-1] is not None, what="the second job to end")
+        log = (job.run_dir / "logs" / "attempt-2.log").read_text()
+        assert codes[-1] == 75 and "another attempt holds the lock" in log and "working" not in log, log
+        assert state_of(first.job_id) == "RUNNING"
+    finally:
+        slurm_commands.cancel([first.job_id])
+
+
+@pytest.mark.slow  # a real Slurm: `make test-all` and CI run it
+@pytest.mark.parametrize("fault", [
+    # stdout dropped: sbatch exits 0 and prints nothing (before: an IndexError out of the scheduler)
+    '"$REAL" "$@" > /dev/null',
+    # an answer lost with words no list of "lost answer" messages had
+    '"$REAL" "$@" > /dev/null; echo "sbatch: error: Batch job submission failed: Zero Bytes were transmitted or '
+    'received" >&2; exit 1',
+])
+def test_an_sbatch_answer_without_a_job_id_is_looked_up_by_name_before_it_counts_as_a_refusal(
+        slurm_env, tmp_path, monkeypatch, fault):
+    _shim(tmp_path / "shim", "sbatch", fault)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'shim'}:{os.environ['PATH']}")
+    job = make_job(tmp_path, "lost")
+    executor = SlurmExecutor(shared_dir=tmp_path, status_every_s=0.3)
+    started = executor.start(job, attempt=1, log_path=job.run_dir / "logs" / "attempt-1.log")
+    assert started.job_id and started.job_id.isdigit()
+    codes = []
+    wait_for(lambda: codes.append(executor.poll(started)) or codes[-1] is not None, what="the job to end")
+    here = [s for s in slurm_commands.job_states(name="rlvr-lost-a1").values()
+            if Path(s.work_dir).resolve() == job.run_dir.resolve()]
+    assert codes[-1] == 0 and [s.job_id for s in here] == [started.job_id]  # one job, followed
+
+
+@pytest.mark.slow  # a real Slurm: `make test-all` and CI run it
+def test_an_sbatch_that_queued_nothing_and_said_nothing_is_an_error_with_its_command_and_output(
+        slurm_env, tmp_path, monkeypatch):
+    _shim(tmp_path / "shim", "sbatch", "exit 0")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'shim'}:{os.environ['PATH']}")
+    job = make_job(tmp_path, "silent")
+    with pytest.raises(slurm_commands.SlurmAnswerUnclear, match=r"`sbatch --parsable --job-name=rlvr-silent-a1 .*"
+                                                                 r"` exited 0 without a job id; its output: \(none\)"):
+        SlurmExecutor(shared_dir=tmp_path).start(job, attempt=1, log_path=job.run_dir / "logs" / "attempt-1.log")
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_a_failing_scancel_is_retried_and_a_job_that_survives_it_is_reported(slurm_env, tmp_path, monkeypatch):
+    executor = SlurmExecutor(shared_dir=tmp_path, status_every_s=0.3)
+    path = os.environ["PATH"]
+    jobs = [make_job(tmp_path, name, "sleep 300") for name in ("flaky", "stuck")]
+    started = [executor.start(j, attempt=1, log_path=j.run_dir / "logs" / "attempt-1.log") for j in jobs]
+    try:
+        wait_for(lambda: all(state_of(s.job_id) == "RUNNING" for s in started), what="both jobs to run")
+        # Fails once, then works: retried, the job ends, nothing is reported.
+        _shim(tmp_path / "flaky", "scancel", f'if [ ! -e {tmp_path}/failed-once ]; then touch {tmp_path}/failed-once; '
+                                             'echo "scancel: error: Socket timed out" >&2; exit 1; fi; exec "$REAL" "$@"')
+        monkeypatch.setenv("PATH", f"{tmp_path / 'flaky'}:{os.environ['PATH']}")
+        executor.stop([started[0]], grace_s=20)
+        assert started[0].detail is None and state_of(started[0].job_id) in ("CANCELLED", "COMPLETING", None)
+        # Always fails: the job runs on, and its attempt says so.
+        _shim(tmp_path / "broken", "scancel", 'echo "scancel: error: Unable to contact slurm controller" >&2; exit 1')
+        monkeypatch.setenv("PATH", f"{tmp_path / 'broken'}:{os.environ['PATH']}")
+        executor.stop([started[1]], grace_s=2)
+        job_id = started[1].job_id
+        assert started[1].detail.startswith(f"Slurm job {job_id} may still run: `scancel {job_id}` failed 3 times")
+        assert state_of(job_id) == "RUNNING"
+    finally:
+        monkeypatch.setenv("PATH", path)
+        slurm_commands.cancel([s.job_id for s in started])
+
+
+def test_options_that_change_where_or_when_a_job_runs_are_reserved():
+    from engine.spec.refs import reserved_sbatch_option
+
+    for arg, option in (("--nodes=2", "--nodes"), ("-N2", "--nodes"), ("--hold", "--hold"), ("-H", "--hold"),
+                        ("--test-only", "--test-only"), ("--begin=now+1hour", "--begin"), ("-p", "--partition"),
+                        ("--clusters=b", "--clusters"), ("--time=5", "--time")):
+        assert reserved_sbatch_option(arg) == option, arg
+    assert reserved_sbatch_option("--constraint=h100") is None and reserved_sbatch_option("--exclusive") is None

@@ -14,6 +14,10 @@ export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
 "$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/38b088b59681/model
 # verl's file logger truncates its file on every start: one metrics file per attempt.
+# verl imports the modules named here in each of its processes (its plug-in hook): the repair
+# agent loop, and on a machine without a GPU rlvr-run's CPU platform and transformers rollout.
+# The transformers rollout's record of its weight syncs and batches (vLLM ignores it).
+export RLVR_ROLLOUT_LOG="$RUN_DIR/logs/rollout.${RLVR_ATTEMPT}.jsonl"
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
 # verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules
@@ -27,6 +31,7 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     data.filter_overlong_prompts=true \
     data.truncation=error \
     actor_rollout_ref.model.path=/runs/golden/38b088b59681/model \
+    actor_rollout_ref.actor.strategy=fsdp2 \
     actor_rollout_ref.actor.use_kl_loss=true \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-06 \

@@ -14,8 +14,12 @@ export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
 "$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-rl --model /runs/golden/c02b4fb0c3a0/model
 # Multi-round repair = GRPO whose rollouts run the rlvr_repair agent loop: answer, judge,
-# feed the verdict back, up to 2 rounds. verl imports the loop from this module.
-export VERL_USE_EXTERNAL_MODULES=engine.train.verl_repair_loop
+# feed the verdict back, up to 2 rounds.
+# verl imports the modules named here in each of its processes (its plug-in hook): the repair
+# agent loop, and on a machine without a GPU rlvr-run's CPU platform and transformers rollout.
+export VERL_USE_EXTERNAL_MODULES=engine.train.verl_plugin,engine.train.verl_repair_loop
+# The transformers rollout's record of its weight syncs and batches (vLLM ignores it).
+export RLVR_ROLLOUT_LOG="$RUN_DIR/logs/rollout.${RLVR_ATTEMPT}.jsonl"
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
 # verl has no early stopping: engine.train.verl_watch stops it by the phase's early_stop rules
@@ -29,6 +33,7 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     data.filter_overlong_prompts=true \
     data.truncation=error \
     actor_rollout_ref.model.path=/runs/golden/c02b4fb0c3a0/model \
+    actor_rollout_ref.actor.strategy=fsdp2 \
     actor_rollout_ref.actor.use_kl_loss=true \
     actor_rollout_ref.actor.kl_loss_type=low_var_kl \
     actor_rollout_ref.actor.optim.lr=1e-06 \
@@ -46,7 +51,7 @@ timeout --kill-after=120 259200 "$RLVR_PYTHON" -m verl.trainer.main_ppo \
     trainer.test_freq=-1 \
     actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
-    actor_rollout_ref.rollout.name=vllm \
+    actor_rollout_ref.rollout.name=rlvr_hf \
     actor_rollout_ref.rollout.n=8 \
     actor_rollout_ref.rollout.temperature=1.0 \
     actor_rollout_ref.rollout.top_p=1.0 \

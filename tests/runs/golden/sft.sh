@@ -13,6 +13,11 @@ RLVR_PYTHON="${RLVR_PYTHON:-python3}"
 export RLVR_ATTEMPT="${RLVR_ATTEMPT:-$(date -u +%Y%m%dT%H%M%SZ)}"
 # Writes data/*.parquet from the frozen config's datasets (python -m engine.train.export).
 "$RLVR_PYTHON" -m engine.train.export --run-dir "$RUN_DIR" --format verl-sft-messages --model Qwen/Qwen2.5-Coder-1.5B-Instruct
+# verl imports the modules named here in each of its processes (its plug-in hook): the repair
+# agent loop, and on a machine without a GPU rlvr-run's CPU platform and transformers rollout.
+export VERL_USE_EXTERNAL_MODULES=engine.train.verl_plugin
+# The transformers rollout's record of its weight syncs and batches (vLLM ignores it).
+export RLVR_ROLLOUT_LOG="$RUN_DIR/logs/rollout.${RLVR_ATTEMPT}.jsonl"
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
 timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
@@ -21,6 +26,7 @@ timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_nod
     data.messages_key=messages \
     model.path=Qwen/Qwen2.5-Coder-1.5B-Instruct \
     +model.override_config.attn_implementation=sdpa \
+    engine.strategy=fsdp2 \
     'checkpoint.save_contents=["model","optimizer","extra","hf_model"]' \
     optim.lr=2e-05 \
     data.train_batch_size=64 \
