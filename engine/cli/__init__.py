@@ -5,7 +5,7 @@ loads no verb, and a command loads only its own (the library behind `data` or `r
 costs seconds to import; `status` and `--help` must answer at once).
 
 `main` alone maps exceptions to exit codes: a spec error 1, any other user error 2
-(with the `fix:` line its verb writes), Ctrl-C 130.
+(with the `fix:` line its verb writes), Ctrl-C 130, a reader that went away (`| head`) 141.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ VERBS: dict[str, tuple[str, str]] = {
                  "evaluate a run directory's model on its datasets (what an eval run's launch.sh runs)"),
     "judge": ("engine.cli.judge", "judge completions against problems' tests"),
     "data": ("engine.cli.data", "id lists, leakage report, exports, preference pairs"),
+    "export": ("engine.cli.export", "a study's tables, comparisons and run metrics as tidy CSV or JSON rows"),
+    "compare": ("engine.cli.compare", "two studies' shared cells side by side, with Δ where comparable"),
 }
 SUBCOMMANDS = tuple(VERBS)
 # Verbs that may load a model in this process (rule 3's encoder, the tiny base model): the
@@ -43,6 +45,7 @@ def build_parser(verbs: Iterable[str] = SUBCOMMANDS) -> argparse.ArgumentParser:
         description="Declarative experiment runner for RLVR post-training of code models.",
         epilog="`rlvr-run SPEC [--dry-run]` is short for `rlvr-run run SPEC`.",
     )
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command")
     chosen = set(verbs)
     for name, (module, help_text) in VERBS.items():
@@ -50,6 +53,29 @@ def build_parser(verbs: Iterable[str] = SUBCOMMANDS) -> argparse.ArgumentParser:
         if name in chosen:
             importlib.import_module(module).add_arguments(verb)
     return parser
+
+
+class _Version(argparse.Action):
+    """`--version`, looked up only when asked: importlib.metadata would cost every start a tenth
+    of a second, a third of what `--help` may take."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: Optional[str] = None) -> None:
+        print(f"rlvr-run {_version()}")
+        parser.exit()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlvr-run")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _normalize_argv(argv: list[str]) -> list[str]:
@@ -71,6 +97,15 @@ def quiet_libraries() -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        if not _output_closed():
+            raise  # a pipe of the library's own (a worker's): a fault, not the reader leaving
+        return _reader_left()
+
+
+def _main(argv: Optional[list[str]]) -> int:
     argv = _normalize_argv(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser(argv[:1])
     args = parser.parse_args(argv)
@@ -82,8 +117,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         quiet_libraries()
     from rich.text import Text
 
-    from engine.cli.views import err_console
+    from engine.cli.views import console, err_console
     from engine.errors import SpecError, UserError
+
+    # rich stops with exit status 1 on a closed pipe, which here means a spec error: one way for all
+    console.on_broken_pipe = err_console.on_broken_pipe = _pipe_closed  # type: ignore[method-assign]
 
     try:
         return func(args)
@@ -99,3 +137,34 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         err_console.print(Text("interrupted", style="yellow"))
         return 130
+
+
+def _pipe_closed() -> None:
+    raise BrokenPipeError
+
+
+def _output_closed() -> bool:
+    """Whether our stdout or stderr is a pipe whose reader has gone (`rlvr-run status | head`)."""
+    import select
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            poller = select.poll()
+            poller.register(stream.fileno(), select.POLLOUT)
+            if any(mask & select.POLLERR for _, mask in poller.poll(0)):
+                return True
+        except (AttributeError, OSError, ValueError):  # no file descriptor (a test's capture)
+            continue
+    return False
+
+
+def _reader_left() -> int:
+    """As Unix tools do when the reader of their output goes: stop quietly, with SIGPIPE's status.
+    What is still buffered goes nowhere, so the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            continue
+    return 128 + 13

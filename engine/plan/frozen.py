@@ -93,6 +93,9 @@ class FrozenRun(BaseModel):
 
     run_id: str
     kind: str
+    spec: Optional[str] = None  # the study, phase and variant the run belongs to (trackers group by them)
+    phase: Optional[str] = None
+    variant: Optional[str] = None
     base_model: ModelRef
     reward: Optional[Literal["dense", "sparse"]] = None
     datasets: dict[str, FrozenDataset]

@@ -147,6 +147,22 @@ def ablation_tables(study: Study, columns: list[Column]) -> list[tuple[str, Tabl
     return out
 
 
+def finding(r: Compared) -> str:
+    """One sentence for one declared comparison: its Δ and interval, what the interval says, and
+    whether the comparison could detect a difference of this size at its seeds."""
+    head = f"{r.variant} vs {r.control} on {r.dataset}"
+    if r.delta is None:
+        return f"{head}: no Δ ({r.why})."
+    d = r.delta
+    said = {"better": "better (the interval excludes 0)", "worse": "worse (the interval excludes 0)",
+            "no clear difference": "no clear difference (the interval holds 0)"}[_verdict(d.low, d.high)]
+    seeds = f"{d.seeds} seed{'s' if d.seeds != 1 else ''}"
+    power = ("" if r.mdd is None else
+             f"; detectable at {seeds} (needs ≥ {r.mdd:.2f})" if r.detectable else
+             f"; not detectable at {seeds} (needs ≥ {r.mdd:.2f})")
+    return f"{head}: {delta_text(d)}, {said}{power}."
+
+
 def _verdict(low: float, high: float) -> str:
     if low > 0:
         return "better"
@@ -188,5 +204,5 @@ def versus_parent(study: Study, columns: list[Column]) -> Table:
                          verdict, _mdd(p.ours, p.theirs, control_seeded=p.theirs_seeded)])
             if note := p.note(unit, str(parent)):
                 notes.append(f"_{unit} against {parent} on {col.dataset}: {note}._")
-    return Table(headers=["phase", "from", "dataset", "from", "phase", f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)",
-                          "verdict", "detectable Δ (80 %)"], rows=rows, footer=[*notes, delta_note(FIRST_ANSWERS)])
+    return Table(headers=["phase", "from", "dataset", f"{PRIMARY_METRIC} of from", f"{PRIMARY_METRIC} of phase",
+                          f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)", "verdict", "detectable Δ (80 %)"], rows=rows, footer=[*notes, delta_note(FIRST_ANSWERS)])

@@ -120,7 +120,9 @@ def shown(run_dir: Path, dataset: str) -> Union[Shown, Unreadable]:
                               model=frozen.base_model)
         config = frozen.judge_config("evaluate")
     except Exception as exc:  # the data moved since the run: show the cases without their public tests
-        return Unreadable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": "))
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no reason given"
+        # in words: a page names what is missing, never an exception's class
+        return Unreadable(f"its config names no {first}" if isinstance(exc, KeyError) else first)
     return Shown(problems=problems, choice=choice, judge=config)
 
 
@@ -151,8 +153,16 @@ class LazyJudge:
         return self.judges[key].judge(problem, completion, shown=True)
 
 
-def public_case(judge: LazyJudge, run: Union[Shown, Unreadable], problem_id: str, completion: str) -> str:
-    """The first public test `completion` fails, as the run judges it, or why there is none."""
+NO_CODE = "NO_CODE"
+NOTHING_RAN = "no code could be read from the answer: nothing was run, no test passed"
+
+
+def public_case(judge: LazyJudge, run: Union[Shown, Unreadable], problem_id: str, completion: str,
+                verdict: str = "") -> str:
+    """The first public test `completion` fails, as the run judges it, or why there is none. An
+    answer without code (NO_CODE) ran no test: it passes none, public or hidden."""
+    if verdict == NO_CODE:
+        return NOTHING_RAN
     if isinstance(run, Unreadable):
         return f"public tests unknown: the run's problems could not be read back ({run.reason})"
     view = run.view(problem_id)
@@ -160,8 +170,10 @@ def public_case(judge: LazyJudge, run: Union[Shown, Unreadable], problem_id: str
         return "no public test to show"
     result = judge.run(run.judge, view, completion)
     failing = next((t for t in result.failures), None)
-    if failing is None:
+    if failing is None and result.total and result.passed == result.total:
         return f"passes the public tests ({result.passed}/{result.total}); fails hidden ones"
+    if failing is None:  # not a test's failure: nothing ran (no code) or the program as a whole failed
+        return f"fails the public tests ({result.passed}/{result.total}): {result.verdict.value}"
     parts = [f"public test {failing.index + 1}: {failing.verdict.value}"]
     if failing.input is not None:
         parts.append(f"input {failing.input.strip()[:200]!r}")
@@ -207,7 +219,7 @@ def cases(study: Study, col: Column, portable: Callable[[str], str] = str) -> Ca
                         runs[cell.run.id] = (Unreadable(portable(found_run.reason)) if isinstance(found_run, Unreadable)
                                              else found_run)
                     examples.append(Case(unit, r.problem_id, r.verdict, _clip(r.completion),
-                                         public_case(judge, runs[cell.run.id], r.problem_id, r.completion),
+                                         public_case(judge, runs[cell.run.id], r.problem_id, r.completion, r.verdict),
                                          seed=cell.run.seed))
                 failed.append(Failed(unit, verdict, examples, len(found), len({r.problem_id for _, r in found}),
                                      len({c.run.id for c, _ in found})))

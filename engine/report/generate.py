@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from engine.evaluate.metrics import mean_pass_at_k
 from engine.files import atomic_write
 from engine.judge.config import judged_unsandboxed
 from engine.report import isolation_record, plots
-from engine.report.ablation import ablation_tables, ablations, delta_text, versus_parent
+from engine.report.ablation import Ablation, ablation_tables, ablations, delta_text, finding, versus_parent
+from engine.report.curves import constant_lines, curve_figures
 from engine.report.failures import PER_CLASS, REPAIRED, cases
 from engine.report.flywheel import errors_section, flywheel_units, harvest_table, shift_table
 from engine.price.forecast import Forecast
@@ -55,6 +55,7 @@ from engine.report.panels import (
     training_cost_table,
     unchanged_table,
 )
+from engine.report.portable import PathReplacer
 from engine.report.study import Study, load_study
 from engine.report.tables import Table, fmt
 from engine.resources import TEMPLATES
@@ -64,8 +65,6 @@ from engine.runs.lineage import LINEAGE_FILE, RunRecord, open_lineage
 REPORT_DIR = "report"
 PAGES = ("index", "results", "ablations", "matched-cost", "errors", "cost", "curves", "repair", "failures",
          "isolation", "runs")
-CURVES = ("reward_mean", "reward_std", "kl", "entropy", "response_length", "timeout_rate", "loss",
-          "select/accepted@1")
 INDEX_FAILED = 10  # failed, blocked or cancelled runs listed on the index; the runs page lists them all
 UNSETTLED = ("failed", "blocked", "cancelled")
 # Pages that show answers and tests as they were: a path in them is data, never rewritten (their
@@ -136,11 +135,17 @@ def write_report(study: Study, out: Path, *, failures: bool = True) -> Report:
             context, error = {}, f"{type(exc).__name__}: {exc}"
             report.failed[page] = error
         text = (env.get_template(f"{page}.md.j2").render(study=study.name, pages=PAGES, **context) if error is None
-                else f"# {page}\n\n[index](index.md)\n\nThis page could not be built from the data there is: {error}\n")
+                else f"# {page}\n\n[index](index.md)\n\nThis page could not be built from the data there is; "
+                     "`rlvr-run report` names what it could not read.\n")
         report.pages.append(_write(out / f"{page}.md", text if page in VERBATIM and error is None
                                    else places.portable(text)))
     report.seconds = time.perf_counter() - began
     return report
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no reason given"
 
 
 def _write(path: Path, text: str) -> Path:
@@ -162,10 +167,7 @@ class Places:
         if study.spec and study.spec.path:
             self.moved[study.spec.path] = spec_name(study)
         self.moved[str(Path.home())] = "~"
-        # longest first, and only whole paths: `/root` is home, `/rootfs` and `/mnt/root` are not
-        keys = [k for k in sorted(self.moved, key=len, reverse=True) if k not in ("", "/")]
-        self._pattern = (re.compile("|".join(r"(?<![\w./~-])" + re.escape(k) + r"(?![\w.-])" for k in keys))
-                         if keys else None)
+        self._replacer = PathReplacer(self.moved)  # longest first, and only whole paths
 
     def relative(self, path: Path) -> str:
         return Path(os.path.relpath(Path(path).resolve(), self.out)).as_posix()
@@ -187,7 +189,7 @@ class Places:
     def portable(self, text: str) -> str:
         """`text` with every folder of this machine the study knows replaced by its relative path
         (a failed run's reason names its log; an unreadable run's error its folder)."""
-        return self._pattern.sub(lambda m: self.moved[m.group(0)], text) if self._pattern else text
+        return self._replacer.sub(text)
 
 
 def _attempt(path: Path) -> int:
@@ -213,19 +215,20 @@ def _index(study: Study, columns: list[Column], headline: str, priced: "_Priced"
     failed = Table(headers=RUN_HEADERS, rows=_run_rows(study, unsettled[:INDEX_FAILED], places))
     unsandboxed = sorted({m.judge_version for ms in study.metrics.values() for m in ms
                           if m.judge_version and judged_unsandboxed(m.judge_version)})
+    compared = ablations(study, columns)
     return {"counts": dict(counts), "total": len(study.runs), "unsandboxed": unsandboxed,
-            "headline": headline, "comparisons": _comparisons(study, columns),
+            "headline": headline, "comparisons": _comparisons(compared), "found": [finding(r) for a in compared for r in a.rows],
             "forecast_two": priced.two_lines(),
             "failed": failed.markdown() if unsettled else "", "failed_more": max(0, len(unsettled) - INDEX_FAILED),
             "older": len(study.older), "spec_name": spec_name(study),
             "spec_sha": (study.spec.sha256 if study.spec else "")[:12], **isolation_record.summary(study)}
 
 
-def _comparisons(study: Study, columns: list[Column]) -> str:
+def _comparisons(compared: list[Ablation]) -> str:
     """Each declared variant against its phase, per dataset: Δ, its interval, and whether |Δ|
     reaches the smallest difference the comparison can detect."""
     rows, notes = [], []
-    for a in ablations(study, columns):
+    for a in compared:
         notes += a.notes  # which seeds a Δ was paired on, and a side that changed nothing
         for r in a.rows:
             if r.delta is None:
@@ -260,16 +263,17 @@ class _Priced:
         try:
             self._forecast = study_forecast(study)
         except UserError as exc:  # an uncalibrated or unknown profile: the rest of the pages stand
-            self._error = f"No forecast: {exc}"
-        except Exception as exc:  # partial data must not take the other pages down
-            self._error = f"No forecast: {type(exc).__name__}: {exc}"
+            self._error = f"No forecast: {_first_line(exc)}"
+        except Exception:  # partial data must not take the other pages down; the page names no exception
+            self._error = f"No forecast: the recorded runs could not be priced (`{COMMAND}` shows why)."
         if self._forecast is None:
             self._versus_error = self._error
             return
         try:
             self._versus = study_versus(study, self._forecast)
-        except Exception as exc:  # the forecast stands; only its comparison with the actual is missing
-            self._versus_error = f"Actual: not set against the forecast: {type(exc).__name__}: {exc}"
+        except Exception:  # the forecast stands; only its comparison with the actual is missing
+            self._versus_error = ("Actual: not set against the forecast: the recorded durations could not be read "
+                                  f"(`{COMMAND}` shows why).")
 
     def two_lines(self) -> list[str]:
         if self._forecast is None:
@@ -357,18 +361,11 @@ def _errors(study: Study, columns: list[Column], out: Path, report: Report) -> d
 
 def _curves(study: Study, out: Path, report: Report) -> dict[str, Any]:
     figures = []
-    for metric in CURVES:
-        units: dict[str, dict[int, dict[int, float]]] = {}
-        for run in study.trained():
-            series = study.series(run.id)
-            values = series.get(metric) or next((v for k, v in series.items() if k.endswith("/" + metric)), None)
-            if values:
-                units.setdefault(study.unit(run), {})[run.seed or 0] = values
-        if units:
-            name = metric.replace("/", "-").replace("@", "at")
-            image = plots.curve(out / "img" / f"curve-{name}.png", metric, units, order=study.units())
-            report.images.append(image)
-            figures.append((metric, image.relative_to(out).as_posix()))
+    for figure in curve_figures(study):
+        image = plots.curve(out / "img" / figure.file, figure.metric, figure.units, figure.title,
+                            order=study.units(), names=figure.names)
+        report.images.append(image)
+        figures.append((figure.heading, image.relative_to(out).as_posix(), constant_lines(figure)))
     return {"figures": figures}
 
 

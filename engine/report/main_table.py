@@ -151,7 +151,15 @@ class ProblemMatrix:
 
 def problem_values(cell: Cell, metric: str = PRIMARY_METRIC) -> Optional[dict[str, float]]:
     """The metric's per-problem values on the cell's first-round samples; None when the metric has
-    no per-problem form or a problem has too few samples for it (pass@k)."""
+    no per-problem form or a problem has too few samples for it (pass@k). Computed once per cell
+    and metric; callers only read it."""
+    key = f"problem_values:{metric}"
+    if key not in cell.memo:
+        cell.memo[key] = _problem_values(cell, metric)
+    return cell.memo[key]
+
+
+def _problem_values(cell: Cell, metric: str) -> Optional[dict[str, float]]:
     fn = _per_problem_fn(metric)
     if fn is None:
         return None
@@ -210,8 +218,7 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
     flagged = unchanged_runs(study.runs, study.configs)
     estimates = {(u, col.dataset): cell_estimate(col.cells[u], PRIMARY_METRIC) if u in col.cells else None
                  for u in units for col in columns}
-    best = {col.dataset: best_indices([e.mean if (e := estimates[(u, col.dataset)]) else None for u in units])
-            for col in columns}
+    best = {col.dataset: supported_best([estimates[(u, col.dataset)] for u in units]) for col in columns}
     rows = []
     for i, unit in enumerate(units):
         row = [unit]
@@ -230,10 +237,42 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
         rows.append(row)
     table = Table(headers=["phase", *(c.header() for c in columns)], rows=[r for r in rows if _has_any(r)])
     table.footer = [protocol_sentence(study, c) for c in columns if c.reference] + [
-        twice_sentence(c) for c in columns if c.twice] + [INTERVAL_SENTENCE]
+        twice_sentence(c) for c in columns if c.twice] + [
+        zero_sentence(c) for c in columns if all_zero([estimates[(u, c.dataset)] for u in units])] + [
+        INTERVAL_SENTENCE, BOLD_SENTENCE]
     if any(best_of_n_note(study, cells) for c in columns for cells in c.cells.values()):
         table.footer.append(BEST_OF_N_SENTENCE)
     return table
+
+
+def supported_best(estimates: list[Optional[Estimate]]) -> set[int]:
+    """The column's best cell, only when the intervals support it: its interval lies above every
+    other cell's. A best mean whose interval overlaps another's is not shown as the best (three
+    of four columns bold for a phase every comparison calls "no clear difference")."""
+    top = best_indices([e.mean if e else None for e in estimates])
+    if len(top) != 1:
+        return set()
+    [i] = top
+    low = estimates[i].low  # type: ignore[union-attr]
+    others = [e for j, e in enumerate(estimates) if e is not None and j != i]
+    if low is None or any(e.high is None or e.high >= low for e in others):
+        return set()
+    return top
+
+
+def all_zero(estimates: list[Optional[Estimate]]) -> bool:
+    present = [e for e in estimates if e is not None]
+    return bool(present) and all(e.mean == 0 for e in present)
+
+
+def zero_sentence(col: Column) -> str:
+    return (f"_{col.dataset}: every phase scores 0. The column cannot rank the phases: a benchmark far beyond the "
+            "model (a model this small solving none of it) reads this way, and so would a broken prompt or judge, "
+            "which the errors and failures pages tell apart._")
+
+
+BOLD_SENTENCE = ("_Bold: a column's best cell, only where its 95 % interval lies wholly above every other cell's; a "
+                 "column without bold has no phase the intervals single out._")
 
 
 def best_of_n_note(study: Study, cells: list[Cell]) -> str:

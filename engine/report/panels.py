@@ -4,6 +4,7 @@ the mean over its seeds, per dataset column (the column's context only)."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Optional
 
 from engine.report.main_table import Column, best_of_n_drawn
@@ -16,13 +17,14 @@ from engine.runs.lineage import RunTime, run_times
 VERDICTS = ("WRONG_ANSWER", "RUNTIME_ERROR", "SYNTAX_ERROR", "TIMEOUT", "MEMORY_LIMIT", "NO_CODE", "GEN_ERROR")
 COST = (("prompt_tokens_mean", "prompt tok"), ("output_tokens_mean", "output tok"), ("judge_s_mean", "judge s mean"),
         ("judge_s_p50", "judge s p50"), ("judge_s_p95", "judge s p95"), ("problems_per_s", "problems/s"),
-        ("tests_per_s", "tests/s"), ("tokens_per_solved", "tokens/solved"), ("timeout_rate", "timeout rate"),
-        ("cache_hit_rate", "cache hits"))
+        ("tests_per_s", "tests/s"), ("timeout_rate", "timeout rate"), ("cache_hit_rate", "cache hits"))
+SPENT_NOTE = ("`tokens/problem` and `tokens/solved`: every token generated for the problems, prompt (once per "
+              "prompt) and output — all n candidates of a best-of-n choice, every round of a `(repair)` row — over "
+              "the problems, and over the problems solved (one definition, `engine.report.panels.spent`, on the cost, "
+              "matched-cost and repair pages alike)")
 REPAIR = (("accepted@1", "accepted@1"), ("repair/accepted@multi", "accepted@multi"),
           ("repair/round2/recovery", "recovery r2"), ("repair/round3/recovery", "recovery r3"),
-          ("repair/delta_pass_ratio_mean", "Δpass_ratio"), ("repair/rounds_mean", "rounds"),
-          ("repair/tokens_per_solved/single", "tokens/solved single"),
-          ("repair/tokens_per_solved/multi", "tokens/solved multi"))
+          ("repair/delta_pass_ratio_mean", "Δpass_ratio"), ("repair/rounds_mean", "rounds"))
 
 
 def means_note(what: str = "") -> str:
@@ -60,12 +62,54 @@ def error_shares(study: Study, col: Column) -> dict[str, list[float]]:
     return out
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What a unit's evaluations spent per problem and per solved problem: the one definition of
+    both that every page showing a cost uses. Means over the unit's seeds of each evaluation's
+    own figure; per solved is None when no evaluation solved anything."""
+
+    per_problem: Optional[float]
+    per_solved: Optional[float]
+
+
+def _cell_spent(metrics: dict[str, float], repaired: bool) -> tuple[Optional[float], Optional[float]]:
+    problems = metrics.get("problems") or 0
+    if repaired:
+        tokens, solved = metrics.get("repair/total/tokens"), (metrics.get("repair/accepted@multi") or 0) * problems
+    elif "best_of_n/cost_tokens" in metrics:  # every candidate's tokens, not the chosen answer's alone
+        tokens, solved = metrics["best_of_n/cost_tokens"], metrics.get("solved")
+    else:
+        tokens, solved = metrics.get("total_tokens"), metrics.get("solved")
+    if tokens is None or not problems:
+        return None, None
+    return tokens / problems, (tokens / solved if solved else None)
+
+
+def spent(col: Column, unit: str, *, repaired: bool = False) -> Spent:
+    """Tokens per problem and per solved problem of `unit` in `col` (`repaired`: every repair round's
+    tokens, solved after the last round)."""
+    values = [_cell_spent(c.metrics, repaired) for c in col.cells.get(unit, [])]
+    per_problem = [v for v, _ in values if v is not None]
+    per_solved = [v for _, v in values if v is not None]
+    return Spent(statistics.fmean(per_problem) if per_problem else None,
+                 statistics.fmean(per_solved) if per_solved else None)
+
+
 def cost_table(study: Study, col: Column) -> Table:
-    rows = [[unit, *(fmt(_mean(col, unit, key), 3) for key, _ in COST)] for unit in study.units() if unit in col.cells]
-    return Table(headers=["phase", *(label for _, label in COST)], rows=rows, footer=[means_note(
-        "Over each evaluation's first answers: tokens per answer; `judge s`: seconds per answer, its mean, median "
-        "(p50) and 95th percentile within the evaluation; rates: per answer; tokens/solved: every token over the "
-        "problems solved")])
+    rows = []
+    for unit in study.units():
+        if unit not in col.cells:
+            continue
+        cost = spent(col, unit)
+        chosen = " (best-of-n)" if _mean(col, unit, "best_of_n/cost_tokens") is not None else ""
+        rows.append([unit + chosen, *(fmt(_mean(col, unit, key), 3) for key, _ in COST),
+                     fmt(cost.per_problem, 1), fmt(cost.per_solved, 1)])
+    return Table(headers=["phase", *(label for _, label in COST), "tokens/problem", "tokens/solved"], rows=rows,
+                 footer=[means_note(
+                     "Over each evaluation's first answers: `prompt tok`, `output tok`: tokens per judged answer, the "
+                     "prompt's being the answer's share of it (n samples of one prompt count it once, one prefill: a "
+                     "best-of-n row's chosen answer holds 1/n of its prompt); `judge s`: seconds per answer, its mean, median (p50) and "
+                     "95th percentile within the evaluation; rates: per answer. " + SPENT_NOTE)])
 
 
 def training_cost_table(study: Study) -> Table:
@@ -137,36 +181,36 @@ def matched_cost(study: Study, col: Column) -> tuple[Table, list[CostPoint]]:
         multi = _mean(col, unit, "repair/accepted@multi")
         repaired = None
         if multi is not None:
-            tokens = (_mean(col, unit, "repair/total/tokens") or 0) / problems if problems else 0.0
+            tokens = spent(col, unit, repaired=True).per_problem or 0.0
             repaired = (tokens, multi)
-            rows.append([f"{unit} (repair)", f"{tokens:.0f}", fmt(multi)])
-        if candidates is not None:
-            tokens = (_mean(col, unit, "best_of_n/cost_tokens_mean") or 0.0)
-        else:
-            tokens = (_mean(col, unit, "total_tokens") or 0) / problems if problems else 0.0
+            rows.append([f"{unit} (repair)", f"{tokens:.1f}", fmt(multi)])
+        tokens = spent(col, unit).per_problem or 0.0
         accepted = _mean(col, unit, "accepted@1")
         blind = _mean(col, unit, "best_of_n/without_public")
         if accepted is not None:
             label = (f" (best-of-n; {blind:.0f} of {problems:.0f} problems without a public test took their "
                      "first sample)" if blind else " (best-of-n)") if candidates is not None else ""
-            rows.append([unit + label, f"{tokens:.0f}", fmt(accepted)])
+            rows.append([unit + label, f"{tokens:.1f}", fmt(accepted)])
             drawn = best_of_n_drawn(study, col.cells[unit])
             short = f"{unit} (best-of-{drawn[0]})" if drawn is not None else unit
             points.append(CostPoint(unit=unit, label=short, tokens=tokens, accepted=accepted, repaired=repaired))
-    table = Table(headers=["phase", "tokens per problem", "accepted"], rows=rows, footer=[means_note(
+    table = Table(headers=["phase", "tokens/problem", "accepted"], rows=rows, footer=[means_note(
         "`accepted`: accepted@1 (the first answer, or the best-of-n choice); on a `(repair)` row accepted@multi, after "
-        "the last repair round, and the tokens of every round")])
+        "the last repair round. " + SPENT_NOTE)])
     return table, points
 
 
 def repair_table(study: Study, col: Column) -> Table:
-    rows = [[unit, *(fmt(_mean(col, unit, key)) for key, _ in REPAIR)] for unit in study.units()
-            if unit in col.cells and _mean(col, unit, "repair/accepted@multi") is not None]
-    return Table(headers=["phase", *(label for _, label in REPAIR)], rows=rows, footer=[means_note(
+    rows = [[unit, *(fmt(_mean(col, unit, key)) for key, _ in REPAIR), fmt(spent(col, unit).per_solved, 1),
+             fmt(spent(col, unit, repaired=True).per_solved, 1)]
+            for unit in study.units() if unit in col.cells and _mean(col, unit, "repair/accepted@multi") is not None]
+    return Table(headers=["phase", *(label for _, label in REPAIR), "tokens/solved single", "tokens/solved multi"],
+                 rows=rows, footer=[means_note(
         "accepted@1 counts first answers, accepted@multi the last answer of each chain (up to the protocol's "
         "rounds); recovery rN: the share of round N's answers (each the retry of a failing answer) that were "
         "accepted; Δpass_ratio: last answer's less first answer's, its mean over chains; rounds: answers per "
-        "chain, its mean")])
+        "chain, its mean; tokens/solved single: the first answers' tokens over the problems they solved, multi: "
+        "every round's over the problems solved after the last. " + SPENT_NOTE)])
 
 
 def unchanged_table(study: Study) -> str:

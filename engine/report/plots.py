@@ -1,4 +1,4 @@
-"""PNG figures (matplotlib, Agg): learning curves with seeds overlaid, mean and band; stacked
+"""PNG figures (matplotlib, Agg): learning curves (a panel per unit, seeds overlaid, mean and band); stacked
 error bars; accepted vs tokens; pass@k curves.
 
 Each figure is built by a function that returns it (`*_figure`, what the tests inspect) and
@@ -110,34 +110,76 @@ def _save(fig: "plt.Figure", path: Path) -> Path:
     return path
 
 
+PANEL_W, PANEL_H, PANEL_COLUMNS = 3.2, 1.9, 3
+
+
+def constant_value(seeds: dict[int, dict[int, float]]) -> Optional[float]:
+    """The value a unit's series holds at every step of every seed, or None when it moves: a
+    constant series drawn on an axis of its own would show the axis' noise, not the data."""
+    values = {v for steps in seeds.values() for v in steps.values()}
+    return next(iter(values)) if len(values) == 1 else None
+
+
 def curve_figure(metric: str, units: dict[str, dict[int, dict[int, float]]], title: str = "",
-                 order: Sequence[str] = ()) -> "plt.Figure":
-    """units: unit → seed → step → value. Thin lines per seed, thick mean (with the unit's marker),
-    min–max band."""
-    fig, ax = _axes(title or f"{metric} per training step: each seed (thin), their mean (thick), min–max band")
+                 order: Sequence[str] = (), names: Optional[dict[str, str]] = None) -> "plt.Figure":
+    """units: unit → seed → step → value. One panel per unit, each on its own run's steps (an RL
+    phase's 12 steps are not squeezed beside SFT's 600) and its own y axis, named by `names`
+    (what the metric is for that unit: its reward's definition, the dataset's role): thin lines
+    per seed, the thick mean (with the unit's marker), the min–max band. A series constant at
+    every step says so in its panel instead of being drawn."""
+    names = names or {}
+    count = max(1, len(units))
+    columns = min(PANEL_COLUMNS, count)
+    rows = -(-count // columns)
+    heading = "\n".join(textwrap.wrap(title or f"{metric} per training step: each seed (thin), their mean (thick), "
+                                       "min–max band", TITLE_CHARS))
+    top = TOP + 0.14 * heading.count("\n")
+    fig, grid = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(LEFT + columns * PANEL_W + RIGHT, top + rows * PANEL_H + BOTTOM))
+    fig.suptitle(heading, fontsize=8, x=LEFT / (LEFT + columns * PANEL_W + RIGHT), ha="left")
     look = styles(list(units), order)
-    for unit, seeds in units.items():
+    axes = list(grid.flat)
+    for ax, (unit, seeds) in zip(axes, units.items()):
         color, marker = look[unit]
         steps = sorted(set().union(*(s.keys() for s in seeds.values())))
+        ax.set_title("\n".join(textwrap.wrap(f"{unit} (seeds = {len(seeds)})" + (f": {names[unit]}" if unit in names
+                                                                                 else ""), 48)),
+                     fontsize=FONT, loc="left")
+        ax.tick_params(labelsize=FONT)
+        ax.grid(alpha=0.3)
+        value = constant_value(seeds)
+        if value is not None:
+            ax.text(0.5, 0.5, f"constant: {value:.4g} at every step\n(steps {steps[0]}–{steps[-1]})",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=FONT, color=color)
+            ax.set_yticks([])
+            ax.set_xlim(steps[0], max(steps[-1], steps[0] + 1))
+            continue
         for values in seeds.values():
             xs = sorted(values)
             ax.plot(xs, [values[x] for x in xs], color=color, alpha=0.3, linewidth=0.8)
-        grid = np.array([[values.get(x, np.nan) for x in steps] for values in seeds.values()], dtype=float)
+        matrix = np.array([[values.get(x, np.nan) for x in steps] for values in seeds.values()], dtype=float)
         with np.errstate(all="ignore"):
-            mean = np.nanmean(grid, axis=0)
-        ax.plot(steps, mean, color=color, linewidth=2, marker=marker, markersize=4,
-                markevery=max(1, len(steps) // 8), label=f"{unit} (seeds = {len(seeds)})")
+            mean = np.nanmean(matrix, axis=0)
+        ax.plot(steps, mean, color=color, linewidth=2, marker=marker, markersize=3,
+                markevery=max(1, len(steps) // 8), label=unit)
         if len(seeds) > 1:
-            ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), color=color, alpha=0.15)
-    ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.grid(alpha=0.3)
-    return _layout(fig, ax)
+            ax.fill_between(steps, np.nanmin(matrix, axis=0), np.nanmax(matrix, axis=0), color=color, alpha=0.15)
+    for ax in axes[len(units):]:
+        ax.set_visible(False)
+    for ax in grid[-1]:
+        ax.set_xlabel("step", fontsize=FONT)
+    for ax in grid[:, 0]:
+        ax.set_ylabel(metric, fontsize=FONT)
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(left=LEFT / w, right=1 - RIGHT / w, top=1 - top / h, bottom=BOTTOM / h, hspace=0.9,
+                        wspace=0.3)
+    return fig
 
 
 def curve(path: Path, metric: str, units: dict[str, dict[int, dict[int, float]]], title: str = "",
-          order: Sequence[str] = ()) -> Path:
-    return _draw(path, (metric, units, title, order), lambda: curve_figure(metric, units, title, order))
+          order: Sequence[str] = (), names: Optional[dict[str, str]] = None) -> Path:
+    return _draw(path, (metric, units, title, order, names),
+                 lambda: curve_figure(metric, units, title, order, names))
 
 
 def stacked_errors_figure(labels: Sequence[str], verdicts: Sequence[str], shares: Sequence[Sequence[float]],

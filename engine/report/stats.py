@@ -36,10 +36,21 @@ def _draws(seeds: int, problems: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.integers(0, seeds, size=(REPS, seeds)), rng.integers(0, problems, size=(REPS, problems))
 
 
+BOOT_CELLS = 1 << 20  # resampled entries held at once: a few MB, whatever the study's size
+
+
 def _boot(matrix: np.ndarray, seed_draw: np.ndarray, problem_draw: np.ndarray) -> np.ndarray:
-    """REPS bootstrap means of a seeds × problems matrix."""
-    picked = matrix[seed_draw]  # REPS × seeds × problems
-    return np.take_along_axis(picked, problem_draw[:, None, :].repeat(matrix.shape[0], axis=1), axis=2).mean(axis=(1, 2))
+    """REPS bootstrap means of a seeds × problems matrix: draw r's mean over
+    matrix[seed_draw[r, i], problem_draw[r, j]] for every (i, j). Gathered a block of draws at
+    a time, so a big study's matrix never becomes one REPS × seeds × problems array in memory;
+    each draw's mean is the same reduction either way, so the numbers are the same to the bit."""
+    seeds, problems = matrix.shape
+    block = max(1, BOOT_CELLS // max(1, seeds * problems))
+    means = np.empty(seed_draw.shape[0])
+    for start in range(0, seed_draw.shape[0], block):
+        rows, cols = seed_draw[start:start + block], problem_draw[start:start + block]
+        means[start:start + block] = matrix[rows[:, :, None], cols[:, None, :]].mean(axis=(1, 2))
+    return means
 
 
 def estimate(per_seed: Sequence[float], matrix: Optional[np.ndarray]) -> Estimate:

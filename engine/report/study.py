@@ -49,6 +49,8 @@ class Cell:
     metrics: dict[str, float]
     protocol: str
     _samples: Optional[list[SampleRecord]] = field(default=None, repr=False)
+    # what is computed from its samples, by what asked (pages ask for the same many times)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def samples(self) -> list[SampleRecord]:
         """Its judged samples (all rounds), read from the run's records once: those of the full

@@ -13,6 +13,7 @@ from engine.errors import UserError
 from engine.evaluate.eval_run import METRICS_FILE, EvalOutput
 from engine.plan.frozen import FrozenFlywheel, read_frozen_run
 from engine.runs.lineage import ArtifactRecord, Lineage, Metric
+from engine.runs.track import track_quietly
 from engine.spec.model import TRAINED_KINDS
 from engine.train.curves import curves
 from engine.train.flywheel import (
@@ -31,10 +32,14 @@ TRAIN_SERIES = "train"  # the dataset name of a training run's curves in lineage
 
 
 def ingest(lineage: Lineage, run_id: str, kind: str, run_dir: Path) -> None:
+    """Where a run's numbers enter lineage (and, from lineage, the spec's trackers)."""
     if kind == "eval":
         ingest_eval(lineage, run_id, Path(run_dir))
     elif kind in {k.value for k in TRAINED_KINDS}:
         ingest_training(lineage, run_id, Path(run_dir))
+    else:
+        return
+    track_quietly(lineage, run_id, Path(run_dir))
 
 
 def ingest_training(lineage: Lineage, run_id: str, run_dir: Path) -> None:

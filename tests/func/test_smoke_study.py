@@ -25,6 +25,7 @@ from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from pagecheck import check_page  # noqa: E402  (tests/report/pagecheck.py)
+from recompute import check_pages  # noqa: E402  (tests/report/recompute.py)
 
 pytestmark = [pytest.mark.smoke, pytest.mark.timeout(3600)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,13 +123,18 @@ def test_pages_exist_parse_and_show_the_waiver_and_curves(study):
     index = (report / "index.md").read_text()
     assert "toy families share a statement template" in index and len(index.splitlines()) <= 120  # two screens
     curves = (report / "curves.md").read_text()
-    assert "img/curve-reward_mean.png" in curves and "img/curve-select-acceptedat1.png" in curves
+    assert "img/curve-reward_mean.png" in curves and "img/curve-toy_valid-select-acceptedat1.png" in curves
     ablations = (report / "ablations.md").read_text()
     assert "## grpo_sparse vs grpo" in ablations
     # the flywheel variant: what it harvested and built, and the shift of the classes it targets
     assert "## dpo_flywheel vs dpo" in ablations and "Failure classes the flywheel targets" in ablations
     errors = (report / "errors.md").read_text()
     assert "## The failure flywheel" in errors and "### dpo/dpo_flywheel against grpo" in errors
+
+
+def test_every_number_of_the_errors_cost_repair_failures_and_curves_pages_is_its_records(study):
+    checked = check_pages(study[0], "smoke", repaired={"toy_test", "humaneval"})
+    assert all(checked[page] for page in ("errors", "cost", "matched-cost", "repair", "failures", "curves")), checked
 
 
 def test_a_third_invocation_does_nothing_and_says_so(study):

@@ -30,11 +30,9 @@ TITLE = "toy_test, protocol greedy_repair (greedy, n = 1, repair: up to 2 answer
 def _figures() -> dict[str, plt.Figure]:
     points = [CostPoint(unit=u, label=u, tokens=100.0 + 7 * i, accepted=0.02 * i,
                         repaired=(180.0 + 7 * i, 0.03 * i) if i % 2 else None) for i, u in enumerate(UNITS)]
-    steps = {seed: {s: 0.1 * s + 0.01 * seed for s in range(1, 13)} for seed in (1, 2)}
     return {
         "cost": plots.cost_figure(points, TITLE),
         "pass@k": plots.pass_at_k_figure({u: [[0.1, 0.2, 0.25, 0.3]] * 2 for u in UNITS}, "toy_test: pass@k"),
-        "curve": plots.curve_figure("reward_mean", {u: steps for u in UNITS}),
         "errors": plots.stacked_errors_figure(UNITS, ["WRONG_ANSWER", "TIMEOUT", "SYNTAX_ERROR"],
                                               [[0.2, 0.1, 0.05]] * len(UNITS), "toy_test: verdicts"),
     }
@@ -134,3 +132,30 @@ def test_a_figure_whose_drawing_failed_is_never_taken_for_the_new_datas(tmp_path
     plots.cost_scatter(path, after, TITLE)
     assert path.read_bytes() != old
     assert path.read_bytes() == plots.cost_scatter(tmp_path / "fresh.png", after, TITLE).read_bytes()
+
+
+def test_each_curve_panel_is_its_own_units_steps_and_names_its_reward():
+    """SFT's 600 steps beside GRPO's 12: each unit a panel on its own steps, never one axis where
+    the RL phases are squeezed to x ≈ 0; each panel names what its series is."""
+    sft = {seed: {s: 1.0 / s for s in range(1, 601, 50)} for seed in (1, 2)}
+    grpo = {seed: {s: 0.1 * s + 0.01 * seed for s in range(1, 13)} for seed in (1, 2)}
+    names = {"sft": "loss", "grpo": "dense reward: the share of the problem's tests passed"}
+    fig = plots.curve_figure("reward_mean", {"sft": sft, "grpo": grpo}, order=["sft", "grpo"], names=names)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == 2
+    (lo_sft, hi_sft), (lo_grpo, hi_grpo) = (ax.get_xlim() for ax in shown)
+    assert hi_sft > 500 and hi_grpo < 20, (hi_sft, hi_grpo)
+    assert "dense reward" in shown[1].get_title(loc="left").replace("\n", " ")
+    colours = {to_hex(line.get_color()) for ax in shown for line in ax.get_lines()}
+    assert len(colours) == 2  # a unit keeps its colour
+    plt.close(fig)
+
+
+def test_a_constant_series_says_so_instead_of_a_noise_axis():
+    zero = {seed: {s: 0.0 for s in range(1, 13)} for seed in (1, 2)}
+    fig = plots.curve_figure("reward_mean", {"grpo/grpo_sparse": zero})
+    [ax] = [a for a in fig.axes if a.get_visible()]
+    assert not ax.get_lines(), "a constant series is not drawn"
+    assert any("constant: 0 at every step" in t.get_text() for t in ax.texts)
+    assert list(ax.get_yticks()) == []
+    plt.close(fig)

@@ -26,6 +26,8 @@ def records(path: Path) -> list[pb.Record]:
             at += left
             continue
         _crc, length, kind = struct.unpack("<IHB", data[at:at + HEADER])
+        if at + HEADER + length > len(data):  # a record still being written: the file so far
+            break
         chunk = data[at + HEADER:at + HEADER + length]
         at += HEADER + length
         if kind == 0 and length == 0:
