@@ -1,142 +1,248 @@
-"""The dry run's forecast of each recipe in specs/recipes/ against what its authors published.
+"""The forecast held against every published anchor of RL step and rollout time.
 
-    .venv/bin/python bench/forecast_vs_published.py            # the table (docs/cost.md quotes it)
-    .venv/bin/python bench/forecast_vs_published.py --scaling  # also step time on 32 -> 256 GPUs
+    .venv/bin/python bench/forecast_vs_published.py              # the table (docs/cost.md quotes it)
+    .venv/bin/python bench/forecast_vs_published.py --markdown   # the same as a Markdown table
 
-For each trained phase of a recipe: the forecast step time (P50 and its P10-P90 band over the
-forecast's draws) against the published seconds per step, and the study's GPU-hours against the
-published total where the published run's steps are known. The published figures are quoted with
-their sources in each recipe's header; nothing here is fitted to them (docs/cost.md, "Checked
-against published runs"). Datasets are not loaded: sizes come from the registry, and the recipes
-declare their steps.
+Three kinds of anchor, each the forecast's P50 and P10-P90 band against the published figure:
+
+- the recipes' published steps (specs/recipes/, figures in registry/published.yaml: what a recipe's
+  dry run prints), and a recipe's GPU-hours where the run's steps are published;
+- published step shapes that are no recipe (GPUs, samples a step, response lengths), built here;
+- ratios: rollout time against GPU count (strong scaling) and against the response cap.
+
+Goal: every P50 within +-35 % and every published figure inside P10-P90; scaling ratios within +-25 %.
+Nothing is fitted to any one of them (docs/cost.md). What a run's shape leaves unpublished is an
+assumption printed with the anchor; the anchors the model cannot price are listed with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from engine.price.forecast import DRAWS, RNG_SEED, context, forecast
-from engine.price.kinds import run_cost
-from engine.price.profiles import NAMES
-from engine.price.shapes import StudyShape, shape_of_plan
-from engine.price.study import resolve_profile
+from engine.price.forecast import forecast
+from engine.price.model import Lengths, response_mean
+from engine.price.profiles import load_profile
+from engine.price.published import PublishedCheck, checks, load_published, quantiles, step_draws
+from engine.price.shapes import RunShape, StudyShape, shape_of_plan
+from engine.resources import shipped
 from engine.runs.preflight import preflight
 
 RECIPES = Path(__file__).resolve().parents[1] / "specs" / "recipes"
-STEP_PARTS = ("generate", "judge", "logprob", "update", "overhead")
-GOAL = 0.35  # P50 within ±35 % of the published figure
+GOAL, SCALING_GOAL = 0.35, 0.25
 
 
 @dataclass(frozen=True)
-class Published:
-    recipe: str
-    phase: str  # the phase whose step time is published ("" for the whole study)
-    step_s: Optional[float] = None  # seconds per step
-    step_band: Optional[tuple[float, float]] = None  # the published range, when one is given
-    gpu_hours: Optional[float] = None  # only where the published run's steps are known
-    source: str = ""
+class Shape:
+    """A published step: its model, GPUs and samples, with what was not published assumed (`assumed`)."""
+
+    name: str
+    profile: str
+    gpus: int
+    params_b: float
+    samples: int
+    prompt: float
+    mean: float  # mean response tokens
+    cap: float  # max response tokens
+    step_s: Optional[float]
+    gen_s: Optional[float]
+    source: str
+    tp: int = 1
+    util: float = 0.6
+    trainer: str = "verl"
+    assumed: str = ""
 
 
-PUBLISHED = [
-    Published("deepcoder-14b", "grpo16k", step_s=2000, step_band=(1200, 2500),
-              source="rllm scripts/deepcoder/README.md ~2000 s/step; blog 1200-2500 s/step"),
-    Published("deepcoder-14b", "grpo32k", step_s=2000, step_band=(1200, 2500),
-              source="rllm scripts/deepcoder/README.md ~2000 s/step; blog 1200-2500 s/step"),
+SHAPES = [
+    Shape("verl GRPO Qwen2.5-7B GSM8K", "h100", 8, 7.6, 1024 * 5, 93, 232, 1024, 83.0, 33.0,
+          "study-pricing 1.1 (veRL benchmark report, wandb 6icl7pbz)", tp=2),
+    Shape("NeMo RL v0.5 Llama-3.1-8B", "h100", 16, 8.0, 2048, 300, 1019, 4096, 92.8, None,
+          "NeMo-RL performance-summary.md", assumed="prompt 300"),
+    Shape("NeMo RL v0.4 Llama-3.1-8B", "h100", 16, 8.0, 2048, 300, 1060, 4096, 97.7, None,
+          "study-pricing 1.1 (NeMo-RL performance-summary.md)", assumed="prompt 300"),
+    Shape("NeMo RL v0.3 Llama-3.1-8B", "h100", 8, 8.0, 2048, 300, 795, 4096, 112.0, 58.0,
+          "NeMo-RL v0.3 blog via issue #959", assumed="2,048 samples a step (the v0.5 table's), prompt 300"),
+    Shape("NeMo RL v0.3 Llama-3.1-70B", "h100", 64, 70.6, 2048, 300, 398, 4096, 147.0, 84.0,
+          "NeMo-RL v0.3 blog via issue #959", tp=8, assumed="2,048 samples a step, prompt 300, vLLM TP8"),
+    Shape("verl R1-Distill-Qwen-7B long CoT", "h100", 64, 7.6, 128 * 16, 300, 10426, 27648, 447.0, 317.0,
+          "RLinf compare_with_verl.rst", assumed="H100 (GPU type unstated), prompt 300"),
+    Shape("EasyR1 Qwen2.5-VL-7B (offload)", "h100", 8, 8.3, 512 * 5, 300, 600, 2048, 180.0, None,
+          "EasyR1 assets/baselines.md", assumed="mean response 600, prompt 300 (image tokens aside)"),
+    Shape("SimpleRL-Zoo Qwen2.5-7B", "h100", 16, 7.6, 1024 * 8, 150, 900, 8192, 540.0, None,
+          "simpleRL-reason #78, #70", assumed="mean response 900, prompt 150"),
+    Shape("verl DAPO Qwen2.5-Math-7B, 32 H20", "h20", 32, 7.6, 512 * 16, 200, 2000, 28672, 790.1, 357.4,
+          "verl docs/advance/fully_async.md", assumed="mean response 2,000 (not published), prompt 200"),
+    Shape("verl DAPO Qwen2.5-Math-7B, 64 H20", "h20", 64, 7.6, 512 * 16, 200, 2000, 28672, 365.3, 150.7,
+          "verl docs/advance/fully_async.md", assumed="mean response 2,000 (not published), prompt 200"),
+    Shape("verl DAPO Qwen2.5-Math-7B, 128 H20", "h20", 128, 7.6, 512 * 16, 200, 2000, 28672, 356.3, 177.9,
+          "verl docs/advance/fully_async.md", assumed="mean response 2,000 (not published), prompt 200"),
+    Shape("AReaL v0.3 sync R1-Distill-1.5B", "h800", 128, 1.8, 512 * 16, 300, 10426, 27648, 147.6, None,
+          "AReaL blog v0.3 Table 2", assumed="H800, mean response 10,426 (the verl long-CoT run's), prompt 300"),
+    Shape("AReaL v0.3 sync R1-Distill-7B", "h800", 192, 7.6, 512 * 16, 300, 10426, 27648, 207.7, None,
+          "AReaL blog v0.3 Table 2", assumed="H800, mean response 10,426, prompt 300"),
+    Shape("DeepScaleR-1.5B 8K, 8 H200", "h200", 8, 1.8, 128 * 8, 300, 4500, 8192, 400.0, None,
+          "rllm-org/rllm#29", assumed="mean response 4,500 (the blog's 5,500 -> 3,500), prompt 300"),
+    Shape("DeepScaleR-1.5B 8K, 8 A100", "a100", 8, 1.8, 128 * 8, 300, 4500, 8192, 394.0, None,
+          "rllm-org/rllm#29", assumed="mean response 4,500, prompt 300"),
+    Shape("Llama3-SWE-RL-70B", "h100", 512, 70.6, 32 * 16, 8000, 1500, 8192, 72.0, None,
+          "SWE-RL paper 3.1 (32 h, 1,600 steps)", tp=8,
+          assumed="prompt 8,000 (issue and files), mean response 1,500 of the 16K context"),
+]
+
+# Rollout time against GPU count and against the response cap (published ratios).
+SCALING = [
+    ("verl DAPO 7B H20 rollout, 32 -> 64 GPUs", "verl DAPO Qwen2.5-Math-7B, 32 H20",
+     "verl DAPO Qwen2.5-Math-7B, 64 H20", 357.4 / 150.7),
+    ("verl DAPO 7B H20 rollout, 32 -> 128 GPUs", "verl DAPO Qwen2.5-Math-7B, 32 H20",
+     "verl DAPO Qwen2.5-Math-7B, 128 H20", 357.4 / 177.9),
+    ("verl DAPO 7B H20 step, 32 -> 64 GPUs", "verl DAPO Qwen2.5-Math-7B, 32 H20",
+     "verl DAPO Qwen2.5-Math-7B, 64 H20", 790.1 / 365.3),
+    ("verl DAPO 7B H20 step, 32 -> 128 GPUs", "verl DAPO Qwen2.5-Math-7B, 32 H20",
+     "verl DAPO Qwen2.5-Math-7B, 128 H20", 790.1 / 356.3),
+]
+LENGTH = Shape("verl one-step-off Qwen2.5-Math-7B H20, max 20,480", "h20", 32, 7.6, 512 * 16, 200, 2000, 20480,
+               749.0, 321.0, "verl docs/advance/one_step_off.md",
+               assumed="the fully-async doc's 512 x 16 samples, mean response 2,000")
+LENGTH_RATIO = 321.0 / 207.0  # rollout at max 20,480 over max 8,192 (the training engines differ)
+
+OUTSIDE = [
+    ("MLPerf GRPO Qwen3.5-397B-A17B on 256 GB300", "mixture of experts, agentic (OpenHands, 30 turns), generation on "
+     "192 GPUs apart from the 64 that train, no GB300 profile: a spec cannot express it"),
+    ("DeepSeek-R1-Zero / R1, 671B MoE on 512 H800", "mixture of experts (37B active of 671B): the decode model reads "
+     "a dense model's weights and KV; response lengths not published"),
+    ("Qwen3-30B-A3B on 128 H20 (verl fully-async doc)", "mixture of experts (3B active of 30B): as above"),
+    ("DeepSeek-V3 671B on 96 H20 (verl dpsk.md)", "mixture of experts, and its batch is not published"),
+    ("OLMo 3 Think 32B on 224 H100", "training and inference on separate nodes (8 + 20) and no step count published"),
+    ("DeepSWE-Preview on 64 H100", "agentic: up to 50 environment steps a trajectory in a container"),
+    ("Video-o3 on 8 -> 32 H200 (2x for 4x)", "batch, lengths and model size not published: nothing to price"),
+    ("verl#1580 Qwen3-8B, 148 vs 30 tok/s/GPU", "GPUs, batch and mean lengths not published"),
 ]
 
 
-def study_of(recipe: str) -> tuple[StudyShape, object]:
-    checked = preflight(RECIPES / f"{recipe}.yaml", content=False)
-    study = shape_of_plan(checked.plan, checked.validated)
-    return study, resolve_profile(study, None, checked.validated.registry)
+def median_for(mean: float, cap: float, sigma: float = 0.6) -> float:
+    """The lognormal median whose mean, clipped at `cap`, is the published mean response length."""
+    lo, hi = 1.0, 3 * mean
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if response_mean(Lengths(mid, sigma), cap) < mean else (lo, mid)
+    return lo
 
 
-def step_seconds(study: StudyShape, profile, phase: str, gpus: Optional[int] = None,
-                 batch: Optional[int] = None) -> list[float]:
-    """Seconds per rollout step of `phase`'s first run over the forecast's draws (draw 0: the median),
-    on `gpus` and at `batch` prompts per step when given."""
-    run = next(r for r in study.runs if r.unit == phase and r.kind in ("grpo", "repair"))
-    if gpus is not None:
-        run = replace(run, gpus=gpus)
-    if batch is not None:
-        run = replace(run, config={**run.config, "hparams": {**run.config["hparams"], "train_batch_size": batch}})
-    rng = random.Random(RNG_SEED)
+def shape_study(s: Shape) -> tuple[StudyShape, RunShape]:
+    median = median_for(s.mean, s.cap)
+    config = {"trainer": s.trainer, "datasets": {"train": {"uses": ["train"]}},
+              "protocols": {"rollout": {"n": 1, "max_tokens": s.cap,
+                                        "response_tokens": {"median": median, "sigma": 0.6}}},
+              "hparams": {"train_batch_size": s.samples, "total_steps": 1, "save_freq": 0, "test_freq": 0},
+              "overrides": {"actor_rollout_ref.rollout.tensor_model_parallel_size": s.tp,
+                            "actor_rollout_ref.rollout.gpu_memory_utilization": s.util},
+              "judge": {"concurrency": 1}}
+    run = RunShape(id=s.name, label=s.name, kind="grpo", phase="grpo", variant=None, seed=1, parents=(),
+                   evaluates=None, gpus=s.gpus, cpus=1, config=config)
+    study = StudyShape(name=s.name, runs=[run], sizes={"train": s.samples}, sources={"train": ""},
+                       params_b=s.params_b)
+    return study, run
+
+
+def shape_parts(s: Shape) -> list[dict[str, float]]:
+    study, run = shape_study(s)
+    profile = load_profile(s.profile)
+    profile = replace(profile, priors=profile.priors.model_copy(update={"prompt_tokens": {"default": s.prompt}}))
+    parts = step_draws(study, profile, run)
+    for p in parts:  # rule-scored rewards (math) or similarity: no code judge
+        p["judge"] = 0.0
+    return parts
+
+
+def shape_checks(s: Shape) -> list[PublishedCheck]:
+    parts = shape_parts(s)
     out = []
-    for draw in range(DRAWS):
-        z = {name: (rng.gauss(0.0, 1.0) if draw else 0.0) for name in NAMES}
-        cost = run_cost(context(study, profile, profile.draw(z)), run)
-        out.append(sum(cost.parts.get(p, 0.0) for p in STEP_PARTS) / max(cost.steps or 1, 1))
+    for what, published, values in (("s/step", s.step_s, [sum(p.values()) for p in parts]),
+                                     ("rollout s", s.gen_s, [p["generate"] + p["prefill"] for p in parts])):
+        if published:
+            lo, mid, hi = quantiles(values)
+            out.append(PublishedCheck(what=f"{s.name}: {what} on {s.gpus} {s.profile}", published=published,
+                                      p10=lo, p50=mid, p90=hi, source=s.source + (f"; assumed: {s.assumed}"
+                                                                                   if s.assumed else "")))
     return out
 
 
-def band(values: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(values)
-    at = lambda q: ordered[round(q * (len(ordered) - 1))]  # noqa: E731
-    return at(0.1), values[0], at(0.9)
+def recipe_rows() -> list[PublishedCheck]:
+    published = load_published(shipped("registry"))
+    out = []
+    for name, pub in published.items():
+        checked = preflight(RECIPES / f"{name}.yaml", content=False)
+        study = shape_of_plan(checked.plan, checked.validated)
+        out += [replace_what(c, f"recipe {name} / {c.what}") for c in checks(study, pub, load_profile)]
+        if pub.gpu_hours:
+            hours = forecast(study, load_profile(pub.gpu_hours_profile or "h100")).slot_hours
+            out.append(PublishedCheck(what=f"recipe {name}: GPU-hours on {pub.gpu_hours_profile}",
+                                      published=pub.gpu_hours, p10=hours.p10, p50=hours.p50, p90=hours.p90,
+                                      source=pub.source))
+    return out
 
 
-def table() -> list[str]:
-    lines = [f"{'recipe / phase':28} {'what':10} {'forecast P50':>12} {'P10-P90':>17} {'published':>14} "
-             f"{'error':>7}  in band"]
-    for recipe in sorted({p.recipe for p in PUBLISHED}):
-        study, profile = study_of(recipe)
-        for pub in (p for p in PUBLISHED if p.recipe == recipe):
-            lo, mid, hi = band(step_seconds(study, profile, pub.phase))
-            error = (mid - pub.step_s) / pub.step_s
-            inside = lo <= pub.step_s <= hi
-            shown = f"{pub.step_s:,.0f}" + (f" ({pub.step_band[0]:,.0f}-{pub.step_band[1]:,.0f})" if pub.step_band
-                                            else "")
-            lines.append(f"{recipe + ' / ' + pub.phase:28} {'s/step':10} {mid:12,.0f} {lo:8,.0f}-{hi:<8,.0f} "
-                         f"{shown:>14} {error:+7.0%}  {'yes' if inside else 'NO'}"
-                         f"{'' if abs(error) <= GOAL else '  (outside ±35 %)'}")
-        f = forecast(study, profile)
-        hours = f.slot_hours
-        total = next((p.gpu_hours for p in PUBLISHED if p.recipe == recipe and p.gpu_hours), None)
-        error = f"{(hours.p50 - total) / total:+7.0%}" if total else "      -"
-        lines.append(f"{recipe + ' (study)':28} {'GPU-h':10} {hours.p50:12,.0f} {hours.p10:8,.0f}-{hours.p90:<8,.0f} "
-                     f"{(f'{total:,.0f}' if total else 'steps n/p'):>14} {error}")
-        for run in (r for r in f.runs if r.kind == "grpo" and r.steps):
-            lines.append(f"  {run.unit}: median seconds a step by part: "
-                         + ", ".join(f"{k} {v / run.steps:,.0f}" for k, v in run.parts.items() if k in STEP_PARTS))
-    return lines
+def replace_what(check: PublishedCheck, what: str) -> PublishedCheck:
+    return check.model_copy(update={"what": what})
 
 
-def scaling(recipe: str = "deepcoder-14b") -> list[str]:
-    """Strong scaling: one step of each stage on 32 -> 256 GPUs (the per-step tables flatten once the
-    longest sample bounds the step); and a 4x batch on the same GPUs, against the MLPerf GRPO
-    reference's logs (GBS 256 -> 1024 on 256 GB300: 396-466 s -> 844-967 s a step, x2.0-2.1)."""
-    study, profile = study_of(recipe)
-    lines = [f"strong scaling, {recipe}: GPUs, step s P50 [P10-P90] and speed-up over 32 GPUs, per stage"]
-    phases = [r.unit for r in study.runs if r.kind == "grpo"]
-    first: dict[str, float] = {}
-    for gpus in (32, 64, 128, 256):
-        cells = []
-        for phase in phases:
-            lo, mid, hi = band(step_seconds(study, profile, phase, gpus))
-            first.setdefault(phase, mid)
-            cells.append(f"{phase} {mid:6,.0f} [{lo:,.0f}-{hi:,.0f}] x{first[phase] / mid:.2f}")
-        lines.append(f"  {gpus:4d}  " + "   ".join(cells))
-    lines.append("batch x4 on the same GPUs (32 -> 128 prompts a step), step time grows (MLPerf GRPO: x2.0-2.1):")
-    for phase in phases:
-        small, full = step_seconds(study, profile, phase, batch=32)[0], step_seconds(study, profile, phase)[0]
-        lines.append(f"  {phase}: {small:,.0f} s -> {full:,.0f} s, x{full / small:.2f}")
+def ratio_rows() -> list[tuple[str, float, float]]:
+    """(what, forecast ratio at the median, published ratio)."""
+    by_name = {s.name: s for s in SHAPES}
+    out = []
+    for what, slow, fast, published in SCALING:
+        a, b = shape_parts(by_name[slow])[0], shape_parts(by_name[fast])[0]
+        pick = (lambda p: p["generate"] + p["prefill"]) if "rollout" in what else (lambda p: sum(p.values()))
+        out.append((what, pick(a) / pick(b), published))
+    long_, short = shape_parts(LENGTH)[0], shape_parts(replace(LENGTH, cap=8192))[0]
+    out.append(("verl one-step-off H20 rollout, max 8,192 -> 20,480", (long_["generate"] + long_["prefill"])
+                / (short["generate"] + short["prefill"]), LENGTH_RATIO))
+    return out
+
+
+def table(markdown: bool = False) -> list[str]:
+    rows = recipe_rows() + [c for s in [*SHAPES, LENGTH] for c in shape_checks(s)]
+    lines = []
+    if markdown:
+        lines += ["| anchor | published | forecast P50 [P10–P90] | ratio | ±35 % | in band |",
+                  "| --- | ---: | ---: | ---: | :---: | :---: |"]
+    for c in rows:
+        ok, inside = abs(c.ratio - 1) <= GOAL, c.inside
+        shown = f"{c.published:,.0f}" + (f" ({c.band[0]:,.0f}–{c.band[1]:,.0f})" if c.band else "")
+        if markdown:
+            lines.append(f"| {c.what} | {shown} | {c.p50:,.0f} [{c.p10:,.0f}–{c.p90:,.0f}] | {c.ratio:.2f} | "
+                         f"{'yes' if ok else 'NO'} | {'yes' if inside else 'NO'} |")
+        else:
+            lines.append(f"{c.what:62} published {shown:>18}  forecast {c.p50:8,.0f} [{c.p10:,.0f}-{c.p90:,.0f}]"
+                         f"  x{c.ratio:.2f}  {'ok' if ok else 'OUT'} {'in band' if inside else 'OUT OF BAND'}")
+    ratios = ratio_rows()
+    lines.append("")
+    if markdown:
+        lines += ["| ratio | published | forecast | error | ±25 % |", "| --- | ---: | ---: | ---: | :---: |"]
+    for what, ours, published in ratios:
+        err = ours / published - 1
+        ok = abs(err) <= SCALING_GOAL
+        lines.append(f"| {what} | {published:.2f} | {ours:.2f} | {err:+.0%} | {'yes' if ok else 'NO'} |" if markdown
+                     else f"{what:62} published x{published:.2f}  forecast x{ours:.2f}  {err:+.0%}  {'ok' if ok else 'OUT'}")
+    lines.append("")
+    lines.append("not priced (why):")
+    lines += [f"- {name}: {why}" for name, why in OUTSIDE]
+    n_ok = sum(abs(c.ratio - 1) <= GOAL for c in rows)
+    n_in = sum(c.inside for c in rows)
+    n_r = sum(abs(o / p - 1) <= SCALING_GOAL for _, o, p in ratios)
+    lines.append(f"\n{n_ok}/{len(rows)} anchors within ±35 %, {n_in}/{len(rows)} inside P10–P90, "
+                 f"{n_r}/{len(ratios)} ratios within ±25 %")
     return lines
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scaling", action="store_true", help="also print step time on 32 -> 256 GPUs")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
     args = parser.parse_args(argv)
-    for line in table():
+    for line in table(args.markdown):
         print(line)
-    if args.scaling:
-        print()
-        for line in scaling():
-            print(line)
     return 0
 
 

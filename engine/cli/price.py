@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=None, help="GPUs the study ran on (default: one node)")
     p.add_argument("--nodes", type=int, default=1, help="nodes the --gpus were spread over")
     p.add_argument("--cpus", type=int, default=None, help="CPU slots the study ran on (default: this machine's cores)")
+    p.add_argument("--hardware", default=None, metavar="FILE",
+                   help="a hardware profiles file of your own, its profiles added over the shipped ones; with "
+                        "--fit the refit profile is written there")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--fit", action="store_true", help="refit the profile's constants on the finished runs")
     p.add_argument("--as", dest="name", default=None,
@@ -39,7 +42,8 @@ def command(args: argparse.Namespace) -> int:
     with open_lineage(path, readonly=True) as lineage:
         if not lineage.runs(spec_name=name):
             raise UserError(f"no runs of {name!r} in {path} (specs there: {', '.join(lineage.spec_names()) or 'none'})")
-        options = dict(gpu_type=args.gpu_type, gpus=args.gpus, nodes=args.nodes, cpus=args.cpus)
+        hardware = Path(args.hardware) if args.hardware else None
+        options = dict(gpu_type=args.gpu_type, gpus=args.gpus, nodes=args.nodes, cpus=args.cpus, hardware=hardware)
         result = versus_lineage(lineage, name, **options)
         if args.fit:
             spec = lineage.spec(name)
@@ -53,17 +57,23 @@ def command(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace, lineage, name: str, registry) -> int:
     from engine.price.fit import fit_factors, fitted_entry, write_profile
+    from engine.price.profiles import HARDWARE_FILE
     from engine.price.shapes import shape_of_lineage
     from engine.price.study import registry_with_profiles, resolve_profile
 
     study = shape_of_lineage(lineage, name, registry)
-    profile = resolve_profile(study, args.gpu_type, registry)
+    hardware = Path(args.hardware) if args.hardware else None
+    profile = resolve_profile(study, args.gpu_type, registry, hardware)
     records = lineage.plan_runs(name)
     fit = fit_factors(study, profile, records, lineage.run_times(r.id for r in lineage.runs(name)),
                       spec=lineage.spec(name))
-    written = write_profile(registry_with_profiles(registry), args.name, fitted_entry(profile, fit, name))
+    target = hardware or registry_with_profiles(registry) / HARDWARE_FILE
+    written = write_profile(target, args.name, fitted_entry(profile, fit, name))
     factors = ", ".join(f"{group} x{f:.2f}" for group, f in fit.factors.items())
-    console.print(f"fitted {args.name} from {profile.name} on {fit.runs} finished runs of {name}: {factors}; "
+    left = f"; left out (more than one attempt): {', '.join(fit.skipped)}" if fit.skipped else ""
+    console.print(f"fitted {args.name} from {profile.name} on {fit.runs} finished runs of {name} "
+                  f"({', '.join(fit.used)}), each attempted once{left}: {factors}; "
                   f"mean run error {fit.error_before:.0%} → {fit.error_after:.0%}; written to {written} "
-                  f"(use it: --gpu-type {args.name})", highlight=False, soft_wrap=True)
+                  f"(use it: --gpu-type {args.name}" + (f" --hardware {hardware})" if hardware else ")"),
+                  highlight=False, soft_wrap=True)
     return 0

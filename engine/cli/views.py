@@ -272,11 +272,24 @@ def _price_summary(priced) -> list[Text]:
     f = priced.forecast
     unit = f"{f.slot}-h"
     on = f"{f.slots} {f.profile} {f.slot}(s)" + (f" over {f.nodes} nodes" if f.nodes > 1 else "")
-    cost = (f" · cost {f.cost.p50:,.0f} [{f.cost.p10:,.0f}–{f.cost.p90:,.0f}] at {f.price_per_hour:g} per {unit}"
-            if f.cost else "")
-    return [Text(f"forecast on {on}, P50 [P10–P90] of {f.draws} draws: {_hours(f.slot_hours)} {unit}{cost}"),
-            Text(f"wall time: {_span(f.wall_s)} (lower bound {format_duration(f.lower_bound_s)})"),
-            Text(f"critical path: {_span(f.critical_path_s)}: {' → '.join(f.critical_path)}")]
+    money = f" {f.currency}" if f.currency else ""
+    cost = (f" · cost {_money(f.cost)}{money} at {f.price_per_hour:g}{money} per {unit}" if f.cost else "")
+    lines = [Text(f"forecast on {on}, P50 [P10–P90] of {f.draws} draws: {_hours(f.slot_hours)} {unit}{cost}"),
+             Text(f"wall time: {_span(f.wall_s)} (lower bound {format_duration(f.lower_bound_s)})"),
+             Text(f"critical path: {_span(f.critical_path_s)}: {' → '.join(f.critical_path)}")]
+    if f.checkpoint_gb:
+        lines.append(Text(f"checkpoint disk the study writes: {f.checkpoint_gb:,.0f} GB (weights and optimizer "
+                          "state of every save, and each merged model)"))
+    for c in priced.published:
+        band = f" ({c.band[0]:,.0f}–{c.band[1]:,.0f})" if c.band else ""
+        lines.append(Text(f"published: {c.what} {c.published:,.0f}{band} · forecast {c.p50:,.0f} "
+                          f"[{c.p10:,.0f}–{c.p90:,.0f}] · forecast/published ×{c.ratio:.2f}"
+                          + ("" if c.inside else " (outside the band: docs/cost.md says why)")))
+    return lines
+
+
+def _money(q) -> str:
+    return f"{q.p50:,.0f} [{q.p10:,.0f}–{q.p90:,.0f}]"
 
 
 def _price_tables(priced, *, detail: bool) -> list[RenderableType]:
@@ -285,15 +298,25 @@ def _price_tables(priced, *, detail: bool) -> list[RenderableType]:
     f = priced.forecast
     unit = f"{f.slot}-h"
     phases = Table(title=f"{unit} per phase", title_justify="left")
-    for column in ("phase", "runs", f"{unit}", "longest run", "steps"):
+    columns = ["phase", "runs", f"{unit}", "longest run", "steps"]
+    if f.cost:
+        columns.append("cost" + (f" ({f.currency})" if f.currency else ""))
+    if f.checkpoint_gb:
+        columns.append("checkpoints GB")
+    for column in columns:
         phases.add_column(column, justify="left" if column == "phase" else "right")
     steps = {r.unit: r.steps for r in f.runs if r.steps}
     longest: dict[str, float] = {}
     for r in f.runs:
         longest[r.unit] = max(longest.get(r.unit, 0.0), r.seconds.p50)
     for g in f.phases:
-        phases.add_row(g.name, str(g.runs), _hours(g.slot_hours), format_duration(longest.get(g.name)),
-                       str(steps.get(g.name, "")))
+        row = [g.name, str(g.runs), _hours(g.slot_hours), format_duration(longest.get(g.name)),
+               str(steps.get(g.name, ""))]
+        if f.cost:
+            row.append(_money(g.cost) if g.cost else "")
+        if f.checkpoint_gb:
+            row.append(f"{g.checkpoint_gb:,.0f}")
+        phases.add_row(*row)
     lines: list[RenderableType] = [phases]
     if priced.comparisons:
         title = "smallest difference in accepted@1 a comparison detects (80 % power, 5 % two-sided)"

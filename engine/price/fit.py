@@ -12,7 +12,7 @@ cannot separate (factor 0), keeps its constants. Bands keep their relative width
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -34,16 +34,25 @@ class Fit:
     runs: int
     error_before: float  # mean absolute relative error of the finished runs' forecasts
     error_after: float
+    used: tuple[str, ...] = ()  # the runs fitted on (labels)
+    skipped: tuple[str, ...] = ()  # succeeded runs left out: attempted more than once
 
 
 def fit_factors(study: StudyShape, profile: Profile, records: Sequence[RunRecord],
                 times: Mapping[str, RunTime], spec: Optional[SpecRecord] = None) -> Fit:
-    """The factors, fitted on each succeeded run's time: the sum of its attempts. `spec`, the study's
-    recorded spec, only points an error at its lines."""
+    """The factors, fitted like with like: each succeeded run attempted once, its time against its
+    forecast. A run killed and resumed took its attempts' sum, but its forecast is of one clean
+    attempt (start-up once, no work redone), so fitting it would price a crash as slower hardware in
+    every later forecast: such runs are left out, and named. `spec`, the study's recorded spec, only
+    points an error at its lines."""
     require_size(study, profile, spec)
     costs = group_seconds(study, profile)
     actual = attributed_seconds(records, {run_id: sum(groups.values()) for run_id, groups in costs.items()}, times)
-    return fit_seconds(study, costs, actual)
+    label = {r.id: r.label for r in study.runs}
+    retried = sorted(run_id for run_id in actual if len(times[run_id].attempts) > 1)
+    clean = {run_id: seconds for run_id, seconds in actual.items() if run_id not in retried}
+    fit = fit_seconds(study, costs, clean)
+    return replace(fit, used=tuple(label.get(i, i) for i in clean), skipped=tuple(label.get(i, i) for i in retried))
 
 
 def require_size(study: StudyShape, profile: Profile, spec: Optional[SpecRecord] = None) -> None:
@@ -85,7 +94,8 @@ def fit_seconds(study: StudyShape, costs: Mapping[str, Mapping[str, float]], act
 
     runs = [r for r in study.runs if r.id in actual]
     if len(runs) < 2:
-        raise UserError(f"{study.name}: {len(runs)} finished run(s); a fit needs at least two")
+        raise UserError(f"{study.name}: {len(runs)} finished run(s) attempted once; a fit needs at least two "
+                        "(runs resumed after a crash are left out: their time is not a clean attempt's)")
     names = list(GROUPS)
     matrix = np.zeros((len(runs), len(names)))
     for i, run in enumerate(runs):
@@ -125,7 +135,8 @@ def fitted_entry(profile: Profile, fit: Fit, study: str) -> dict:
 
 
 def write_profile(registry: Path, name: str, entry: dict) -> Path:
-    """Add or replace profile `name` in the registry's hardware.yaml, keeping its comments. The new
+    """Add or replace profile `name` in the registry's hardware.yaml (or in a user's own hardware file,
+    `registry` being that file; created when missing), keeping its comments. The new
     file is validated before it replaces the old one (a profile that would not load is refused, the
     file untouched), written atomically (`engine.files.atomic_write`), and under a lock beside it, so
     that two fits at once each add their profile instead of one losing the other's."""
@@ -143,7 +154,9 @@ def write_profile(registry: Path, name: str, entry: dict) -> Path:
     if name in published:
         raise UserError(f"--as {name}: {name!r} is a shipped profile (its constants are the published figures); "
                         f"name the refit profile after your cluster instead, e.g. --as {name}-mine")
-    path = Path(registry) / HARDWARE_FILE
+    path = Path(registry) / HARDWARE_FILE if Path(registry).is_dir() else Path(registry)
+    if not path.exists():
+        atomic_write(path, "# Hardware profiles of your own (rlvr-run --hardware FILE)\nprofiles: {}\n")
     try:
         ProfileEntry.model_validate(entry)
     except ValidationError as exc:

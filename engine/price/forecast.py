@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from engine.errors import UserError
 from engine.plan.model import evaluation_key
 from engine.price.kinds import run_cost
+from engine.price.memory import checkpoint_gb
 from engine.price.model import Context, RunCost, prior_used
 from engine.price.profiles import NAMES, Constants, Profile
 from engine.price.shapes import RunShape, StudyShape
@@ -61,6 +62,8 @@ class GroupForecast(BaseModel):
     runs: int
     slot_hours: Quantiles
     seconds: Quantiles  # run-seconds summed (wall of each run, not slot-weighted)
+    cost: Optional[Quantiles] = None  # slot-hours at the --price, when one is given
+    checkpoint_gb: float = 0.0  # checkpoints its runs write (median draw)
 
 
 class ResponsePriorUse(BaseModel):
@@ -86,7 +89,9 @@ class Forecast(BaseModel):
     critical_path: list[str]  # run labels along it, at the median draw
     lower_bound_s: float  # at the median draw
     price_per_hour: Optional[float] = None
+    currency: Optional[str] = None  # what --price is in (a symbol or code: only shown)
     cost: Optional[Quantiles] = None
+    checkpoint_gb: float = 0.0  # checkpoint disk the study writes (weights and optimizer state, merged folders)
     contingency: str = CONTINGENCY
     notes: list[str] = Field(default_factory=list)
     # protocol name → the response-length prior its generation was priced with, and where it came from
@@ -147,7 +152,8 @@ def context(study: StudyShape, profile: Profile, constants: Constants) -> Contex
     scale = profile.entry.params_b / study.params_b if study.params_b else 1.0
     return Context(c=constants, priors=profile.priors, slot=profile.slot, scale=scale, sizes=study.sizes,
                    sources=study.sources, model_lengths=study.model_lengths, runs=study.by_id(),
-                   params_b=study.params_b or profile.entry.params_b, memory_gb=profile.entry.memory_gb)
+                   params_b=study.params_b or profile.entry.params_b, memory_gb=profile.entry.memory_gb,
+                   per_node=profile.entry.slots_per_node or 8)
 
 
 def job_key(run: RunShape, grouped: bool) -> str:
@@ -232,7 +238,8 @@ def check_cluster(study: StudyShape, profile: Profile, gpus: Optional[int], node
 
 
 def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None, nodes: int = 1,
-             cpus: Optional[int] = None, price: Optional[float] = None, draws: int = DRAWS,
+             cpus: Optional[int] = None, price: Optional[float] = None, currency: Optional[str] = None,
+             draws: int = DRAWS,
              skip: Iterable[str] = (), scale: Optional[dict[str, float]] = None,
              elapsed: Optional[dict[str, float]] = None) -> Forecast:
     """The study's forecast; `skip` (finished runs) costs nothing, `elapsed` is subtracted from
@@ -282,19 +289,24 @@ def forecast(study: StudyShape, profile: Profile, *, gpus: Optional[int] = None,
                             parts={k: round(v, 1) for k, v in median_costs[r.id].parts.items()},
                             steps=median_costs[r.id].steps, job=job_of.get(r.id, r.id)) for r in runs]
     total = Quantiles.of(hours)
+    ctx = context(study, profile, profile.median())
+    disk = {r.id: checkpoint_gb(ctx, r, median_costs[r.id].saves) for r in runs}
+    groups = lambda key: _groups(run_rows, per_run, key, price, disk)  # noqa: E731
     return Forecast(
         study=study.name, profile=profile.name, slot=profile.slot, slots=slots,
         nodes=nodes if profile.slot == "GPU" else 1, draws=max(1, draws), runs=run_rows,
-        phases=_groups(run_rows, per_run, lambda r: r.unit), kinds=_groups(run_rows, per_run, lambda r: r.kind),
+        phases=groups(lambda r: r.unit), kinds=groups(lambda r: r.kind),
         slot_hours=total, wall_s=Quantiles.of(walls), critical_path_s=Quantiles.of(paths),
         critical_path=[label.get(j, j) for j in median_chain], lower_bound_s=bound,
-        price_per_hour=price, cost=total.scaled(price) if price is not None else None,
+        price_per_hour=price, currency=currency, cost=total.scaled(price) if price is not None else None,
+        checkpoint_gb=sum(disk.values()),
         notes=list(dict.fromkeys([*study.notes, *(n for r in runs for n in median_costs[r.id].notes),
                                   *prior_notes(priors, study.model), *model_notes(runs, study, profile)])),
         response_priors=priors)
 
 
-def _groups(rows: list[RunForecast], per_run: dict[str, list[float]], key) -> list[GroupForecast]:
+def _groups(rows: list[RunForecast], per_run: dict[str, list[float]], key, price: Optional[float] = None,
+            disk: Optional[dict[str, float]] = None) -> list[GroupForecast]:
     names: dict[str, list[RunForecast]] = defaultdict(list)
     for row in rows:
         names[key(row)].append(row)
@@ -303,6 +315,8 @@ def _groups(rows: list[RunForecast], per_run: dict[str, list[float]], key) -> li
         draws = len(per_run[members[0].id])
         sums = [sum(per_run[m.id][d] for m in members) for d in range(draws)]
         slot_sums = [sum(per_run[m.id][d] * m.slots for m in members) / 3600 for d in range(draws)]
-        out.append(GroupForecast(name=name, runs=len(members), slot_hours=Quantiles.of(slot_sums),
-                                 seconds=Quantiles.of(sums)))
+        hours = Quantiles.of(slot_sums)
+        out.append(GroupForecast(name=name, runs=len(members), slot_hours=hours, seconds=Quantiles.of(sums),
+                                 cost=hours.scaled(price) if price is not None else None,
+                                 checkpoint_gb=sum((disk or {}).get(m.id, 0.0) for m in members)))
     return out

@@ -11,18 +11,19 @@ from engine.price.model import (
     Context,
     RunCost,
     attention_factor,
+    eval_generation,
     first_dataset,
-    generate_s,
+    hf_generate_s,
     judge_s,
     lengths,
-    per_call,
     prompt_tokens,
     protocol_cap,
     protocol_n,
     response_mean,
-    rollout_s,
+    rollout_parts,
     slots,
 )
+from engine.evaluate.backends import DEFAULT_BATCH_SIZE
 from engine.price.shapes import RunShape
 
 
@@ -37,8 +38,10 @@ def evaluate_datasets(ctx: Context, run: RunShape, cost: RunCost, names: list[st
     for name in names:
         problems = ctx.sizes.get(name, 0)
         seqs = problems * n
-        seconds = generate_s(ctx, seqs, cap, per_call(ctx, seqs, n), slots(ctx, run), p, prompt_tokens(ctx, name))
-        cost.add(prefix + "generate", seconds * more, "generation")
+        parts = eval_generation(ctx, run, seqs, n, cap, p, prompt_tokens(ctx, name))
+        cost.add(prefix + "generate", parts.get("decode", 0.0) * more, "generation")
+        if parts.get("prefill"):
+            cost.add(prefix + "prefill", parts["prefill"] * more, "logprob")
         cost.add(prefix + "judge", judge_s(ctx, run, seqs * more, protocol=protocol, dataset=name), "judge")
         cost.tokens += seqs * more * response_mean(p, cap)
 
@@ -122,6 +125,7 @@ def sft_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:
     saves = _saves(run, steps) if run.hparam("save_steps", "save_freq") else math.ceil(
         float(run.hparam("epochs", "num_train_epochs", default=1)))
     cost.add("save", saves * ctx.c.save_s, "save")
+    cost.saves = saves
     selection(ctx, run, cost, saves)
 
 
@@ -131,10 +135,12 @@ def _sample(ctx: Context, run: RunShape, cost: RunCost, problems: float, per_pro
     seqs, cap, p = problems * per_problem, protocol_cap(protocol), lengths(ctx, protocol)
     if ctx.gpu():
         cost.add("start", ctx.c.engine_start_s, "engine")
-        cost.add("generate", rollout_s(ctx, run, seqs, cap, p, prompt_tokens(ctx, dataset)), "rollout")
+        parts = rollout_parts(ctx, run, seqs, cap, p, prompt_tokens(ctx, dataset))
+        cost.add("generate", parts.get("decode", 0.0), "rollout")
+        cost.add("prefill", parts.get("prefill", 0.0), "logprob")
     else:
-        cost.add("generate", generate_s(ctx, seqs, cap, per_call(ctx, seqs, per_problem), slots(ctx, run), p),
-                 "generation")
+        cost.add("generate", hf_generate_s(ctx, seqs, DEFAULT_BATCH_SIZE["cpu"] * per_problem, cap, p)
+                 / slots(ctx, run), "generation")
     cost.add("judge", judge_s(ctx, run, seqs, protocol=protocol, dataset=dataset), "judge")
     cost.tokens += seqs * response_mean(p, cap)
     cost.samples += seqs
@@ -211,6 +217,7 @@ def dpo_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:
     cost.steps = steps
     cost.add("update", train_tokens_s(ctx, run, steps * batch * per_pair, ctx.c.sft_tok_s), "sft")
     cost.add("save", ctx.c.save_s, "save")
+    cost.saves = 1
     selection(ctx, run, cost, 1)
 
 
@@ -222,9 +229,9 @@ def rl_step(ctx: Context, run: RunShape, *, samples: float, prompt: float, cap: 
     p = lengths(ctx, run.protocol("rollout"))
     mean = response_mean(p, cap)
     if ctx.gpu():
-        gen = rollout_s(ctx, run, samples, cap, p, prompt)
+        parts = rollout_parts(ctx, run, samples, cap, p, prompt)
     else:  # trl samples one step's batch in one generate call
-        gen = generate_s(ctx, samples, cap, samples, 1, p)
+        parts = {"decode": hf_generate_s(ctx, samples, samples, cap, p)}
     tokens = samples * (prompt + rounds * mean + (rounds - 1) * ctx.priors.feedback_tokens)
     judged = judge_s(ctx, run, samples, dense=dense, protocol=run.protocol("rollout"), dataset=dataset)
     # forward-only passes besides the update: verl's old and reference log-probs; trl computes
@@ -235,7 +242,7 @@ def rl_step(ctx: Context, run: RunShape, *, samples: float, prompt: float, cap: 
         passes = 1 if float(run.hparam("beta", "kl_coef", default=0.0) or 0.0) > 0 else 0
     overlap = c.judge_overlap if rounds == 1 else 0.0
     tokens *= attention_factor(ctx, p, cap, prompt)  # log-probs and update at this step's sequence lengths
-    return {"generate": gen * rounds,
+    return {"generate": parts.get("decode", 0.0) * rounds, "prefill": parts.get("prefill", 0.0) * rounds,
             "judge": (1 - overlap) * judged + (rounds - 1) * judged * ctx.priors.failing_share,
             "logprob": passes * tokens / (g * c.logprob_tok_s * ctx.scale) if c.logprob_tok_s else 0.0,
             "update": tokens / (g * c.update_tok_s * ctx.scale),
@@ -243,7 +250,7 @@ def rl_step(ctx: Context, run: RunShape, *, samples: float, prompt: float, cap: 
 
 
 # the group of each part of `rl_step` (generation on a CPU is the hf backend's: "generation")
-STEP_GROUPS = {"generate": "rollout", "judge": "judge", "logprob": "logprob", "update": "update",
+STEP_GROUPS = {"generate": "rollout", "prefill": "logprob", "judge": "judge", "logprob": "logprob", "update": "update",
                "overhead": "overhead"}
 
 
@@ -266,6 +273,7 @@ def rl_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:
         cost.add(part, steps * seconds, STEP_GROUPS[part] if part != "generate" or ctx.gpu() else "generation")
     saves = _saves(run, steps)
     cost.add("save", saves * ctx.c.save_s, "save")
+    cost.saves = saves
     validations = math.ceil(steps / int(tf)) + 1 if (tf := run.hparam("test_freq")) and int(tf) > 0 else saves
     selection(ctx, run, cost, validations)
 
@@ -286,7 +294,7 @@ def raft_cost(ctx: Context, run: RunShape, cost: RunCost) -> None:
         cost.add("update", train_tokens_s(ctx, run, steps * batch * (prompt_tokens(ctx, train) + ctx.priors.sft_target_tokens),
                                           ctx.c.sft_tok_s), "sft")
         cost.add("save", ctx.c.save_s, "save")
-    cost.steps = total_steps
+    cost.steps, cost.saves = total_steps, cycles
     selection(ctx, run, cost, cycles)
 
 

@@ -5,19 +5,19 @@ logprob, update, save, select, …) so a page can say where the time goes and a 
 the executor is a change of one function. The formulas (the published figures they rest on
 are in registry/hardware.yaml):
 
-- generation call of b sequences (`call_s`): vLLM on a GPU batches continuously, so a call
-  lasts max(b·r̄ / Θ(b), r_max(b)·(τ0 + κ)) with Θ(b) = b / (τ0 + κ·b) capped at Θmax; the
-  hf backend on a CPU steps the padded batch until its longest sample ends, r_max(b)·(τ0 + κ·b).
-  an evaluation hands vLLM a dataset's every sequence at once, and the hf backend batches of
-  its batch size (prompts × n samples);
-- a GRPO step of M = B·n samples, T = M·(p̄ + r̄) tokens on G slots: generation
-  max(M·r̄·d / (G·θ_roll), r_max(M)·τ_roll·w), log-probs 2T·a / (G·θ_fwd), update T·a / (G·θ_upd),
-  judging (1 − overlap)·M·(k·s·c_judge / t + timeout_rate·timeout·k_tle) / workers (`judge_s`: k tests
-  run of a problem's t, each s times an average one), plus a fixed overhead. Long sequences: d, a decode
-  reading a long KV cache (`decode_factor`), a attention's share of a token's FLOPs
-  (`attention_factor`), w the times the step's sequences fill the engine's KV cache (`kv_waves`). The
-  generation term (`rollout_s`) prices every sampling on GPUs: DPO pairs, RAFT cycles, a flywheel's
-  repair tries and harvest;
+- decoding (`decode_parts`, `engine.price.decode`): each engine of a run (tp GPUs; a training
+  run's rollout engines, an evaluation's vLLM engines) decodes its share of the samples by
+  continuous batching, a step costing t_w + b·t_seq + (Σ context)·t_kv: the weights read once,
+  each sequence's token, each sequence's KV cache read; b bounded by max_num_seqs and the KV
+  cache's room. The batch lasts as long as the engine with the longest sample, never divided by
+  GPUs; the hf backend on a CPU steps the padded batch until its longest sample ends,
+  r_max(b)·(τ0 + κ·b);
+- a GRPO step of M = B·n samples, T = M·(p̄ + r̄) tokens on G slots: its rollout (`rollout_parts`,
+  which prices every sampling on GPUs: DPO pairs, RAFT cycles, a flywheel's repair tries and
+  harvest), log-probs 2T·a / (G·θ_fwd), update T·a / (G·θ_upd), judging (1 − overlap)·M·(k·s·c_judge / t
+  + timeout_rate·timeout·k_tle) / workers (`judge_s`: k tests run of a problem's t, each s times an
+  average one; 32 workers per node unless the spec says), plus a fixed overhead; a the attention's
+  share of a token's FLOPs in a long sequence (`attention_factor`);
 - a flywheel DPO reads its source run's judged samples (samples only with `on:`);
 - repair with k rounds: generation ×k, the judging between rounds exposed, T grows with the
   transcript; SFT: tokens / (G·θ_sft); DPO: pair sampling + 2 sequences per pair at 8/6 the
@@ -39,12 +39,12 @@ from typing import Any, Optional
 
 from engine.evaluate.backends import DEFAULT_BATCH_SIZE
 from engine.judge.config import protocol_tests
+from engine.price.decode import lengths_of, schedule
 from engine.price.profiles import Constants, Priors
 from engine.price.shapes import RunShape
 from engine.train.verl_overrides import GRPO_DEFAULTS, GRPO_HPARAMS, flatten
 
-MAX_SEQS = 256  # vLLM's max_num_seqs: sequences decoded at once in one generation call
-GPU_JUDGE_CORES = 32  # judge workers beside a GPU job when the spec sets no judge.concurrency
+GPU_JUDGE_CORES = 32  # judge workers per node of a GPU job when the spec sets no judge.concurrency
 DEFAULT_N = {"rollout": 8}
 _NORMAL = NormalDist()
 
@@ -65,6 +65,7 @@ class Context:
     runs: Optional[dict[str, RunShape]] = None
     params_b: Optional[float] = None  # the study's model size (billions), when known
     memory_gb: Optional[float] = None  # one GPU's memory (the profile's), for the KV cache's room
+    per_node: int = 8  # GPUs per node (the profile's): a GPU job judges on each of its nodes
 
     def gpu(self) -> bool:
         return self.slot == "GPU"
@@ -93,6 +94,7 @@ class RunCost:
     steps: Optional[int] = None  # rollout / training steps, where the run has them
     tokens: float = 0.0  # tokens generated or trained on
     samples: float = 0.0  # training samples generated and judged (what a flywheel can harvest)
+    saves: int = 0  # checkpoints the run writes
     by_group: dict[tuple[str, str], float] = field(default_factory=dict)  # (part, constant group) → seconds
     notes: list[str] = field(default_factory=list)  # what was assumed for lack of facts (said under the forecast)
 
@@ -155,14 +157,6 @@ def response_square(p: Priors, cap: float) -> float:
     return math.exp(2 * mu + 2 * s * s) * _NORMAL.cdf(z - 2 * s) + cap * cap * (1 - _NORMAL.cdf(z))
 
 
-def decode_factor(ctx: Context, p: Priors, cap: float, prompt: float) -> float:
-    """How much slower than at a short context a generated token decodes: each reads the KV cache of
-    the tokens before it, on average the prompt and half the response it ends (length-weighted)."""
-    mean = response_mean(p, cap)
-    context = prompt + (response_square(p, cap) / (2 * mean) if mean else 0.0)
-    return 1 + context / ctx.priors.kv_context_tokens
-
-
 def attention_factor(ctx: Context, p: Priors, cap: float, prompt: float) -> float:
     """How much more a token costs to score or train in its sequence than in a short one: attention
     over the sequence (token-weighted length E[(prompt + r)²] / E[prompt + r])."""
@@ -171,33 +165,70 @@ def attention_factor(ctx: Context, p: Priors, cap: float, prompt: float) -> floa
     return 1 + length / ctx.priors.attention_tokens
 
 
-def kv_waves(ctx: Context, run: RunShape, sequences: float, tokens: float) -> float:
-    """How many times over a rollout engine's KV cache the step's sequences need room (at least 1):
-    `sequences` per GPU of `tokens` each. What does not fit waits for sequences to finish (vLLM
-    preempts and recomputes it), so the step's longest sample is paid again per wave."""
+def engine_room(ctx: Context, tp: int, util: float) -> float:
+    """Tokens of KV cache one engine of `tp` GPUs holds: `util` of their memory less the bf16 weights
+    (infinite when the profile or the model's size is unknown: `forecast.model_notes` says so)."""
     if not ctx.gpu() or not ctx.memory_gb or not ctx.params_b:
-        return 1.0
+        return math.inf
+    room_gb = max(tp * ctx.memory_gb * util - 2 * ctx.params_b, 0.02 * tp * ctx.memory_gb)
+    return room_gb * 1e9 / (ctx.priors.kv_bytes_per_token_per_b * ctx.params_b)
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """How a run's samples meet its engines: `engines` of `tp` GPUs each, at most `max_seqs` sequences
+    at once, their KV cache `util` of the GPUs' memory."""
+
+    engines: int
+    tp: int
+    max_seqs: int
+    util: float
+
+
+def decode_parts(ctx: Context, shape: EngineShape, samples: float, cap: float, p: "Lengths | Priors",
+                 prompt: float, *, rollout: bool) -> dict[str, float]:
+    """Seconds of `samples` responses decoded by `shape`'s engines, each holding its share
+    (`engine.price.decode`): the decode (the rollout group's constants for a training run's engines,
+    the generation group's for an evaluation's), and the prefill of the prompts at the forward-pass
+    throughput (log-prob group). The batch lasts as long as its slowest engine, the one holding the
+    longest sample: never divided by GPUs."""
+    if samples <= 0:
+        return {}
+    c, tp = ctx.c, max(shape.tp, 1)
+    per_engine = math.ceil(samples / max(shape.engines, 1))
+    lens = lengths_of(p.response_median_tokens, p.response_sigma, cap, per_engine, response_max(p, cap, samples))
+    sums = schedule(lens, float(round(prompt)), shape.max_seqs, engine_room(ctx, tp, shape.util))
+    width = tp * ctx.priors.tp_efficiency ** math.log2(tp) * ctx.scale
+    t_w = (c.tail_ms if rollout else c.gen_step_ms) / 1000 / width
+    t_seq = (1 / c.rollout_tok_s if rollout else c.gen_step_ms_per_seq / 1000) / width
+    # a token of context's KV bytes, read at a share of the bandwidth the weights (2 bytes a parameter) are
+    t_kv = t_w * ctx.priors.kv_bytes_per_token_per_b / 2e9 / ctx.priors.kv_read_share
+    decode = sums.seconds(t_w, t_seq, t_kv)
+    if not rollout and c.gen_max_tok_s:  # an offline engine's saturated throughput caps it
+        decode = max(decode, sums.seq_steps / (tp * c.gen_max_tok_s * ctx.scale))
+    prefill = sums.prefill / (tp * c.logprob_tok_s * ctx.scale) if c.logprob_tok_s else 0.0
+    return {"decode": decode, "prefill": prefill}
+
+
+ROLLOUT_MAX_SEQS = 1024  # verl's rollout max_num_seqs
+
+
+def rollout_shape(ctx: Context, run: RunShape) -> EngineShape:
+    """A training run's rollout engines as verl builds them: tp from the override or hparam, one engine
+    per tp GPUs, its max_num_seqs and memory share."""
     tp = max(int(rollout_setting(run, "tensor_parallel") or 1), 1)
-    # unset: what the verl launch renders, so the price is of the engine that runs
     util = float(rollout_setting(run, "gpu_memory_utilization") or GRPO_DEFAULTS["gpu_memory_utilization"])
-    room_gb = max(ctx.memory_gb * util - 2 * ctx.params_b / tp, 0.05 * ctx.memory_gb)  # bf16 weights' share out
-    per_token_gb = ctx.priors.kv_bytes_per_token_per_b * ctx.params_b / 1e9  # a GPU holds 1/tp of tp's sequences
-    return max(1.0, sequences * tokens * per_token_gb / room_gb)
+    seqs = flatten(run.config.get("overrides") or {}).get("actor_rollout_ref.rollout.max_num_seqs")
+    return EngineShape(engines=max(slots(ctx, run) // tp, 1), tp=tp, max_seqs=int(seqs or ROLLOUT_MAX_SEQS),
+                       util=util)
 
 
-def rollout_s(ctx: Context, run: RunShape, samples: float, cap: float, p: "Lengths | Priors",
-              prompt: float) -> float:
-    """`samples` responses generated at once by a training run's rollout engines on its GPUs (a GRPO
-    step, a DPO's pairs, a RAFT cycle, a flywheel's repair tries and harvest): their tokens at
-    rollout_tok_s, measured at short contexts, so slower at long ones (`decode_factor`), or the longest
-    sample (tail_ms: its time per token in a long-CoT batch) once per time the samples fill the KV cache
-    (`kv_waves`), however many GPUs. One function, so every sampling is priced alike; both terms are
-    the rollout group's (a factor on it scales the time by that factor)."""
-    g, mean = slots(ctx, run), response_mean(p, cap)
-    tokens = samples * mean * decode_factor(ctx, p, cap, prompt) / (g * ctx.c.rollout_tok_s * ctx.scale)
-    longest = (response_max(p, cap, samples) * ctx.c.tail_ms / 1000 / ctx.scale
-               * kv_waves(ctx, run, samples / g, prompt + mean))
-    return max(tokens, longest)
+def rollout_parts(ctx: Context, run: RunShape, samples: float, cap: float, p: "Lengths | Priors",
+                  prompt: float) -> dict[str, float]:
+    """`samples` responses generated at once by a training run's rollout engines (a GRPO step, a
+    DPO's pairs, a RAFT cycle, a flywheel's repair tries and harvest): one function, so every
+    sampling on GPUs is priced alike (`decode_parts` with the rollout group's constants)."""
+    return decode_parts(ctx, rollout_shape(ctx, run), samples, cap, p, prompt, rollout=True)
 
 
 def rollout_setting(run: RunShape, hparam: str) -> Any:
@@ -217,40 +248,52 @@ def response_max(p: Priors, cap: float, b: float) -> float:
     return min(cap, p.response_median_tokens * math.exp(p.response_sigma * _NORMAL.inv_cdf(q)))
 
 
-def call_s(ctx: Context, b: float, cap: float, p: "Lengths | Priors | None" = None, prompt: float = 0.0) -> float:
-    """One generation call of `b` sequences on one slot. vLLM (GPU) batches continuously: the call
-    lasts its tokens at the batch's throughput (slower at long contexts: `decode_factor`, the prompt of
-    `prompt` tokens included), or its longest sample at one stream's speed; the hf backend (CPU) steps
-    the whole padded batch until its longest sample ends."""
+def hf_call_s(ctx: Context, b: float, cap: float, p: "Lengths | Priors | None" = None) -> float:
+    """One call of the hf backend (CPU) on `b` sequences: the whole padded batch steps until its
+    longest sample ends, each step τ0 + κ·b."""
     c, p = ctx.c, p or ctx.priors
-    longest = response_max(p, cap, b)
-    if ctx.gpu():
-        live = min(b, MAX_SEQS)
-        speed = live / ((c.gen_step_ms + c.gen_step_ms_per_seq * live) / 1000)
-        if c.gen_max_tok_s:
-            speed = min(speed, c.gen_max_tok_s)
-        seconds = max(b * response_mean(p, cap) * decode_factor(ctx, p, cap, prompt) / speed,
-                      longest * (c.gen_step_ms + c.gen_step_ms_per_seq) / 1000)
-    else:
-        seconds = longest * (c.gen_step_ms + c.gen_step_ms_per_seq * b) / 1000
-    return seconds / ctx.scale
+    return response_max(p, cap, b) * (c.gen_step_ms + c.gen_step_ms_per_seq * b) / 1000 / ctx.scale
 
 
-def per_call(ctx: Context, sequences: float, n: int) -> float:
-    """Sequences in one generation call: vLLM gets every missing prompt of a dataset at once; the hf
-    backend fills batches of its default batch size, each prompt with its n samples."""
-    return sequences if ctx.gpu() else DEFAULT_BATCH_SIZE["cpu"] * n
-
-
-def generate_s(ctx: Context, sequences: float, cap: float, per_call: float, slots: int = 1,
-               p: "Lengths | Priors | None" = None, prompt: float = 0.0) -> float:
-    """`sequences` responses in calls of `per_call`, the calls spread over `slots`."""
+def hf_generate_s(ctx: Context, sequences: float, per_call: float, cap: float,
+                  p: "Lengths | Priors | None" = None) -> float:
+    """`sequences` responses in hf calls of `per_call` sequences, one after another on one slot."""
     if sequences <= 0:
         return 0.0
     per_call = max(1.0, min(per_call, sequences))
     full, rest = divmod(sequences, per_call)
-    seconds = full * call_s(ctx, per_call, cap, p, prompt) + (call_s(ctx, rest, cap, p, prompt) if rest >= 1 else 0.0)
-    return seconds / max(slots, 1)
+    return full * hf_call_s(ctx, per_call, cap, p) + (hf_call_s(ctx, rest, cap, p) if rest >= 1 else 0.0)
+
+
+EVAL_UTIL = 0.9  # the vLLM backend's gpu_memory_utilization when the spec sets none
+WEIGHTS_SHARE = 0.5  # the evaluation picks the fewest GPUs per engine whose memory is twice the weights
+
+
+def eval_shape(ctx: Context, run: RunShape) -> EngineShape:
+    """An evaluation's engines as the vLLM backend builds them (`engine.evaluate.backends.engine_shape`):
+    the spec's tensor_parallel_size, else the fewest GPUs (a power of two) whose memory holds the
+    weights twice over; one engine per tp GPUs; vLLM's max_num_seqs (1024 on GPUs of 70 GB or more)."""
+    spec = run.config.get("generation") or {}
+    gpus = slots(ctx, run)
+    tp = int(spec.get("tensor_parallel_size") or 0)
+    if not tp:
+        tp = 1
+        weights = 2 * (ctx.params_b or 0)
+        while ctx.memory_gb and weights / tp > WEIGHTS_SHARE * ctx.memory_gb and tp * 2 <= gpus:
+            tp *= 2
+    return EngineShape(engines=max(gpus // tp, 1), tp=tp,
+                       max_seqs=1024 if (ctx.memory_gb or 0) >= 70 else 256,
+                       util=float(spec.get("gpu_memory_utilization") or EVAL_UTIL))
+
+
+def eval_generation(ctx: Context, run: RunShape, sequences: float, n: int, cap: float, p: "Lengths | Priors",
+                    prompt: float) -> dict[str, float]:
+    """An evaluation's generation of one dataset's `sequences`: vLLM (GPU) gets them all at once, each
+    engine its share, and the dataset lasts as long as the engine holding its longest sample; the hf
+    backend (CPU) steps padded batches of its batch size (prompts × n)."""
+    if ctx.gpu():
+        return decode_parts(ctx, eval_shape(ctx, run), sequences, cap, p, prompt, rollout=False)
+    return {"decode": hf_generate_s(ctx, sequences, DEFAULT_BATCH_SIZE["cpu"] * n, cap, p) / slots(ctx, run)}
 
 
 def judge_s(ctx: Context, run: RunShape, samples: float, *, dense: bool = True, cores: Optional[int] = None,
@@ -279,7 +322,8 @@ def judge_s(ctx: Context, run: RunShape, samples: float, *, dense: bool = True, 
         failing = ctx.priors.failing_share
         tests, tle_tests = (1 - failing) * tests + failing * 1.0, 1.0
     per_sample = per_test * tests + ctx.c.timeout_rate * timeout * tle_tests
-    workers = cores or judge.get("concurrency") or (GPU_JUDGE_CORES if ctx.gpu() else max(run.cpus, 1))
+    nodes = -(-max(run.gpus, 1) // max(ctx.per_node, 1))
+    workers = cores or judge.get("concurrency") or (GPU_JUDGE_CORES * nodes if ctx.gpu() else max(run.cpus, 1))
     if not ctx.gpu():
         workers = min(workers, max(run.cpus, 1))
     return samples * per_sample / workers

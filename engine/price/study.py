@@ -11,9 +11,11 @@ from typing import Mapping, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from engine.errors import UserError
+from engine.errors import SpecError, UserError
 from engine.plan.model import Plan
-from engine.price.forecast import DRAWS, Forecast, forecast
+from engine.price.forecast import DRAWS, Forecast, context, forecast
+from engine.price.memory import problems
+from engine.price.published import PublishedCheck, checks, load_published
 from engine.price.power import Comparison, comparisons, spec_data, undetectable
 from engine.price.profiles import HARDWARE_FILE, Profile, load_profile
 from engine.price.shapes import StudyShape, require_size, shape_of_plan, shape_of_records
@@ -27,6 +29,8 @@ class StudyPrice(BaseModel):
     forecast: Forecast
     comparisons: list[Comparison] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    # a recipe's published figures beside the forecast of the same phase on the same GPUs
+    published: list[PublishedCheck] = Field(default_factory=list)
 
 
 def registry_with_profiles(registry: Registry) -> Path:
@@ -38,25 +42,62 @@ def default_profile(study: StudyShape) -> str:
     return "h100" if any(r.gpus for r in study.runs) else "cpu"
 
 
-def resolve_profile(study: StudyShape, name: Optional[str], registry: Registry) -> Profile:
-    return load_profile(name or default_profile(study), registry_with_profiles(registry))
+def resolve_profile(study: StudyShape, name: Optional[str], registry: Registry,
+                    hardware: Optional[Path] = None) -> Profile:
+    """The named profile (default: h100, or cpu for a study without GPUs), from the registry's hardware
+    file with a user's own (`--hardware FILE`) over it."""
+    return load_profile(name or default_profile(study), registry_with_profiles(registry), hardware)
+
+
+def refuse_what_does_not_fit(study: StudyShape, profile: Profile, validated: ValidatedSpec) -> None:
+    """A run whose model, optimizer state or KV cache cannot fit its GPUs is refused at its phase's line."""
+    found = problems(context(study, profile, profile.median()), study.runs)
+    if not found:
+        return
+    loaded, diagnostics, seen = validated.loaded, [], set()
+    for p in found:
+        if p.run.unit in seen:
+            continue
+        seen.add(p.run.unit)
+        where = next((keys for keys in (("phases", p.run.phase, "resources"), ("phases", p.run.phase),
+                                        ("evaluate", p.run.phase), ("base_model",))
+                      if loaded.positions.found(*keys)), ("base_model",))
+        diagnostics.append(loaded.diagnostic(where, f"does not fit {profile.name}'s memory: {p.message}", p.fix))
+    raise SpecError(diagnostics)
+
+
+def published_checks(study: StudyShape, validated: ValidatedSpec, hardware: Optional[Path] = None,
+                     draws: int = DRAWS) -> list[PublishedCheck]:
+    """A recipe's published figures (registry/published.yaml, by the spec's name) beside the forecast."""
+    found = load_published(registry_with_profiles(validated.registry)) or load_published(project_registry())
+    if study.name not in found:
+        return []
+    profiles = lambda name: load_profile(name, registry_with_profiles(validated.registry), hardware)  # noqa: E731
+    try:
+        return checks(study, found[study.name], profiles, draws)
+    except StopIteration:  # the recipe was edited: a published phase is gone
+        return []
 
 
 def price_plan(plan: Plan, validated: ValidatedSpec, *, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
                nodes: int = 1, cpus: Optional[int] = None, price: Optional[float] = None,
-               draws: int = DRAWS, executor: Optional[str] = None) -> StudyPrice:
+               currency: Optional[str] = None, draws: int = DRAWS, executor: Optional[str] = None,
+               hardware: Optional[Path] = None) -> StudyPrice:
     """The dry run's forecast and detectable differences for a planned study, on `executor` (the
-    command line's `--executor`; default: the spec's)."""
+    command line's `--executor`; default: the spec's), with `hardware` (a user's own profiles file)."""
     study = shape_of_plan(plan, validated, executor=executor)
-    profile = resolve_profile(study, gpu_type, validated.registry)
+    profile = resolve_profile(study, gpu_type, validated.registry, hardware)
     if profile.slot == "GPU":
         require_size(study, validated)
+        refuse_what_does_not_fit(study, profile, validated)
     if (executor or validated.spec.executor.kind.value) == "slurm":
         study, nodes = for_slurm(study, profile, gpus=gpus, nodes=nodes)
     found = comparisons(study, profile.power, spec_data(validated.spec))
     detect = validated.spec.detect
-    return StudyPrice(forecast=forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, price=price, draws=draws),
-                      comparisons=found, warnings=undetectable(found, detect.min_effect if detect else None))
+    return StudyPrice(forecast=forecast(study, profile, gpus=gpus, nodes=nodes, cpus=cpus, price=price,
+                                        currency=currency, draws=draws),
+                      comparisons=found, warnings=undetectable(found, detect.min_effect if detect else None),
+                      published=published_checks(study, validated, hardware, draws) if profile.slot == "GPU" else [])
 
 
 # ---------------------------------------------------------------- actuals
@@ -186,14 +227,14 @@ def observed_slots(records: Sequence[RunRecord], slot: str, times: Mapping[str, 
 
 def versus(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord],
            times: Mapping[str, RunTime], *, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
-           nodes: int = 1, cpus: Optional[int] = None,
+           nodes: int = 1, cpus: Optional[int] = None, hardware: Optional[Path] = None,
            draws: int = DRAWS, registry: Optional[Registry] = None, fc: Optional[Forecast] = None) -> Versus:
     """Each finished run's duration (the sum of its attempts) beside its forecast, per kind, and for the
     study's wall time; the study is packed on the slots it was seen to use unless --gpus / --cpus say
     otherwise."""
     registry = registry or spec_registry(None)
     fc = fc or forecast_records(spec_name, records, datasets, times, registry=registry, gpu_type=gpu_type, gpus=gpus,
-                                nodes=nodes, cpus=cpus, draws=draws)
+                                nodes=nodes, cpus=cpus, draws=draws, hardware=hardware)
     actual = attributed_seconds(records, {r.id: r.seconds.p50 for r in fc.runs}, times)
     rows = [RunActual(id=r.id, label=r.label, kind=r.kind, forecast_s=r.seconds.p50, low_s=r.seconds.p10,
                       high_s=r.seconds.p90, actual_s=actual.get(r.id)) for r in fc.runs]
@@ -224,13 +265,14 @@ def versus_lineage(lineage: Lineage, spec_name: str, **options) -> Versus:
 def forecast_records(spec_name: str, records: Sequence[RunRecord], datasets: Sequence[DatasetRecord],
                      times: Mapping[str, RunTime], *,
                      registry: Optional[Registry] = None, gpu_type: Optional[str] = None, gpus: Optional[int] = None,
-                     nodes: int = 1, cpus: Optional[int] = None, draws: int = DRAWS) -> Forecast:
+                     nodes: int = 1, cpus: Optional[int] = None, draws: int = DRAWS,
+                     hardware: Optional[Path] = None) -> Forecast:
     """The forecast of a recorded study, packed on the slots it was seen to use (unless told)."""
     registry = registry or spec_registry(None)
     study = shape_of_records(spec_name, records, datasets, registry)
     if not study.runs:
         raise UserError(f"no runs of {spec_name!r} recorded")
-    profile = resolve_profile(study, gpu_type, registry)
+    profile = resolve_profile(study, gpu_type, registry, hardware)
     seen = observed_slots(records, profile.slot, times)
     if profile.slot == "CPU":
         cpus = cpus or seen

@@ -227,8 +227,11 @@ def test_a_gpu_profile_without_memory_says_the_kv_cache_is_not_priced(tmp_path):
     no KV-cache overflow: DeepCoder's 32K stage comes out lower, and the forecast says why."""
     registry = tmp_path / "registry"
     registry.mkdir()
-    text = (shipped("registry") / "hardware.yaml").read_text()
-    (registry / "hardware.yaml").write_text("\n".join(l for l in text.splitlines() if "memory_gb:" not in l) + "\n")
+    data = yaml.safe_load((shipped("registry") / "hardware.yaml").read_text())
+    data["profiles"] = {"h100": data["profiles"]["h100"]}
+    for key in ("memory_gb", "datasheet"):
+        data["profiles"]["h100"].pop(key)
+    (registry / "hardware.yaml").write_text(yaml.safe_dump(data))
     checked = preflight(DEEPCODER, content=False)
     study = shape_of_plan(checked.plan, checked.validated)
     old, new = load_profile("h100", registry), resolve_profile(study, None, checked.validated.registry)
@@ -247,9 +250,11 @@ def test_a_gpu_study_priced_on_the_cpu_profile_is_refused_naming_the_option(caps
 # ---------------------------------------------------------------- strong scaling
 
 
-def test_a_step_bound_by_its_longest_sample_flattens_from_32_to_256_gpus():
-    """Published per-step tables flatten once the longest sample bounds the step: 8x the GPUs buys
-    DeepCoder's 16K step well under 2x (docs/cost.md has the figures), and past 128 GPUs almost nothing."""
-    step = {g: step_seconds(DEEPCODER, "grpo16k", g) for g in (32, 128, 256)}
-    assert step[32] > step[128] > step[256] > 0.6 * step[32]
-    assert step[256] > 0.9 * step[128]
+def test_a_step_gets_faster_with_gpus_and_bends_as_its_longest_sample_binds():
+    """Published per-step tables bend: more GPUs help until each engine is nearly empty, then the
+    longest sample binds. DeepCoder's 16K step on 32 -> 256 GPUs: faster at each doubling, each
+    doubling buying less than the one before, 8x the GPUs well under 8x the speed."""
+    step = {g: step_seconds(DEEPCODER, "grpo16k", g) for g in (32, 64, 128, 256)}
+    assert step[32] > step[64] > step[128] > step[256]
+    assert step[32] / step[64] > step[128] / step[256] > 1.0
+    assert step[32] / step[256] < 4

@@ -4,10 +4,8 @@ rollout engine's settings are read from verl's own keys, never a training-side k
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from engine.price.kinds import _sample, rl_step
-from engine.price.model import RunCost, kv_waves
+from engine.price.model import RunCost, rollout_shape
 from engine.price.profiles import load_profile
 from engine.price.shapes import RunShape
 
@@ -36,6 +34,7 @@ def test_pair_sampling_is_priced_as_a_grpo_steps_generation():
     step = rl_step(ctx, shape, samples=1024, prompt=ctx.priors.prompt(""), cap=16384)
     assert cost.parts["generate"] == step["generate"]
     assert cost.by_group[("generate", "rollout")] == step["generate"]  # what --fit scales: the rollout group
+    assert cost.parts["prefill"] == step["prefill"] and cost.by_group[("prefill", "logprob")] == step["prefill"]
     short = ctx.c.rollout_tok_s  # the short-context throughput alone would price it several times lower
     tokens = cost.tokens
     assert cost.parts["generate"] > 2 * tokens / (32 * short * ctx.scale)
@@ -53,10 +52,10 @@ def test_sampling_on_more_gpus_is_bound_by_its_longest_sample():
 
 def test_the_rollout_tensor_parallel_is_read_from_the_rollouts_own_key():
     ctx = context()
-    waves = lambda shape: kv_waves(ctx, shape, 32, 12000)  # noqa: E731
+    waves = lambda shape: rollout_shape(ctx, shape)  # noqa: E731
     plain = waves(run())
     rollout = waves(run(overrides={"actor_rollout_ref.rollout.tensor_model_parallel_size": 4}))
-    assert rollout != plain  # the rollout's TP leaves more room per GPU for the KV cache
+    assert (rollout.tp, rollout.engines) == (4, 8) and plain.tp == 1
     assert waves(run(hparams={"tensor_parallel": 4})) == rollout  # the spec's hparam for it
     nested = {"actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 4}}}
     assert waves(run(overrides=nested)) == rollout
