@@ -5,7 +5,8 @@
 Each command runs in a fresh interpreter (what a user waits for), on a ~100-run synthetic study
 (tests/report/synthetic.py). With `--baseline DIR` (another source tree of rlvr-run, e.g.
 `git worktree add /tmp/base <commit>`) the same commands run from that tree too, interleaved,
-and the ratios are printed: on a busy machine the ratio is the figure to read.
+and the ratios are printed: on a busy machine the ratio is the figure to read. Each command's
+time is also given as a multiple of a bare `python -c pass` measured in the same rounds.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def once(tree: Path, args: list[str]) -> float:
     return time.perf_counter() - began
 
 
+def bare_start() -> float:
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return time.perf_counter() - began
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="another rlvr-run source tree to compare with")
@@ -53,12 +60,17 @@ def main() -> None:
             build_with(tree, folder)
             argvs[name] = {"--help": ["--help"], "status": ["status", "--runs-dir", str(folder)]}
         times: dict[tuple[str, str], list[float]] = {(t, c): [] for t in trees for c in commands}
+        bare: list[float] = []
         for _ in range(args.reps):
+            bare.append(bare_start())
             for command in commands:
                 for name, tree in trees.items():
                     times[(name, command)].append(once(tree, argvs[name][command]))
+    python = statistics.median(bare)
+    print(f"bare python start: {python:.3f} s (`python -c pass`; the goals: --help within 2x, status within 13x)")
     for command in commands:
-        line = f"{command:>8}: " + ", ".join(f"{name} {statistics.median(times[(name, command)]):.2f} s"
+        line = f"{command:>8}: " + ", ".join(f"{name} {statistics.median(times[(name, command)]):.2f} s "
+                                              f"({statistics.median(times[(name, command)]) / python:.1f}x bare python)"
                                               for name in trees)
         if args.baseline:
             ratio = statistics.median(times[("baseline", command)]) / statistics.median(times[("this tree", command)])

@@ -8,8 +8,13 @@ chat prompts exactly as they would with a Qwen tokenizer.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Optional
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (
@@ -25,8 +30,46 @@ def stdlib_corpus(limit: int = 170) -> list[str]:
     return [str(p) for p in sorted(Path(os.__file__).parent.glob("*.py"))[:limit]]
 
 
-def build_tiny_tokenizer(out_dir: Path, *, vocab_size: int = 1024) -> Path:
-    """Train, save and return `out_dir` (loadable with `AutoTokenizer.from_pretrained`)."""
+def _tokenizer_key(vocab_size: int) -> str:
+    """Everything a trained tokenizer's files depend on: its settings, the corpus (this Python's
+    standard library) and the versions of the libraries that train and save it."""
+    import tokenizers
+    import transformers
+
+    digest = hashlib.sha256(json.dumps([vocab_size, SPECIAL_TOKENS, CHATML_TEMPLATE, tokenizers.__version__,
+                                        transformers.__version__]).encode())
+    for path in stdlib_corpus():
+        digest.update(Path(path).name.encode() + b"\0" + Path(path).read_bytes())
+    return f"bpe{vocab_size}-{digest.hexdigest()[:16]}"
+
+
+def build_tiny_tokenizer(out_dir: Path, *, vocab_size: int = 1024, cache: Optional[Path] = None) -> Path:
+    """Train, save and return `out_dir` (loadable with `AutoTokenizer.from_pretrained`). With
+    `cache` (a folder), a tokenizer trained before from the same inputs is copied instead of
+    trained again (seconds saved; training is deterministic, so the files are the same)."""
+    out_dir = Path(out_dir)
+    if cache is not None:
+        kept = Path(cache) / _tokenizer_key(vocab_size)
+        if (kept / "tokenizer.json").is_file():
+            shutil.copytree(kept, out_dir, dirs_exist_ok=True)
+            return out_dir
+    _train_tokenizer(out_dir, vocab_size=vocab_size)
+    if cache is not None:
+        partial = Path(tempfile.mkdtemp(prefix=f"{kept.name}.", dir=_made(Path(cache))))
+        shutil.copytree(out_dir, partial, dirs_exist_ok=True)
+        try:
+            os.replace(partial, kept)  # whole or not at all; another process may have kept it first
+        except OSError:
+            shutil.rmtree(partial, ignore_errors=True)
+    return out_dir
+
+
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _train_tokenizer(out_dir: Path, *, vocab_size: int) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -41,19 +84,20 @@ def build_tiny_tokenizer(out_dir: Path, *, vocab_size: int = 1024) -> Path:
     tokenizer.chat_template = CHATML_TEMPLATE
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out_dir)
-    return out_dir
 
 
 def build_tiny_model(out_dir: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                     vocab_size: int = 1024, seed: int = 0, tokenizer_dir: Path | None = None) -> Path:
+                     vocab_size: int = 1024, seed: int = 0, tokenizer_dir: Path | None = None,
+                     tokenizer_cache: Path | None = None) -> Path:
     """A random-init Qwen2 causal LM with the tiny tokenizer, saved as a Hugging Face folder.
 
-    `tokenizer_dir` reuses a tokenizer already built (training one takes seconds)."""
+    `tokenizer_dir` reuses a tokenizer already built (training one takes seconds); `tokenizer_cache`
+    is a folder of tokenizers kept by what they were trained from (`build_tiny_tokenizer`)."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     out_dir = Path(out_dir)
-    tokenizer_path = tokenizer_dir or build_tiny_tokenizer(out_dir, vocab_size=vocab_size)
+    tokenizer_path = tokenizer_dir or build_tiny_tokenizer(out_dir, vocab_size=vocab_size, cache=tokenizer_cache)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,

@@ -38,8 +38,10 @@ def datasets_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    """A random-init tiny Qwen2 and its locally trained tokenizer (no hub), built once per session."""
+    """A random-init tiny Qwen2 and its locally trained tokenizer (no hub), built once per session
+    (per worker), its tokenizer trained once per machine (kept in the rlvr-run cache)."""
+    from engine.data.cache import cache_root
     from engine.tinymodel import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), hidden=32, layers=1, heads=2, kv_heads=1,
-                            vocab_size=512)
+                            vocab_size=512, tokenizer_cache=cache_root() / "tokenizers")

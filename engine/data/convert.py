@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from engine.problem import FunctionTests, Problem, StdioTest
 
@@ -44,6 +44,7 @@ def split_check(test_src: str) -> FunctionTests:
     inside `check` could feed later asserts, so such a `check` stays one unit.
     """
     module = ast.parse(test_src)
+    segment = _segmenter(test_src)
     checks = [n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1:
         return FunctionTests(check=test_src)
@@ -53,7 +54,7 @@ def split_check(test_src: str) -> FunctionTests:
         if isinstance(stmt, ast.Assert):
             if _is_trivially_true(stmt.test):
                 continue  # `assert True, "..."` lines carry no test
-            asserts.append(ast.get_source_segment(test_src, stmt) or ast.unparse(stmt))
+            asserts.append(segment(stmt) or ast.unparse(stmt))
         elif isinstance(stmt, _HARMLESS) or _is_docstring(stmt):
             continue
         else:
@@ -61,8 +62,35 @@ def split_check(test_src: str) -> FunctionTests:
     if not asserts:
         return FunctionTests(check=test_src)
     setup_nodes = [n for n in module.body if n is not check]
-    setup = "\n".join(ast.get_source_segment(test_src, n) or ast.unparse(n) for n in setup_nodes)
+    setup = "\n".join(segment(n) or ast.unparse(n) for n in setup_nodes)
     return FunctionTests(setup=setup, asserts=asserts, candidate=check.args.args[0].arg)
+
+
+# Lines as `ast.get_source_segment` splits them (on \r\n, \r and \n only, ends kept).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def _segmenter(source: str) -> Callable[[ast.AST], Optional[str]]:
+    """`ast.get_source_segment(source, node)` with the source split into lines once, not once
+    per node: a HumanEval `check` holds up to a hundred asserts (a quadratic cost otherwise)."""
+    lines = _LINE.findall(source)
+    encoded: dict[int, bytes] = {}
+
+    def line(number: int) -> bytes:  # ast's offsets count UTF-8 bytes
+        if number not in encoded:
+            encoded[number] = lines[number].encode()
+        return encoded[number]
+
+    def segment(node: ast.AST) -> Optional[str]:
+        end_lineno, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_lineno is None or end_col is None:
+            return None
+        first, last, col = node.lineno - 1, end_lineno - 1, node.col_offset
+        if first == last:
+            return line(first)[col:end_col].decode()
+        return "".join([line(first)[col:].decode(), *lines[first + 1 : last], line(last)[:end_col].decode()])
+
+    return segment
 
 
 def _is_trivially_true(test: ast.expr) -> bool:

@@ -18,7 +18,8 @@ sha256 is the pinned one. Without the extra the stage does not run and rule 3 sa
 What is embedded is a problem's prose: the statement rule 3 fingerprints, without its worked
 examples (doctests, `f(x) == y` lines, a contest's Examples and Note sections) on both sides;
 examples are compared lexically already and would otherwise dominate a short docstring's
-vector. Vectors are cached on disk by text content, so a second validation embeds nothing.
+vector. Vectors are cached on disk by text content, so a second validation embeds nothing and
+does not even load the model.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.util
+import json
 import os
 import re
 import sqlite3
@@ -87,12 +90,18 @@ def text_key(text: str) -> str:
 
 
 # ---------------------------------------------------------------- the model
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Encoder:
-    """The loaded, verified model: texts in, unit vectors (float32, one row per text) out."""
+    """The verified model: texts in, unit vectors (float32, one row per text) out.
 
-    model: Any = field(repr=False)
+    The model itself (sentence-transformers, torch: seconds to import) loads on the first text
+    to embed, so a validation whose vectors are all cached never imports it. What a vector is
+    keyed by (the weights' sha256) and its width come from the pinned files, checked beforehand."""
+
     weights_sha256: str
+    model: Any = field(default=None, repr=False)  # None until `load` gives it
+    load: Optional[Callable[[], Any]] = field(default=None, repr=False)
+    width: Optional[int] = None  # the vectors' width as the pinned pooling config declares it
 
     def key(self) -> str:
         """What a vector depends on besides its text: part of the cache key."""
@@ -101,14 +110,20 @@ class Encoder:
     def describe(self) -> str:
         return f"{MODEL_NAME} (weights sha256 {self.weights_sha256[:12]}…, first {MAX_TOKENS} tokens)"
 
+    def loaded(self) -> Any:
+        if self.model is None and self.load is not None:
+            self.model = self.load()
+        return self.model
+
     def encode(self, texts: Sequence[str], progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
+        model = self.loaded()
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad little
         for start in range(0, len(order), BATCH * 8):
             chunk = order[start : start + BATCH * 8]
             try:
-                out[chunk] = self.model.encode([texts[i] for i in chunk], batch_size=BATCH, normalize_embeddings=True,
-                                               convert_to_numpy=True, show_progress_bar=False)
+                out[chunk] = model.encode([texts[i] for i in chunk], batch_size=BATCH, normalize_embeddings=True,
+                                          convert_to_numpy=True, show_progress_bar=False)
             except Exception as exc:  # the model failed mid-way: no vector may be half-trusted
                 raise SemanticUnavailable(f"the {MODEL_NAME} model failed while embedding "
                                           f"({type(exc).__name__}: {exc})") from exc
@@ -118,7 +133,9 @@ class Encoder:
 
     @property
     def dimensions(self) -> int:
-        return int(self.model.get_embedding_dimension())
+        if self.model is None and self.width is not None:
+            return self.width
+        return int(self.loaded().get_embedding_dimension())
 
 
 def model_dir() -> Path:
@@ -148,9 +165,21 @@ def verify_files(folder: Path) -> str:
 
 @functools.lru_cache(maxsize=1)
 def load_encoder() -> Encoder:
-    """The verified model, loaded once per process (several seconds); never touches the network."""
+    """The verified model, loaded once per process when first needed; never touches the network.
+
+    What decides whether the stage can run is checked here, before any vector is read: the
+    extra's files (their sha256) and sentence-transformers being installed."""
     folder = model_dir()
     weights = verify_files(folder)
+    if importlib.util.find_spec("sentence_transformers") is None:
+        raise SemanticNotInstalled(f"sentence-transformers is not installed (No module named "
+                                   f"'sentence_transformers'); {INSTALL_HINT}")
+    width = json.loads((folder / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"]
+    return Encoder(weights_sha256=weights, load=functools.partial(_load_model, folder), width=int(width))
+
+
+def _load_model(folder: Path) -> Any:
+    """The sentence-transformers model from the verified files (several seconds)."""
     # A missing file must fail, never be fetched: the hub is off while the model loads, and only
     # then, since the runs this process starts inherit its environment and may need the hub.
     before = os.environ.get("HF_HUB_OFFLINE")
@@ -171,7 +200,7 @@ def load_encoder() -> Encoder:
         else:
             os.environ["HF_HUB_OFFLINE"] = before
     model.max_seq_length = MAX_TOKENS
-    return Encoder(model=model, weights_sha256=weights)
+    return model
 
 
 # ---------------------------------------------------------------- vectors, cached by content

@@ -38,6 +38,7 @@ class Shared:
     b: Optional[Estimate]
     delta: Optional[Delta] = None
     why: str = ""  # why there is no Δ
+    left_out: str = ""  # seeds or problems of one side the pairing left out: Δ is not B − A of the two cells
 
 
 def load(side: Side) -> Study:
@@ -89,13 +90,14 @@ def compare(a: Study, b: Study) -> list[Shared]:
             if isinstance(p, str):
                 out.append(Shared(unit, dataset, est_a, est_b, why=p))
                 continue
-            out.append(Shared(unit, dataset, est_a, est_b, paired_delta(p.ours, p.theirs)))
+            out.append(Shared(unit, dataset, est_a, est_b, paired_delta(p.ours, p.theirs), left_out=p.note("B", "A")))
     return out
 
 
 def table(a: Study, b: Study, shared: list[Shared]) -> Table:
     rows = [[s.unit, s.dataset, cell_text(s.a) if s.a else "—", cell_text(s.b) if s.b else "—",
-             (f"{s.delta.delta:+.3f} [{s.delta.low:+.2f}, {s.delta.high:+.2f}] (seeds = {s.delta.seeds})"
+             (f"{s.delta.delta:+.3f} [{s.delta.low:+.2f}, {s.delta.high:+.2f}] (seeds = {s.delta.seeds}"
+              + (f"; {s.left_out}" if s.left_out else "") + ")"
               if s.delta else f"— ({s.why})")] for s in shared]
     return Table(headers=["phase", "dataset", f"A: {a.name}", f"B: {b.name}", f"Δ {PRIMARY_METRIC} (B − A) [95 %]"],
                  rows=rows, footer=[

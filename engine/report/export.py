@@ -39,6 +39,7 @@ class Row:
     value: float
     step: Optional[int] = None  # a training curve's step
     against: str = ""  # a comparison's control unit
+    state: str = ""  # a run row's run state: a failed or cancelled run's numbers are on no page
 
 
 def _unit(unit: str) -> tuple[str, str]:
@@ -95,7 +96,7 @@ def run_rows(study: Study) -> list[Row]:
         for m in study.metrics.get(run.id, []):
             out.append(Row("run", study.name, run.phase, run.variant or "", run.seed, run.id, m.dataset,
                            m.protocol or "", m.protocol_sha256 or "", m.idlist_sha256 or "", m.name, "value",
-                           float(m.value), step=m.step if m.step >= 0 else None))
+                           float(m.value), step=m.step if m.step >= 0 else None, state=run.state.value))
     return out
 
 

@@ -27,7 +27,7 @@ def _band(q: Quantiles, fmt=_duration) -> str:
 
 
 def study_forecast(study: Study) -> Forecast:
-    return forecast_records(study.name, study.runs, study.datasets, run_times(study.events),
+    return forecast_records(study.name, study.runs, study.datasets, run_times(study.events, study.attempts),
                             registry=spec_registry(study.spec.path if study.spec else None), draws=PAGE_DRAWS)
 
 
@@ -75,5 +75,5 @@ def versus_tables(v: Versus) -> tuple[Table, Table, str]:
 
 
 def study_versus(study: Study, fc: Forecast) -> Versus:
-    return versus(study.name, study.runs, study.datasets, run_times(study.events), registry=spec_registry(study.spec.path if study.spec else None),
+    return versus(study.name, study.runs, study.datasets, run_times(study.events, study.attempts), registry=spec_registry(study.spec.path if study.spec else None),
                   fc=fc)

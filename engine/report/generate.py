@@ -61,6 +61,7 @@ from engine.report.tables import Table, fmt
 from engine.resources import TEMPLATES
 from engine.runs.completion import unchanged_runs
 from engine.runs.lineage import LINEAGE_FILE, RunRecord, open_lineage
+from engine.runs.track import untracked
 
 REPORT_DIR = "report"
 PAGES = ("index", "results", "ablations", "matched-cost", "errors", "cost", "curves", "repair", "failures",
@@ -220,8 +221,21 @@ def _index(study: Study, columns: list[Column], headline: str, priced: "_Priced"
             "headline": headline, "comparisons": _comparisons(compared), "found": [finding(r) for a in compared for r in a.rows],
             "forecast_two": priced.two_lines(),
             "failed": failed.markdown() if unsettled else "", "failed_more": max(0, len(unsettled) - INDEX_FAILED),
+            "untracked": _untracked(study, places),
             "older": len(study.older), "spec_name": spec_name(study),
             "spec_sha": (study.spec.sha256 if study.spec else "")[:12], **isolation_record.summary(study)}
+
+
+def _untracked(study: Study, places: "Places") -> list[str]:
+    """Runs whose numbers a tracker of the spec refused (`engine.runs.track.track_quietly`): said on
+    the index, since a user reading the tracker's compare view would otherwise miss them silently."""
+    out = []
+    for run in study.runs:
+        folder = places.folder(run)
+        why = untracked(folder) if folder else None
+        if why:
+            out.append(f"{places.run(run)} ({study.unit(run)}): {places.portable(why.splitlines()[0])}")
+    return out
 
 
 def _comparisons(compared: list[Ablation]) -> str:

@@ -119,7 +119,7 @@ def training_cost_table(study: Study) -> Table:
     steps), the timeouts (total); and the prompt template trained on (and where the spec says so).
     A judge that idles the accelerators shows as a large judge share or queue wait."""
     rows = []
-    times = run_times(study.events)
+    times = run_times(study.events, study.attempts)
     for run in study.trained():
         series = study.series(run.id)
         steps, judge, gen = series.get("step_time_s", {}), series.get("judge_s", {}), series.get("generate_s", {})

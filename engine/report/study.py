@@ -18,6 +18,7 @@ from engine.evaluate.records import Keys, SampleRecord, read
 from engine.evaluate.eval_run import METRICS_FILE, EvalOutput
 from engine.runs.lineage import (
     ArtifactRecord,
+    AttemptRecord,
     DatasetRecord,
     Event,
     LeakRecord,
@@ -85,6 +86,7 @@ class Study:
     artifacts: dict[str, list[ArtifactRecord]]
     leaks: list[LeakRecord] = field(default_factory=list)  # rule 3's waived leaks and warnings
     older: list[OlderRun] = field(default_factory=list)  # runs of an older plan of the spec: apart
+    attempts: list[AttemptRecord] = field(default_factory=list)  # each run's attempts (`run_times`), as `events`
 
     def protocol(self, run: RunRecord) -> dict[str, Any]:
         """An evaluation run's frozen protocol (what its numbers were generated with)."""
@@ -155,4 +157,4 @@ def load_study(lineage: Lineage, name: str) -> Study:
                  # splits its time with it (`price.study.attributed_seconds`)
                  events=[e for e in lineage.events() if e.run_id in spec_ids], waivers=lineage.waivers(name),
                  datasets=lineage.datasets(name), artifacts={i: lineage.artifacts(i) for i in ids},
-                 leaks=lineage.leaks(name), older=older_runs(lineage, name))
+                 leaks=lineage.leaks(name), older=older_runs(lineage, name), attempts=lineage.attempts(spec_ids))

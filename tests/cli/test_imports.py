@@ -39,6 +39,16 @@ def test_help_loads_no_verb():
     assert not [m for m in modules if m.startswith("engine.cli.")]
 
 
+def test_the_version_is_looked_up_only_when_asked():
+    help_modules = loaded_after("import engine.cli, contextlib, io\n"
+                                "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+                                "    engine.cli.main(['--help'])")
+    assert "importlib.metadata" not in help_modules  # a tenth of a second at every start
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "--version"], cwd=ROOT, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0 and out.stdout.startswith("rlvr-run ")
+
+
 def test_a_verb_loads_only_its_own_module():
     modules = loaded_after("import engine.cli\nengine.cli.build_parser(['status'])")
     views = {"engine.cli.views", "engine.cli.status_view"}  # what the verbs draw with, not verbs

@@ -12,14 +12,14 @@ from rich.console import Console
 
 from engine.cli import main
 from engine.cli.views import describe_plan
-from engine.errors import UserError
+from engine.errors import SpecError, UserError
 from engine.isolation.validate import validate_spec
 from engine.plan.expand import plan
 from engine.runs.executors.local import LocalExecutor
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.materialize import materialize
 from engine.runs.pipeline import Planned, UnmetResources, job_of, run_spec
-from engine.runs.runlock import RunLock
+from engine.runs.runlock import RunLock, RunnerBusy
 from engine.runs.schedule import execute
 from engine.spec.validated import frozen_protocol, protocol_sha256
 
@@ -180,6 +180,20 @@ def test_second_runner_is_refused_and_status_still_works(tmp_path, capsys):
         assert "another rlvr-run is executing" in err and f"pid {os.getpid()}" in err
         assert main(["status", "--runs-dir", str(runs)]) == 0
         assert "nothing has run yet" in capsys.readouterr().out
+
+
+def test_a_second_runner_hears_the_lock_is_held_before_validating(tmp_path):
+    """The lock is checked first: a spec that would fail validation is refused for the lock."""
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\nbase_model: qwen2.5-coder-1.5b-instruct\ndatasets: {}\nphases: {}\nseeds: []\n")
+    runs = tmp_path / "runs"
+    with RunLock(runs):
+        with pytest.raises(RunnerBusy, match=f"pid {os.getpid()}"):
+            run_spec(spec, runs_dir=runs)
+        with pytest.raises(SpecError):  # a dry run takes no lock
+            run_spec(spec, runs_dir=runs, dry_run=True)
+    with pytest.raises(SpecError):  # and once the holder is gone, validation speaks
+        run_spec(spec, runs_dir=runs)
 
 
 def test_a_spec_error_is_reported_without_running(tmp_path, capsys):

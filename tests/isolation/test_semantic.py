@@ -221,6 +221,24 @@ def test_vectors_are_cached_by_text_and_a_damaged_cache_is_rebuilt(tmp_path):
     assert problem_vectors(TRAINING[:2], encoder, cache)[1]  # the rebuilt file serves the next run
 
 
+def test_a_second_validation_finds_the_same_without_loading_the_model(tmp_path):
+    _model_or_skip()
+    spec = validate_spec(_spec(tmp_path), content=False)
+    semantic.load_encoder.cache_clear()
+    try:
+        first = check_leakage(spec, cache=SketchCache(root=tmp_path / "c"))
+        semantic.load_encoder.cache_clear()  # what a new process sees
+        second = check_leakage(spec, cache=SketchCache(root=tmp_path / "c"))
+        encoder = semantic.load_encoder()
+        assert encoder.model is None  # every vector came from the cache: the model never loaded
+        assert encoder.width == encoder.loaded().get_embedding_dimension()  # the declared width is the model's
+    finally:
+        semantic.load_encoder.cache_clear()
+    assert not any(first.vector_hits.values()) and all(second.vector_hits.values())
+    assert [pair.leaks for pair in second.pairs] == [pair.leaks for pair in first.pairs]
+    assert (second.semantic, second.warnings, second.errors) == (first.semantic, first.warnings, first.errors)
+
+
 def test_without_a_judge_candidates_are_warnings_and_rule_3_says_so(tmp_path):
     _model_or_skip()
     report = check_leakage(validate_spec(_spec(tmp_path), content=False), cache=SketchCache(root=tmp_path / "c"))
