@@ -4,8 +4,9 @@ Function tests: each assert becomes a *logic tree* (compare / and / or / not)
 over *leaves* (the operands). A leaf that is a literal is decoded here, in the
 judge; a leaf that names only builtins and the test's imports is evaluated in
 the sandbox before the program runs (so the program cannot influence it); any
-other leaf is evaluated after the program ran, per test, and crosses back as
-strict plain data (`engine.judge.plain`). The judge then applies the
+other leaf is evaluated after the program loaded, per test, by the tests' own
+process (the runner, never the program's: its calls answer plain data), and
+crosses back as strict plain data (`engine.judge.plain`). The judge then applies the
 comparison itself, on objects it built, so an always-equal object or a
 patched builtin cannot make an assert pass. Statements that are not a single
 assert (and HumanEval `check` functions that could not be split) run whole in
@@ -82,7 +83,6 @@ def _plan(key: tuple, meant: frozenset[str]) -> CasePlan:
         "entry": entry_point,
         "candidate": candidate,
         "meant": sorted(meant),  # builtin names the tests mean as the program's (see `function_plan`)
-        "apart": _apart(units, trusted | _defined_by(setup)),
         "units": [_public_unit(u) for u in units],
     }
     secret = {"units": [{"label": u["label"], "tree": u.get("tree"),
@@ -90,48 +90,6 @@ def _plan(key: tuple, meant: frozenset[str]) -> CasePlan:
                                       if "literal" in leaf},
                          "sources": [leaf["src"] for leaf in u.get("leaves", ())]} for u in units]}
     return CasePlan(public, secret, next(_PLAN_IDS))
-
-
-def _apart(units: list[dict[str, Any]], tests_own: set[str] | frozenset[str]) -> bool:
-    """Whether the tests must run apart from the program (`engine.judge.local.program.ProgramProcess`).
-
-    In the program's own process, whatever the tests report the program could report instead.
-    That is harmless only where each reported value is what a call of the program returned,
-    compared in the judge with what it holds: claiming a value is then no more than returning
-    it. A test that runs code of its own decides in the sandbox, and an operand computed by the
-    test's own code (say `abs(f(x) - 0.5)`, held against 1e-6) carries the answer inside it:
-    claiming 0 would pass. And an operand computed from the tests alone (`sorted([3, 1, 2])`) is
-    an expected value the program could find in its own process.
-    """
-    return any(u["kind"] != "assert" or any(leaf.get("phase") == "before" or (
-        leaf.get("phase") == "after" and not _returned(leaf["src"], tests_own)) for leaf in u["leaves"]) for u in units)
-
-
-def _returned(src: str, tests_own: set[str] | frozenset[str]) -> bool:
-    """The operand is a call of a name the tests do not own (a builtin, their imports, their
-    setup's definitions): its value is what the program returned."""
-    try:
-        node = ast.parse(src, mode="eval").body
-    except SyntaxError:
-        return False
-    return _program_call(node, tests_own)
-
-
-def _program_call(node: ast.expr, tests_own: set[str] | frozenset[str]) -> bool:
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-        return False
-    if node.func.id == "bool" and len(node.args) == 1:  # the truth of `assert f(x)`, as the plan asks it
-        return _program_call(node.args[0], tests_own)
-    return node.func.id not in tests_own
-
-
-def _defined_by(setup: str) -> set[str]:
-    try:
-        body = ast.parse(setup).body
-    except SyntaxError:
-        return set()
-    return {n.id for node in body for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | {
-        node.name for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
 def _public_unit(unit: dict[str, Any]) -> dict[str, Any]:

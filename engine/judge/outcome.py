@@ -151,7 +151,9 @@ class Collector:
         if self.job["mode"] == "stdio" and (verdict != "ACCEPTED" or not any(self.tails)):
             self.tails = (str(done.get("stdout_tail", done.get("out", "")))[-self.limits["tail_bytes"]:],
                           str(done.get("stderr_tail", ""))[-self.limits["tail_bytes"]:])
-        if verdict != "ACCEPTED" and self.job["stop_first"]:
+        # A judge fault on one test decides nothing about the program: the tests after it still run,
+        # so a real failure anywhere decides the sample (`summary`).
+        if verdict not in ("ACCEPTED", "INTERNAL_ERROR") and self.job["stop_first"]:
             self.stopped = "stop_on_first_failure"
         elif len(self.verdicts) == len(self.order):
             self.stopped = "complete"
@@ -163,17 +165,12 @@ class Collector:
         result = self.results.get(i)
         if result is None:
             raise TestFailed("RUNTIME_ERROR", f"the test process exited without reporting (exit {done.get('code')})")
-        # Tests run apart from the program (plan["apart"]) report from a process the program never
-        # ran in; otherwise the program shares the reporting process, and only operand values,
-        # each one call's return value, mean anything (see `cases._apart`).
-        apart = self.job["plan"]["apart"]
+        # The tests report from the runner, a process the program never ran in (`engine.judge.local.testcode`).
         if "error" in result:
-            judge_fault = result["error"] == "judge" and apart  # a call the judge's side could not make
+            judge_fault = result["error"] == "judge"  # a call the judge's side could not make
             raise TestFailed("INTERNAL_ERROR" if judge_fault else error_verdict(result), result.get("msg", ""))
         unit = self.secret["units"][i]
         if "ok" in result:
-            if not apart:
-                raise TestFailed("RUNTIME_ERROR", "a report this judge never writes for this test")
             return "ACCEPTED", {}
         before = self.before.get(i, {})
         after = result.get("values") or {}
@@ -219,9 +216,12 @@ class Collector:
         failures = [v for v in ordered if v["verdict"] != "ACCEPTED"]
         passed = len(ordered) - len(failures)
         judged_faults = [f for f in failures if f["verdict"] == "INTERNAL_ERROR"]
-        first = failures[0]["verdict"] if failures else ("ACCEPTED" if passed == len(self.order) else "RUNTIME_ERROR")
-        if judged_faults and not [f for f in failures if f["verdict"] != "INTERNAL_ERROR"]:
-            first = "INTERNAL_ERROR"
+        # A real failure on any test decides the sample; a judge fault only when no test failed.
+        real = [f for f in failures if f["verdict"] != "INTERNAL_ERROR"]
+        first = real[0]["verdict"] if real else ("INTERNAL_ERROR" if judged_faults else
+                                                 "ACCEPTED" if passed == len(self.order) else "RUNTIME_ERROR")
+        if real:
+            failures = real + judged_faults
         return {
             "verdict": first,
             "passed": passed,
@@ -273,11 +273,16 @@ def _leaf_values(unit: dict, reports: dict[int, dict | None], trusted: set[int],
         if not isinstance(report, dict):
             raise TestFailed("RUNTIME_ERROR", f"no value reported for {unit['sources'][n][:CUT]}")
         if "v" in report:
-            values[n] = plain.decode(report["v"])
+            try:
+                values[n] = plain.decode(report["v"])
+            except plain.TooLarge as exc:  # past the bound the trusted side decodes under: the output's
+                raise TestFailed("OUTPUT_LIMIT", f"{unit['sources'][n][:120]}: {exc}") from None
         elif "notplain" in report:
             raise TestFailed("WRONG_ANSWER", f"{unit['sources'][n][:120]}: {report['notplain']}")
         elif n in trusted:
             raise TestFailed("INTERNAL_ERROR", f"the test's own operand failed: {report.get('msg', '')}")
+        elif report.get("error") == "judge":  # only the runner says it: a value it could not pass
+            raise TestFailed("INTERNAL_ERROR", str(report.get("msg", ""))[:CUT])
         else:
             raise TestFailed(error_verdict(report), str(report.get("msg", ""))[:CUT])
     return values

@@ -231,9 +231,8 @@ LITERAL = Problem(id="toy/literal", source="toy", split="test", kind="function",
 
 @pytest.mark.parametrize("problem", [CHECKED, LITERAL, ADD], ids=lambda p: p.id)
 def test_a_program_that_finds_the_reporter_passes_nothing(remote, problem):
-    """Local test server, code run for real. Where the tests run beside the program (LITERAL) it can
-    find the reporter but only claim values it could have returned (an "ok" is refused, and the
-    expected literals never reach it); where they run apart (CHECKED, ADD) it never holds the nonce."""
+    """Local test server, code run for real. The tests run apart from the program, whatever their
+    shape (a check function, literal asserts, computed operands): it never holds the nonce."""
     forged = remote.judge(problem, _fenced(FORGER))
     plainly_wrong = remote.judge(problem, _fenced("def add(a, b):\n    return 0"))
     assert not forged.accepted and forged.passed == plainly_wrong.passed  # ADD's `not add(0, 0)` holds for 0
@@ -301,11 +300,19 @@ PAIRS = Problem(id="toy/pairs", source="toy", split="test", kind="function", sta
 
 
 def test_objects_of_the_programs_classes_still_reach_its_function(remote):
-    """Local test server: where every operand is one call of the program (MBPP's Pair problems), the
-    tests run in its process, so they can build its objects and pass them to it."""
+    """Local test server: the tests build the program's objects (MBPP's Pair problems) as handles
+    to objects in the program's process, and pass them back to its function."""
     code = ("class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
             "def longest(pairs):\n    return max(p.b for p in pairs) - min(p.a for p in pairs) - 11\n")
     assert remote.judge(PAIRS, _fenced(code)).accepted
+
+
+def test_a_builtin_type_reaches_the_programs_function(remote):
+    """Local test server: a builtin type the tests pass crosses by name (MBPP 533)."""
+    problem = Problem(id="toy/types", source="toy", split="test", kind="function", statement="", entry_point="keep",
+                      function_tests=FunctionTests(asserts=["assert keep((1, 'a', 2.5), int) == [1]"]))
+    code = "def keep(xs, t):\n    return [x for x in xs if isinstance(x, t)]\n"
+    assert remote.judge(problem, _fenced(code)).accepted
 
 
 def test_the_tests_process_imports_nothing_from_the_work_directory(tmp_path):

@@ -13,7 +13,8 @@ import os
 import resource
 
 from engine.judge.local import faults
-from engine.judge.local.sandbox import PR_SET_DUMPABLE, check_rc, forbid_new_processes, libc
+from engine.judge.local.seccomp import forbid_new_processes
+from engine.judge.local.syscalls import PR_SET_DUMPABLE, check_rc, libc
 
 
 def drop_privileges(uid: int | None, *, reset_dumpable: bool, drop_capabilities: bool) -> None:
@@ -42,7 +43,7 @@ def _drop_capabilities() -> None:
 
 def runner_limits(bounds: dict) -> None:
     """The runner's own limits: its machinery must not fail on a limit meant for the program. Its
-    memory is bounded (the tests' own code runs here when they run apart) but with room above
+    memory is bounded (the tests' own code runs here) but with room above
     the program's; no per-uid process limit (before Linux 5.14 one counts every task of the host
     uid in a user namespace, so the runner's own fork failed on a busy machine) and no file-size
     limit (it writes each test's input, which may be larger than the output cap)."""

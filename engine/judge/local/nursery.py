@@ -16,7 +16,8 @@ import struct
 
 from engine.judge.local import limits, sandbox
 from engine.judge.local.process import exited, kill_group
-from engine.judge.local.runner import JobBuffer, Runner
+from engine.judge.local.jobs import JobBuffer
+from engine.judge.local.runner import Runner
 from engine.judge.local.wire import write_all
 
 # ---------------------------------------------------------------- worker side (trusted)

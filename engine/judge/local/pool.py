@@ -23,11 +23,12 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from engine.judge.cases import CasePlan, function_plan, stdio_plan
 from engine.judge.config import IsolationChanged, JudgeConfig, JudgeJob, given_cpus, test_count
 from engine.judge.local import faults, wire
+from engine.judge.local.feed import Feed
 from engine.judge.local.worker import REPO
 from engine.judge.outcome import SLACK_S
 from engine.judge.verdict import SampleResult, TestResult, Verdict
@@ -197,7 +198,7 @@ class LocalBackend:
         the workers."""
         if self._changed:
             raise IsolationChanged(self._changed)
-        feed = _Feed(jobs, read_ahead=read_ahead)
+        feed = Feed(jobs, read_ahead=read_ahead)
         busy: dict[int, _Busy] = {}  # answer fd → the job its worker runs
         retried: set[int] = set()  # jobs judged again after a judge fault
         try:
@@ -221,7 +222,7 @@ class LocalBackend:
                 except IsolationChanged:
                     pass  # raised at the next use; the exception already leaving here is the one to see
 
-    def _again(self, feed: "_Feed", retried: set[int], i: int, job: JudgeJob, result: SampleResult,
+    def _again(self, feed: Feed, retried: set[int], i: int, job: JudgeJob, result: SampleResult,
                head: tuple[dict, CasePlan] | None = None) -> bool:
         """A judge fault: counted, and the job judged once more (first in line) before it stands."""
         if result.verdict is not Verdict.INTERNAL_ERROR:
@@ -234,7 +235,7 @@ class LocalBackend:
         feed.prepared.appendleft((i, job, head))
         return True
 
-    def _dispatch(self, feed: "_Feed", busy: dict) -> Iterator[tuple[int, JudgeJob, SampleResult]]:
+    def _dispatch(self, feed: Feed, busy: dict) -> Iterator[tuple[int, JudgeJob, SampleResult]]:
         """Hand pending jobs to idle workers; wait for one only when nothing is in flight."""
         while feed.left:
             try:
@@ -251,7 +252,7 @@ class LocalBackend:
             busy[worker.proc.stdout.fileno()] = _Busy(worker, i, job, (head, plan),
                                                       time.monotonic() + watchdog_s(head))
 
-    def _ready(self, feed: "_Feed", busy: dict) -> list[int]:
+    def _ready(self, feed: Feed, busy: dict) -> list[int]:
         """The answer pipes that are readable; while none is, the next job is prepared. A job past
         its watchdog deadline comes back under -1 - its fd (its worker hung)."""
         if not busy:
@@ -353,56 +354,6 @@ class _Busy(NamedTuple):
     job: JudgeJob
     head: tuple[dict, CasePlan]  # as prepared and sent
     deadline: float  # monotonic: past it the worker is hung (`watchdog_s`)
-
-
-class _Feed:
-    """One stream's jobs, read lazily: the next ones prepared ahead of the workers."""
-
-    AHEAD = 4  # jobs prepared (plan looked up or built) before a worker asks for them
-
-    def __init__(self, jobs: Iterable[JudgeJob], *, read_ahead: bool) -> None:
-        self._jobs, self.read_ahead = iter(jobs), read_ahead
-        self._read = 0  # jobs taken from the iterable
-        self._ended = False
-        self.prepared: collections.deque[tuple[int, JudgeJob, tuple[dict, CasePlan] | None]] = collections.deque()
-
-    def _pull(self) -> bool:
-        if self._ended:
-            return False
-        try:
-            job = next(self._jobs)
-        except StopIteration:
-            self._ended = True
-            return False
-        self.prepared.append((self._read, job, None))
-        self._read += 1
-        return True
-
-    @property
-    def left(self) -> bool:
-        return bool(self.prepared) or self._pull()
-
-    @property
-    def can_prepare(self) -> bool:
-        """A job read but not prepared yet, or room to read one more."""
-        if any(p is None for _, _, p in self.prepared):
-            return True
-        return self.read_ahead and len(self.prepared) < self.AHEAD and not self._ended
-
-    def prepare_ahead(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> None:
-        for n, (i, job, done) in enumerate(self.prepared):
-            if done is None:
-                self.prepared[n] = (i, job, prepare(job))
-                return
-        if self._pull():
-            i, job, _ = self.prepared[-1]
-            self.prepared[-1] = (i, job, prepare(job))
-
-    def next(self, prepare: Callable[[JudgeJob], tuple[dict, CasePlan]]) -> tuple[int, JudgeJob, tuple[dict, CasePlan]]:
-        if not self.prepared:
-            self._pull()
-        i, job, done = self.prepared.popleft()
-        return i, job, done if done is not None else prepare(job)
 
 
 def _to_result(job: JudgeJob, answer: dict, isolation: str) -> SampleResult:

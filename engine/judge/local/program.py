@@ -1,75 +1,28 @@
-"""The program's own process and what runs in it: its namespace, the builtins every test starts from,
-and the calls the tests make into it (ending it as Python would: `engine.judge.local.process`).
+"""The program's own process, as the runner sees it: forked and limited here, asked one request at a
+time, every answer plain data or a handle (`engine.judge.local.crossing`); its side is
+`engine.judge.local.served`. Ending it as Python would: `engine.judge.local.process`.
 """
 
 from __future__ import annotations
 
-import builtins
-import ctypes
 import json
 import marshal
 import os
 import resource
 import select
 import signal
-import struct
-import sys
 import time
-import types
 from typing import Any, Protocol
 
 from engine.judge import plain
 from engine.judge.local import faults, limits
+from engine.judge.local.calls import Caller
+from engine.judge.local.crossing import program_report
 from engine.judge.local.limits import program_limits
-from engine.judge.local.process import XCPU_EXIT, cpu_limited, exited_within, flush_streams, wait_or_kill
-from engine.judge.local.wire import HEADER, MAX_FRAME, receive_raw, send, send_raw
-
-BUILTIN_NAMES = frozenset(dir(builtins))  # taken before any untrusted code runs
-
-
-class _Builtins:
-    """The builtins each function test starts from, put back before a test only if changed.
-
-    Putting them back writes the reference counts of ≈ 160 objects spread over ≈ 60 pages, each a
-    copy-on-write fault in a fresh runner. Whether anything wrote to the builtins dict since they
-    were last put back, its version tag tells (CPython bumps a dict's ma_version_tag on every
-    write) without touching any of them. Taken, with a view of that tag, before the nursery is
-    forked; where the tag cannot be read that way, they are put back before every test.
-    """
-
-    def __init__(self) -> None:
-        self.pristine: dict = {}
-        self._tag = None
-        self._clean = 0
-
-    def snapshot(self) -> None:
-        self.pristine.update(vars(builtins))
-        self._tag = _version_tag(builtins.__dict__)
-        self._clean = self._tag.value if self._tag is not None else 0
-
-    def restore(self, *, force: bool = False) -> None:
-        if not force and self._tag is not None and self._tag.value == self._clean:
-            return
-        builtins.__dict__.clear()
-        builtins.__dict__.update(self.pristine)
-        if self._tag is not None:
-            self._clean = self._tag.value
-
-
-def _version_tag(d: dict):
-    """A live view of d's version tag (CPython 3.11-3.13 layout), or None where a test write to
-    another dict does not change what that view reads."""
-    if sys.version_info >= (3, 14):  # ma_version_tag is gone: no longer bumped by every write
-        return None
-    offset = 3 * struct.calcsize("n")  # after the reference count, the type and ma_used
-    probe: dict = {}
-    view = ctypes.c_uint64.from_address(id(probe) + offset)
-    before = view.value
-    probe["written"] = True
-    return ctypes.c_uint64.from_address(id(d) + offset) if view.value != before else None
-
-
-BUILTINS = _Builtins()
+from engine.judge.local.process import cpu_limited, exited_within, wait_or_kill
+from engine.judge.local.procview import ProcView
+from engine.judge.local.served import serve_program
+from engine.judge.local.wire import HEADER, MAX_FRAME, send_raw
 
 
 class RunnerSide(Protocol):
@@ -88,19 +41,16 @@ class ModuleFailed(Exception):
         self.report = report
 
 
-class ProgramProcess:
+class ProgramProcess(Caller):
     """The program in a process of its own; the runner, which alone holds the result pipe, asks it.
 
     The program's module runs only in this child, never in the runner: a program sharing the
     reporting process could write the reports (the pipe is one of its descriptors, the frames
     are plain JSON, and any secret that process held the program could read in its own memory).
-    Two ways to ask it, by plan:
-
-    - tests in the program's process (`evaluate`): where every operand is one call of the
-      program, the child evaluates a test's operands in the program's namespace and answers
-      their values; claiming a value is then no more than returning it.
-    - tests apart (`call`): tests that run code of their own run in the runner with, in place of
-      the program's functions, stand-ins that send the arguments here and return what came back.
+    The tests run in the runner (`engine.judge.local.testcode`): every name of the program is a
+    handle there, and each use of one is a request here, answered by plain data or a handle
+    (`engine.judge.local.crossing`). No operand, comparison or helper of a test ever runs in this
+    child, whatever the tests' setup binds or how: the runner evaluates them all.
 
     Values cross as strict plain data both ways, so the runner's comparisons see only objects it
     decoded itself. What the child reports is never trusted for anything else: its CPU time is
@@ -117,6 +67,7 @@ class ProgramProcess:
     """
 
     def __init__(self, runner: RunnerSide, source: str) -> None:
+        super().__init__()
         self.runner, self.source, self.pid = runner, source, None
         self.cpu = 0.0  # the child's CPU seconds, as last read from outside
         self.deadline = float("inf")  # wall clock
@@ -125,8 +76,8 @@ class ProgramProcess:
         self.gone: dict | None = None  # how the child ended mid-test, as a "done" frame's fields
         self.others = 0.0  # CPU seconds of the processes the child started, as last read (`_others_cpu`)
 
-    def start(self, *, exports: bool) -> dict:
-        """Fork the child and load the program there: the stand-ins for its names (`exports`), or {}."""
+    def start(self) -> dict:
+        """Fork the child and load the program there: the stand-ins for its names."""
         ask_r, self.ask = os.pipe()
         self.answers, answer_w = os.pipe()
         pid = faults.fork("program")
@@ -138,12 +89,12 @@ class ProgramProcess:
                 for fd in (self.ask, self.answers, self.runner.wfd):
                     os.close(fd)
                 program_limits(self.runner.limits)
-                _serve_program(self.source, ask_r, answer_w, exports)
+                serve_program(self.source, ask_r, answer_w)
             finally:
                 os._exit(70)
         self.pid, self.gone = pid, None
         self.clock = ((~pid) << 3) | 2  # the kernel's CPU clock of that process (CPUCLOCK_SCHED)
-        self.others, self.proc = 0.0, _ProcView(pid) if self.runner.pidns else None
+        self.others, self.proc = 0.0, ProcView(pid) if self.runner.pidns else None
         self._budget(self.runner.limits["cpu_s"] + 1.0)
         os.close(ask_r)
         os.close(answer_w)
@@ -154,20 +105,12 @@ class ProgramProcess:
         try:
             if not isinstance(loaded.get("names"), dict):
                 raise TypeError
-            return {name: _stand_in(self, name, kind) for name, kind in loaded["names"].items()
-                    if not name.startswith("__") and (kind[0] != "m" or kind[1] in sys.modules)}
+            return self.stand_ins(loaded["names"])
+        except plain.TooLarge as exc:  # a value of its module past the decode bound: its output
+            self.close()
+            raise ModuleFailed({"error": "output", "msg": f"a value of the program is too large: {exc}"}) from None
         except Exception:  # noqa: BLE001 — it failed to load, ended, or answered out of turn
             raise ModuleFailed(self._load_failure(loaded)) from None
-
-    def prepare(self, plan: dict) -> None:
-        """Tests in the program's process: their setup there, and their view of its names."""
-        answer = self._ask({"setup": plan["setup"], "meant": plan["meant"], "candidate": plan["candidate"],
-                            "entry": plan["entry"]}, ("ok", "module"))
-        if answer is None:
-            raise ModuleFailed(self._load_failure(None))
-        if "module" in answer:
-            self.close()
-            raise ModuleFailed(_program_report(answer["module"]))
 
     def _load_failure(self, loaded: dict | None) -> dict:
         report = loaded.get("module") if isinstance(loaded, dict) else None
@@ -179,7 +122,7 @@ class ProgramProcess:
                       else f"the program's process ended while loading (exit {ended.get('code', ended.get('sig'))})"}
         self.close()
         if isinstance(report, dict) and isinstance(report.get("error"), str):
-            return _program_report(report)
+            return program_report(report)
         return {"error": "runtime", "msg": "the program's process answered out of turn while loading"}
 
     def unit(self, i: int, body) -> dict:
@@ -200,50 +143,34 @@ class ProgramProcess:
         report["wall"] = time.monotonic() - start
         return report
 
-    def evaluate(self, i: int, leaves: dict) -> dict:
-        """Tests in the program's process: the values of test i's operands, each evaluated there."""
-        answer = self._ask({"leaves": leaves}, ("values",))
-        if answer is None:
-            return {}
-        values = answer["values"]
-        if not isinstance(values, dict) or set(values) - set(leaves):
-            self._kill_gone()
-            return {}
-        return {"t": "result", "i": i, "values": {n: _value_report(v) for n, v in values.items()}}
-
-    def call(self, name: str, args: tuple, kwargs: dict):
-        """One call of the program's `name` (tests apart)."""
-        if self.gone is not None:
-            raise _ProgramGone("the program's process ended")
-        try:
-            request = {"call": name, "a": [plain.encode(a) for a in args],
-                       "k": {k: plain.encode(v) for k, v in kwargs.items()}}
-        except plain.NotPlain as exc:  # the test passes something only a shared process could
-            raise _ProgramRaised({"error": "judge", "msg": f"cannot pass this argument to the program: {exc}"}) from None
-        answer = self._ask(request, ("v", "x"))
-        if answer is None:
-            raise _ProgramGone("the program's process ended")
-        if "x" in answer:
-            raise _program_exception(answer["x"])
-        return plain.decode(answer["v"])
-
-    def _ask(self, request: dict, keys: tuple[str, ...]) -> dict | None:
-        """Send a request; its answer (a dict with one of `keys`), or None when the child ended,
-        overran, or answered out of turn (then it is gone: `gone` says how)."""
+    def _ask(self, request: dict) -> dict | None:
+        """Send a request; its answer (a dict with "v" or "x"), or None when the child ended,
+        overran, or answered out of turn (then it is gone: `gone` says how). The callbacks the
+        program makes meanwhile are answered here, each in turn (one may call into it again)."""
         if self.gone is not None:
             return None
         try:
             send_raw(self.ask, marshal.dumps(request))
         except OSError:
             pass  # it died: its end is read below
-        answer = self._answer()
-        if answer is None or not any(k in answer for k in keys):
-            if answer is not None:
-                self._kill_gone()
-            else:
+        while True:
+            answer = self._answer()
+            if answer is None:
                 self.gone = self._ended_report()
-            return None
-        return answer
+                return None
+            if "cb" in answer and "v" not in answer and "x" not in answer:
+                reply = self.callback(answer)
+                if self.gone is not None:
+                    return None
+                try:
+                    send_raw(self.ask, marshal.dumps({"cbr": reply}))
+                except OSError:
+                    pass  # it died: its end is read next
+                continue
+            if "v" not in answer and "x" not in answer:
+                self._kill_gone()
+                return None
+            return answer
 
     def _arm(self, used: float) -> None:
         """The child's CPU limit for this test, set from here (prlimit: same uid, no request): the
@@ -291,7 +218,7 @@ class ProgramProcess:
     def _others_cpu(self) -> float:
         """CPU seconds of every process the child started, alive, ended or reaped: the child's clock
         counts its own threads only, and a program must not spread a test's work over children to
-        pass under its CPU limit. 0 where /proc cannot tell (`_ProcView`). What they spent before
+        pass under its CPU limit. 0 where /proc cannot tell (`ProcView`). What they spent before
         a test (while the program loaded, or between tests) counts for it."""
         return self.proc.others() if self.proc is not None else 0.0
 
@@ -348,126 +275,8 @@ class ProgramProcess:
         return done
 
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-class _ProcView:
-    """The runner's PID namespace as the nursery's /proc shows it (where the runner is the init of a
-    namespace of its own, every process in it but the runner is the program's): which entries are
-    not in it, and which one is the program's process. Taken once, right after the fork."""
-
-    def __init__(self, pid: int) -> None:
-        self.me, self.child, self.depth = "", "", 0
-        self.ours: set[str] = set()
-        self.outside: set[str] = set()
-        try:
-            self.me = os.readlink("/proc/self")
-            self.depth = len(_nspids(self.me))
-            for name in os.listdir("/proc"):
-                if name.isdigit() and name != self.me and self._ours(name) and _nspids(name)[self.depth - 1] == pid:
-                    self.child = name
-        except (OSError, ValueError, IndexError):
-            self.child = ""
-
-    def _ours(self, name: str) -> bool:
-        """Whether the entry is in the runner's namespace (told once per entry; a /proc wider than
-        the nursery's, the host's where no private one could be mounted, has others)."""
-        if name not in self.ours and name not in self.outside:
-            try:
-                inside = len(_nspids(name)) >= self.depth
-            except (OSError, ValueError):
-                return False
-            (self.ours if inside else self.outside).add(name)
-        return name in self.ours
-
-    def others(self) -> float:
-        """CPU seconds of every process in the namespace but the runner and the program's process,
-        with what each reaped, and what the program's process reaped."""
-        if not self.child:
-            return 0.0
-        ticks = 0
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or name == self.me or not self._ours(name):
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    fields = fh.read().rpartition(b")")[2].split()
-            except OSError:
-                continue  # gone since the listing: its time is now its reaper's
-            utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-            ticks += cutime + cstime + (0 if name == self.child else utime + stime)
-        return ticks / _CLK_TCK
-
-
-def _nspids(name: str) -> list[int]:
-    """A process's pid in each PID namespace it is in, outermost first (/proc/<pid>/status)."""
-    with open(f"/proc/{name}/status", "rb") as fh:
-        for line in fh:
-            if line.startswith(b"NSpid:"):
-                return [int(n) for n in line.split()[1:]]
-    raise ValueError("no NSpid")
-
-
-def _stand_in(program: "ProgramProcess", name: str, kind):
-    """What the tests get for one of the program's names: a function calls into its process, a
-    value is decoded, a module is this process's own copy (only one already loaded here: a name
-    the program sends must not make this process import, say, a file the program wrote)."""
-    if kind == "f":
-        return _Stand(program, name)
-    if kind[0] == "m":
-        return sys.modules[kind[1]]
-    return plain.decode(kind[1])
-
-
-class _Stand:
-    """A program's name as the tests see it in the runner: calling it calls it in the child."""
-
-    def __init__(self, program: ProgramProcess, name: str) -> None:
-        self.program, self.name = program, name
-
-    def __call__(self, *args, **kwargs):
-        return self.program.call(self.name, args, kwargs)
-
-
 class ProgramSyntax(Exception):
     """The program did not compile (its process says so: a program can only fail itself with it)."""
-
-
-class _ProgramGone(Exception):
-    pass
-
-
-class _ProgramRaised(Exception):
-    """The program's own exception, as its child reported it."""
-
-    def __init__(self, report: dict) -> None:
-        super().__init__(str(report.get("msg", ""))[:500])
-        self.report = report
-
-
-# Builtin exceptions a test may catch from a call of the program (`except ValueError:`), taken
-# before any untrusted code ran. StopIteration and StopAsyncIteration stay out: raised into an
-# iterator the tests consume (`all(map(check, cases))`), they would end it early and pass the test.
-_CATCHABLE = {name: cls for name, cls in vars(builtins).items() if isinstance(cls, type)
-              and issubclass(cls, Exception) and not issubclass(cls, (StopIteration, StopAsyncIteration))}
-
-
-def _program_exception(raw) -> Exception:
-    """The program's exception, reported by its process, as the tests in the runner see it: an
-    exception of the same builtin class (made here, with the message only), so a test that expects
-    the program to raise catches it as it would in one process; otherwise `_ProgramRaised`. Either
-    way `exc_report` reads the program's report back from it, limited to what a program can cause."""
-    report = _program_report(raw)
-    cls = _CATCHABLE.get(raw.get("type")) if isinstance(raw, dict) else None
-    if cls is None:
-        return _ProgramRaised(report)
-    name, _, text = report["msg"].partition(": ")
-    try:
-        exc = cls(text if name == cls.__name__ else report["msg"])
-    except Exception:  # noqa: BLE001 — a class that needs more arguments (UnicodeDecodeError, ...)
-        return _ProgramRaised(report)
-    exc.program_report = report
-    return exc
 
 
 def _parse_answer(body: bytes) -> dict:
@@ -480,162 +289,3 @@ def _parse_answer(body: bytes) -> dict:
     except (ValueError, RecursionError, MemoryError):
         return {}
     return answer if isinstance(answer, dict) else {}
-
-
-def _serve_program(source: str, ask: int, answers: int, exports: bool) -> None:
-    """The child's side: compile and load the program, then answer the runner's requests until it
-    closes the pipe."""
-    signal.signal(signal.SIGXCPU, lambda *_: os._exit(XCPU_EXIT))
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # the runner ignores it; the program gets Python's
-    try:
-        code = compile(source, "<solution>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-        send(answers, {"syntax": f"{type(exc).__name__}: {exc}"})
-        return
-    ns = {"__name__": "solution", "__builtins__": builtins}
-    try:
-        exec(code, ns)
-    except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
-        send(answers, {"module": exc_report(exc)})
-        return
-    BUILTINS.restore()  # the program may have patched what this side's own code uses
-    send(answers, {"names": _exported(ns) if exports else {}})
-    view = ns
-    while (raw := receive_raw(ask)) is not None:
-        request = marshal.loads(raw)
-        view["__builtins__"] = ns["__builtins__"] = builtins
-        if "call" in request:
-            answer: dict = _called(ns, request)
-        elif "leaves" in request:
-            answer = {"values": {n: evaluate(src, view) for n, src in request["leaves"].items()}}
-        else:
-            view, answer = _prepared(ns, request)
-        BUILTINS.restore()
-        send(answers, answer)
-    flush_streams()
-
-
-def _prepared(ns: dict, request: dict) -> tuple[dict, dict]:
-    """Tests in the program's process: their setup run in its namespace, and their view of it."""
-    try:
-        if request["setup"]:
-            exec(compiled(request["setup"], "<test setup>", "exec"), ns)
-    except BaseException as exc:  # noqa: BLE001 — the test's own setup, reported as the module's failure
-        return ns, {"module": exc_report(exc)}
-    return tests_view(ns, request), {"ok": 1}
-
-
-def warm_program_side(source: str, plan: dict) -> None:
-    """The program's side of a function job, run in this process: the worker's warm-up (see
-    `engine.judge.local.warmup`) quickens this code here, where every program's process inherits
-    it, since what runs in a forked child is lost with it. Trusted problems only."""
-    ns = {"__name__": "solution", "__builtins__": builtins}
-    exec(compile(source, "<solution>", "exec", dont_inherit=True), ns)
-    _exported(ns)
-    view, _ = _prepared(ns, {"setup": plan["setup"], "meant": plan["meant"], "candidate": plan["candidate"],
-                             "entry": plan["entry"]})
-    for unit in plan["units"]:
-        leaves = {str(n): leaf["src"] for n, leaf in enumerate(unit.get("leaves", ())) if leaf.get("phase") == "after"}
-        request = marshal.loads(marshal.dumps({"leaves": leaves}))
-        json.dumps({"values": {n: evaluate(src, view) for n, src in request["leaves"].items()}})
-    BUILTINS.restore(force=True)
-
-
-def tests_view(ns: dict, plan: dict) -> dict:
-    """The program's names as its tests see them. A builtin's name means the builtin (a program that
-    binds `set` or `sorted` must not decide both sides of an assert), unless the plan says the tests
-    mean the program's (MBPP 126 asks for a function named `sum`). The candidate alias is the
-    entry point."""
-    meant = plan["meant"]
-    view = {k: v for k, v in ns.items() if k not in BUILTIN_NAMES or k in meant or k.startswith("__")}
-    if plan["candidate"] and plan["entry"] in view:
-        view[plan["candidate"]] = view[plan["entry"]]
-    return view
-
-
-# What a program may report as its own failure. "judge" (a call the judge's side could not make)
-# is the runner's to say: a program claiming it would turn its failure into a judge fault.
-_PROGRAM_ERRORS = frozenset({"memory", "assert", "notplain", "runtime", "output", "timeout"})
-
-
-def _program_report(report) -> dict:
-    """A failure the program's process reported, limited to what a program can cause."""
-    if not isinstance(report, dict):
-        return {"error": "runtime", "msg": "the program's process answered out of turn"}
-    kind = report.get("error")
-    return {"error": kind if kind in _PROGRAM_ERRORS else "runtime", "msg": str(report.get("msg", ""))[:500]}
-
-
-def _value_report(report) -> dict:
-    """One operand's report from the program's process: a plain value (decoded, strictly, by the
-    worker), a value that is not plain data, or the program's failure."""
-    if isinstance(report, dict) and "v" in report:
-        return {"v": report["v"]}
-    if isinstance(report, dict) and "notplain" in report:
-        return {"notplain": str(report["notplain"])[:500]}
-    return _program_report(report)
-
-
-def _called(ns: dict, request: dict) -> dict:
-    try:
-        function = ns[request["call"]]
-        value = function(*[plain.decode(a) for a in request["a"]],
-                         **{k: plain.decode(v) for k, v in request["k"].items()})
-        return {"v": plain.encode(value)}
-    except BaseException as exc:  # noqa: BLE001 — the program's failure, reported to its test
-        return {"x": {**exc_report(exc), "type": type(exc).__name__}}
-
-
-def _exported(ns: dict) -> dict:
-    """The program's names the tests may use: functions (called in the child), modules it imported
-    and plain values."""
-    names: dict = {}
-    for name, value in list(ns.items()):
-        if name.startswith("__"):
-            continue
-        if type(value) is types.ModuleType:
-            names[name] = ["m", str(value.__name__)]
-        elif callable(value):
-            names[name] = "f"
-        else:
-            try:
-                names[name] = ["v", plain.encode(value)]
-            except plain.NotPlain:
-                pass
-    return names
-
-
-def compiled(source, filename: str, mode: str):
-    """The worker compiles the tests' own sources once per plan; what it could not compile (a broken
-    test) is compiled here, so the error is reported as that test's, from inside the sandbox."""
-    return source if isinstance(source, types.CodeType) else compile(source, filename, mode, dont_inherit=True)
-
-
-def evaluate(src, ns: dict) -> dict:
-    try:
-        value = eval(compiled(src, "<assert operand>", "eval"), ns)
-        return {"v": plain.encode(value)}
-    except plain.NotPlain as exc:
-        return {"notplain": str(exc)}
-    except BaseException as exc:  # noqa: BLE001
-        return exc_report(exc)
-
-
-def exc_report(exc: BaseException) -> dict:
-    if isinstance(exc, _ProgramRaised):
-        return dict(exc.report)
-    if isinstance(getattr(exc, "program_report", None), dict):  # made by `_program_exception`
-        return dict(exc.program_report)
-    if isinstance(exc, MemoryError):
-        kind = "memory"
-    elif isinstance(exc, AssertionError):
-        kind = "assert"
-    elif isinstance(exc, plain.NotPlain):
-        kind = "notplain"
-    else:
-        kind = "output" if getattr(exc, "errno", None) == 27 else "runtime"
-    try:
-        text = f"{type(exc).__name__}: {exc}"
-    except BaseException:  # noqa: BLE001 — a hostile __str__
-        text = type(exc).__name__
-    return {"error": kind, "msg": text[:500]}

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import atexit
 import builtins
-import marshal
-import mmap
 import os
 import resource
 import signal
@@ -15,22 +13,14 @@ import struct
 import sys
 import time
 
-from engine.judge import plain
 from engine.judge.local import faults, limits
+from engine.judge.local.crossing import exc_report
 from engine.judge.local.limits import program_limits
 from engine.judge.local.process import exit_status, finish_like_python, wait_or_kill
-from engine.judge.local.program import (
-    ModuleFailed,
-    ProgramProcess,
-    ProgramSyntax,
-    compiled,
-    evaluate,
-    exc_report,
-    tests_view,
-)
+from engine.judge.local.program import ModuleFailed, ProgramProcess, ProgramSyntax
+from engine.judge.local.testcode import before_values, namespace, run_unit
 from engine.judge.local.wire import send
-
-HEAD = struct.Struct("<Q")  # length of a runner job's head, before the tests (`runner_job`)
+from engine.judge.local.workdir import clear_leftovers
 
 
 PROGRESS = struct.Struct("<qd")  # (position in the test order, runner CPU seconds at its start)
@@ -106,7 +96,7 @@ class Runner:
         send(self.wfd, {"t": "ready"})
         for i in self.job["order"]:
             faults.check("memory", "the runner's memory")
-            _clear_leftovers()
+            clear_leftovers()
             with open(f"in{i}", "w", encoding="utf-8", newline="") as fh:
                 fh.write(self.plan["inputs"][i])
             done = self.run_test(i, lambda i=i: self._stdio_child(code, i))
@@ -136,33 +126,17 @@ class Runner:
 
     # ---- function: the program in a process of its own, asked by this one
     def function(self, source: str) -> None:
-        """Where every operand is one call of the program, the program's process evaluates each
-        test's operands (`ProgramProcess.evaluate`); where the tests run code of their own
-        (plan["apart"]), they run here and call into it (`ProgramProcess.call`). Either way only
-        this process reports, and it never runs the program."""
-        apart = self.job["apart"]
+        """The tests run here (`engine.judge.local.testcode`) and call into the program's process
+        (`ProgramProcess`), which answers plain data or handles. Only this process reports, and it
+        never runs the program."""
         program = ProgramProcess(self, source)
         try:
-            ns = self._namespace(program, apart)
+            ns = self._namespace(program)
             if ns is not None:
                 send(self.wfd, {"t": "ready"})
-                self._tests(ns, self.plan["units"], program, apart)
+                self._tests(ns, self.plan["units"], program)
         finally:
             program.close()
-
-    def _before_values(self, plan: dict) -> dict:
-        """Operands that name only builtins and the test's imports: evaluated before any untrusted code."""
-        ns = {"__builtins__": builtins}
-        values: dict[str, object] = {}
-        try:
-            exec(compiled(plan["imports"], "<test imports>", "exec"), ns)
-        except BaseException as exc:  # noqa: BLE001
-            return {"error": f"test imports failed: {type(exc).__name__}: {exc}"}
-        for u, unit in enumerate(plan["units"]):
-            for n, leaf in enumerate(unit.get("leaves", ())):
-                if leaf.get("phase") == "before":
-                    values[f"{u}.{n}"] = evaluate(leaf["src"], ns)
-        return values
 
     def _arm(self, k: int) -> float:
         """Before test position k: record it and the CPU used so far on the shared progress page,
@@ -172,13 +146,12 @@ class Runner:
         resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + self.limits["cpu_s"] + 1), hard), hard))
         return used
 
-    def _namespace(self, program: "ProgramProcess", apart: bool) -> dict | None:
-        """The tests' namespace (apart: the program's names as stand-ins, then the tests' setup;
-        else {}: the program's process holds it); None (and the module's failure reported) when
-        either fails. The program's process is forked before this process reads the tests: it
-        never holds them, nor what they compute."""
+    def _namespace(self, program: "ProgramProcess") -> dict | None:
+        """The tests' namespace (the program's names as handles, then the tests' setup); None (and
+        the module's failure reported) when either fails. The program's process is forked before
+        this process reads the tests: it never holds them, nor what they compute."""
         try:
-            loaded: dict | ModuleFailed = program.start(exports=apart)
+            loaded: dict | ModuleFailed = program.start()
         except ModuleFailed as failed:
             loaded = failed
         except ProgramSyntax as exc:
@@ -186,59 +159,31 @@ class Runner:
             return None
         plan = self.plan = self.jobs.plan()
         if self.start == 0:  # a resumed runner's worker already holds them
-            send(self.wfd, {"t": "before", "values": self._before_values(plan)})
+            send(self.wfd, {"t": "before", "values": before_values(plan)})
         if isinstance(loaded, ModuleFailed):
             send(self.wfd, {"t": "module", **loaded.report})
             return None
-        if not apart:
-            try:
-                program.prepare(plan)
-            except ModuleFailed as failed:
-                send(self.wfd, {"t": "module", **failed.report})
-                return None
-            return {}
-        ns = {"__name__": "solution", "__builtins__": builtins, **tests_view(loaded, plan)}
         try:
-            if plan["setup"]:
-                exec(compiled(plan["setup"], "<test setup>", "exec"), ns)
+            return namespace(loaded, plan)
         except BaseException as exc:  # noqa: BLE001 — the test's own setup, reported as the module's failure
             send(self.wfd, {"t": "module", **exc_report(exc)})
             return None
-        ns["__judge_plain__"] = lambda v: plain.decode(plain.encode(v))
-        return ns
 
-    def _tests(self, ns: dict, units: list, program: "ProgramProcess", apart: bool) -> None:
+    def _tests(self, ns: dict, units: list, program: "ProgramProcess") -> None:
         """Every test from `start` on. When a test ends the program's process, a fresh one is not
         forked from here (this process now holds the tests): this runner ends and the worker
         starts one from the next test."""
-        order = self.job["order"]
+        order, entry = self.job["order"], self.plan["entry"]
         for k in range(self.start, len(order)):
             i = order[k]
             self._arm(k)
             faults.check("memory", "the runner's memory")
-            if apart:
-                report = program.unit(i, lambda i=i: self._unit(ns, units[i], i))
-            else:
-                report = program.unit(i, lambda i=i: program.evaluate(i, _after_leaves(units[i])))
-            send(self.wfd, report)
+            send(self.wfd, program.unit(i, lambda i=i: run_unit(ns, units[i], i, entry)))
             if program.pid is None and k + 1 < len(order):
                 self.restarting = True
                 send(self.wfd, {"t": "restart"})
                 return
         PROGRESS.pack_into(self.progress, 0, len(order), time.process_time())
-
-    def _unit(self, ns: dict, unit: dict, i: int) -> dict:
-        if unit["kind"] == "assert":
-            values = {str(n): evaluate(leaf["src"], ns) for n, leaf in enumerate(unit["leaves"])
-                      if leaf.get("phase") == "after"}
-            return {"t": "result", "i": i, "values": values}
-        try:
-            exec(compiled(unit["src"], "<test>", "exec"), ns)
-            if unit["kind"] == "check":
-                ns["check"](ns[self.plan["entry"]])
-            return {"t": "result", "i": i, "ok": True}
-        except BaseException as exc:  # noqa: BLE001
-            return {"t": "result", "i": i, **exc_report(exc)}
 
     # ---- one test process, watched by its runner
     def run_test(self, i: int, body) -> dict:
@@ -291,128 +236,3 @@ def _children_cpu() -> float:
     """CPU seconds of every process this one has reaped so far (and of what they reaped)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _after_leaves(unit: dict) -> dict:
-    """A test's operands that only the program's process can evaluate, by leaf number."""
-    return {str(n): leaf["src"] for n, leaf in enumerate(unit["leaves"]) if leaf.get("phase") == "after"}
-
-
-_OWN_FILES = frozenset({".stdout", ".stderr"})  # the worker's, in the work directory of every job
-
-
-def _clear_leftovers() -> None:
-    """Before a stdio test: what an earlier test of the sample left in the work directory goes.
-    Each test is a fresh execution, and a program must not fill the directory so that the
-    runner cannot write the next test's input (which would be the judge's fault)."""
-    empty_directory(".", keep=_OWN_FILES)
-
-
-def empty_directory(path: str, keep: frozenset[str] = frozenset()) -> None:
-    """Remove everything under `path` but the names in `keep` at its top, never following a
-    symlink, with one directory open at a time and no recursion: a program may nest directories
-    thousands deep (`shutil.rmtree` recursed past Python's limit, a judge fault on every later
-    sample of the worker) and past any path length. What cannot be removed is left."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return
-    names: list[str] = []  # the way down from `path`
-    skipped = [set(keep)]  # per level: what stays
-    try:
-        while True:
-            down = None
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    if entry.name in skipped[-1]:
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        down = down or entry.name
-                        continue
-                    try:
-                        os.unlink(entry.name, dir_fd=fd)
-                    except OSError:
-                        skipped[-1].add(entry.name)
-            if down is not None:
-                try:
-                    os.chmod(down, 0o700, dir_fd=fd)  # a directory its program made unreadable
-                    child = os.open(down, flags, dir_fd=fd)
-                except OSError:
-                    skipped[-1].add(down)
-                    continue
-                os.close(fd)
-                fd = child
-                names.append(down)
-                skipped.append(set())
-                continue
-            if not names:
-                return
-            parent = os.open("..", flags, dir_fd=fd)
-            os.close(fd)
-            fd = parent
-            skipped.pop()
-            name = names.pop()
-            try:
-                os.rmdir(name, dir_fd=fd)
-            except OSError:
-                skipped[-1].add(name)
-    finally:
-        os.close(fd)
-
-
-class JobBuffer:
-    """The nursery's copy of the current sample's job, kept outside the Python heap.
-
-    Every runner can read all of the nursery's memory it was forked from (/proc/self/mem), and
-    bytes freed on a heap stay there until reused. An earlier sample's program, for RL often a
-    correct solution of the very same problem, must not be there for a later sample to find: the
-    job is read straight into an anonymous mapping that is emptied (MADV_DONTNEED reads back as
-    zeros) before the next job is read into it.
-    """
-
-    def __init__(self) -> None:
-        self.map, self.size = _private_map(mmap.PAGESIZE), 0
-
-    def load(self, fd: int, size: int) -> bool:
-        self._empty(size)
-        got = 0
-        with memoryview(self.map) as view:
-            while got < size:
-                n = os.readv(fd, [view[got:size]])
-                if n == 0:
-                    return False
-                got += n
-        return True
-
-    def put(self, data: bytes) -> None:
-        """Hold `data` as if read from a pipe (the worker's warm-up)."""
-        self._empty(len(data))
-        self.map[:len(data)] = data
-
-    def _empty(self, size: int) -> None:
-        self.forget()
-        if size > len(self.map):
-            self.map.close()
-            self.map = _private_map(-(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
-        self.size = size
-
-    def head(self) -> dict:
-        """Everything but the tests (`runner_job`)."""
-        with memoryview(self.map) as view:
-            return marshal.loads(view[HEAD.size:HEAD.size + HEAD.unpack_from(view)[0]])
-
-    def plan(self) -> dict:
-        """The tests, as the worker compiled them."""
-        with memoryview(self.map) as view:
-            return marshal.loads(view[HEAD.size + HEAD.unpack_from(view)[0]:self.size])
-
-    def forget(self) -> None:
-        """Its pages read as zeros; a runner's child calls it before it runs the program."""
-        self.map.madvise(mmap.MADV_DONTNEED)
-
-
-def _private_map(size: int) -> mmap.mmap:
-    """Copy-on-write, never shared (Python's default is MAP_SHARED): a runner that wrote into a
-    shared job buffer would edit the jobs of the samples after it."""
-    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

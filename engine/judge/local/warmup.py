@@ -44,11 +44,10 @@ class WarmupProblem(NamedTuple):  # not a dataclass: see `sandbox.Isolation`
     setup: str = ""
     candidate: str | None = None
     imports: str = ""
-    apart: bool = False  # as `cases.function_plan` decides: the tests run apart from the program
 
     def plan(self) -> dict:
         return {"setup": self.setup, "imports": self.imports, "entry": self.entry, "candidate": self.candidate,
-                "meant": [], "apart": self.apart, "units": self.units}
+                "meant": [], "units": self.units}
 
 
 PROBLEMS = [
@@ -72,7 +71,6 @@ def has_close_elements(numbers: List[float], threshold: float) -> bool:
     ),
     WarmupProblem(
         entry="sum_product",
-        apart=True,
         candidate="candidate",
         setup="import math",
         imports="import math",
@@ -94,7 +92,6 @@ def sum_product(numbers: List[int]) -> Tuple[int, int]:
     ),
     WarmupProblem(
         entry="sort_words",
-        apart=True,
         program='''import re
 from collections import Counter
 
@@ -114,7 +111,6 @@ def sort_words(text):
     ),
     WarmupProblem(
         entry="pairs",
-        apart=True,
         program='''import heapq
 import itertools
 from functools import reduce

@@ -12,8 +12,8 @@ with the tests' own sources already compiled by the worker. A runner is the
 init of a fresh PID namespace with an unprivileged uid; it compiles the
 program once (SYNTAX_ERROR) and never runs it: the program runs in processes
 the runner forks, with the program's rlimits, which cannot reach the result
-pipe. Function tests: one process loads the program and answers the runner
-(`program.ProgramProcess`), test after test, while the runner records in a
+pipe. Function tests: the tests run in the runner, and one process loads the
+program and answers each use of its objects (`program.ProgramProcess`), test after test, while the runner records in a
 shared page which test runs; if the runner dies mid-suite, or a test ends the
 program's process, that test fails and a fresh runner continues from the
 next one. Stdio tests: it forks one fresh execution of the compiled program
@@ -42,11 +42,13 @@ import sys
 import time
 
 from engine.judge.local import faults, limits, sandbox, warmup
-from engine.judge.local.jobs import Plans, runner_job, runner_plan
+from engine.judge.local.jobs import JobBuffer, Plans, runner_job, runner_plan
 from engine.judge.local.nursery import Nursery, NurseryDied
 from engine.judge.local.process import cpu_limited
-from engine.judge.local.program import BUILTINS, warm_program_side
-from engine.judge.local.runner import PROGRESS, JobBuffer, Runner, empty_directory
+from engine.judge.local.calls import warm_both_sides
+from engine.judge.local.served import BUILTINS
+from engine.judge.local.runner import PROGRESS, Runner
+from engine.judge.local.workdir import empty_directory
 from engine.judge.local.wire import (
     HEADER,
     LAZY_POLL_S,
@@ -147,7 +149,7 @@ class _Frames:
             return []
         try:
             frames = json.loads(b"[" + b",".join(bodies) + b"]")
-        except ValueError:
+        except (ValueError, RecursionError, MemoryError):
             frames = None
         if frames is not None and len(frames) == len(bodies) and all(isinstance(f, dict) for f in frames):
             return frames
@@ -155,7 +157,7 @@ class _Frames:
         for body in bodies:
             try:
                 frame = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError, MemoryError):
                 frame = None
             if not isinstance(frame, dict):
                 self.bad = self.eof = True
@@ -250,8 +252,8 @@ class Worker:
     @staticmethod
     def _restart_at(job: dict, collector: Collector, ended: dict, position: int) -> int | None:
         """Where a runner that ended itself goes on: after a test that ended the program's
-        process, when tests run apart (`Runner._tests_apart`); None for any other end."""
-        if not (job["plan"].get("apart") and collector.restart and ended["why"] == "eof"
+        process (`Runner._tests`); None for any other end."""
+        if not (job["mode"] == "function" and collector.restart and ended["why"] == "eof"
                 and collector.stopped is None):
             return None
         k = collector.first_unjudged(ended["position"])
@@ -334,7 +336,7 @@ def _warm_up() -> None:
                 held.put(raw)
                 if k < warmup.RUNNER_ROUNDS:
                     Runner(held, sink, False, progress=progress).run()
-                warm_program_side(job["program"], held.plan())
+                warm_both_sides(job["program"], held.plan())
     finally:
         resource.setrlimit(resource.RLIMIT_CPU, cpu_limit)
         signal.signal(signal.SIGXCPU, on_xcpu)

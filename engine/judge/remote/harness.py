@@ -3,13 +3,12 @@
 A remote sandbox (SandboxFusion) only returns exit status, stdout and stderr,
 and reports `os._exit(0)` as success. Each unit of the problem's plan (the
 local judge's, `cases.function_plan`) is sent as one program: the trusted
-`remote_program` (which says how the tests run beside the program or apart
-from it), the strict plain-data codec, then a call with the sample's code and
+`remote_program` (which runs the tests apart from the program), the strict plain-data codec, then a call with the sample's code and
 the unit's public part. The expected literals stay here. `decide` reads the
 unit's report (the last stdout line tagged with the nonce sent on stdin) and
 decides with the local worker's own rules (`outcome.assert_verdict`), on values
 rebuilt here: no report means the program ended before the test ran, never a
-pass, and an "ok" counts only from tests that ran apart from the program.
+pass.
 """
 
 from __future__ import annotations
@@ -39,15 +38,15 @@ def labels(problem: Problem) -> list[str]:
 def program(code: str, problem: Problem) -> str:
     """The program sent to the remote runner: the same for every unit, which comes on stdin."""
     public = function_plan(problem).public
-    preload = _imported(public) if public["apart"] else []
+    preload = _imported(public)
     return (f"{_PROGRAM_SOURCE}\n\n__rlvr_plain = {{'__name__': 'rlvr_plain'}}\n"
             f"exec({_PLAIN_SOURCE!r}, __rlvr_plain)\n"
-            f"main({code!r}, {public['apart']!r}, {preload!r}, __rlvr_plain)\n")
+            f"main({code!r}, {preload!r}, __rlvr_plain)\n")
 
 
 def stdin(problem: Problem, index: int, nonce: str) -> str:
-    """The request's stdin for unit `index`: the nonce, then the unit's tests (read after the fork
-    where the tests run apart, see `remote_program`)."""
+    """The request's stdin for unit `index`: the nonce, then the unit's tests (read after the fork,
+    see `remote_program`)."""
     public = function_plan(problem).public
     spec = {key: public[key] for key in ("setup", "imports", "entry", "candidate", "meant")}
     spec["unit"] = public["units"][index]
@@ -103,13 +102,11 @@ def _record(nonce: str, stdout: str) -> Optional[list]:
 
 
 def _decided(plan: CasePlan, index: int, record: list) -> tuple[str, dict[str, Any]]:
-    kind, apart = record[0], plan.public["apart"]
+    kind = record[0]
     if kind == "syntax":
         raise TestFailed("SYNTAX_ERROR", str(record[1]))
     if kind == "module":
         raise TestFailed(error_verdict(record[1]), f"while loading the program: {record[1].get('msg', '')}")
-    if kind in ("ok", "error") and not apart:  # the program shares the reporting process
-        raise TestFailed("RUNTIME_ERROR", "a report this judge never writes for this test")
     if kind == "ok":
         return "ACCEPTED", {}
     if kind == "error":
@@ -119,7 +116,7 @@ def _decided(plan: CasePlan, index: int, record: list) -> tuple[str, dict[str, A
     if kind != "values":
         raise TestFailed("RUNTIME_ERROR", "garbled report")
     unit = plan.secret["units"][index]
-    after, before = record[1], (record[2] if apart and len(record) > 2 else {})
+    after, before = record[1], (record[2] if len(record) > 2 else {})
     leaves = range(len(unit["sources"]))
     reports = {n: before[str(n)] if str(n) in before else after.get(str(n)) for n in leaves}
     return assert_verdict(unit, reports, {n for n in leaves if str(n) in before})

@@ -8,21 +8,16 @@ followed by the unit's part of the plan (the tests). The judge decides from it
 with the local worker's rules (`outcome.assert_verdict`); expected literals
 never leave the judge.
 
-As in the local worker, where the tests run depends on the plan (`cases._apart`):
-
-- **Shared**: every operand left to evaluate is one call of the program's
-  function. The program runs here, beside the harness, and can find the nonce
-  and write any report, but a report can only claim operand values, which the
-  program could as well have returned; the judge refuses an "ok" from here.
-- **Apart**: the tests run code of their own (HumanEval's `check`) or compute
-  an operand themselves. This process then never runs the program's code: it
-  forks a child that loads the program and answers calls, with values crossing
-  as strict plain data; the nonce and the tests are read only after the fork
-  (the child never holds them: a program that found the tests' code could run
-  it against a probe and answer each call with the expected value), this process is
-  made non-dumpable (so the child cannot read its memory through /proc), its
-  module path loses the work directory (where the child can write), and every
-  module the tests import is imported before the child exists.
+As in the local worker, the tests run here and the program's code never does: this
+process forks a child that loads the program and answers each use of one of its objects
+(a call, an attribute read or set) with strict plain data, or a handle for an object that is
+not plain data (MBPP's `Pair`), which the tests can pass back; no operand, comparison or
+helper of a test runs in the child. The nonce and the tests are read only after the fork
+(the child never holds them: a program that found the tests' code could run it against a
+probe and answer each call with the expected value), this process is made non-dumpable (so
+the child cannot read its memory through /proc), its module path loses the work directory
+(where the child can write), and every module the tests import is imported before the child
+exists. A callable argument does not cross here: the judge's fault (`cannot pass`), said so.
 """
 
 import builtins
@@ -39,17 +34,14 @@ _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _CAPABILITY_VERSION_3 = 24, 38, 0x200805
 MAX_LINE = 64 * 1024 * 1024
 
 
-def main(src, apart, preload, plain):
-    """Judge one unit: `apart` and `preload` as the plan says (`_apart`), `plain` the plain-data codec."""
+def main(src, preload, plain):
+    """Judge one unit: `preload` the modules the tests import, `plain` the plain-data codec."""
     try:
         code = compile(src, "<solution>", "exec", dont_inherit=True)
     except BaseException as exc:  # noqa: BLE001 — the sample's own failure
         _Report().send(["syntax", f"{type(exc).__name__}: {exc}"[:500]])
         return
-    if apart:
-        _apart(code, preload, plain)
-    else:
-        _shared(code, plain)
+    _run(code, preload, plain)
 
 
 class _Report:
@@ -82,6 +74,8 @@ def _error(exc, plain):
         kind = "memory"
     elif isinstance(exc, AssertionError):
         kind = "assert"
+    elif isinstance(exc, plain["TooLarge"]):
+        kind = "output"
     elif isinstance(exc, plain["NotPlain"]):
         kind = "notplain"
     try:
@@ -94,6 +88,8 @@ def _error(exc, plain):
 def _evaluate(src, ns, plain):
     try:
         return {"v": plain["encode"](eval(compile(src, "<assert operand>", "eval", dont_inherit=True), ns))}
+    except plain["TooLarge"] as exc:
+        return _error(exc, plain)
     except plain["NotPlain"] as exc:
         return {"notplain": str(exc)[:300]}
     except BaseException as exc:  # noqa: BLE001
@@ -109,29 +105,10 @@ def _tests_view(ns, spec):
     return view
 
 
-# ---------------------------------------------------------------- shared: program and tests in one process
+# ---------------------------------------------------------------- the tests here, the program in a child
 
 
-def _shared(code, plain):
-    report = _Report()
-    spec = report.spec
-    ns = {"__name__": "solution", "__builtins__": builtins}
-    try:
-        exec(code, ns)
-        ns = _tests_view(ns, spec)
-        exec(compile(spec["setup"], "<test setup>", "exec", dont_inherit=True), ns)
-    except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
-        report.send(["module", _error(exc, plain)])
-        return
-    leaves = spec["unit"]["leaves"]
-    report.send(["values", {str(n): _evaluate(leaf["src"], ns, plain)
-                            for n, leaf in enumerate(leaves) if leaf.get("phase") == "after"}])
-
-
-# ---------------------------------------------------------------- apart: the tests here, the program in a child
-
-
-def _apart(code, preload, plain):
+def _run(code, preload, plain):
     _undumpable()
     _close_module_path(preload)
     program = _Program(code, plain)
@@ -223,10 +200,10 @@ class _ProgramGone(Exception):
 
 
 class _Program:
-    """The program in a child process: loads it, then answers the tests' calls by name."""
+    """The program in a child process: loads it, then answers each use of one of its objects."""
 
     def __init__(self, code, plain):
-        self.plain, self.failure = plain, None
+        self.plain, self.failure, self.handles = plain, None, {}
         ask_r, ask_w = os.pipe()
         answer_r, answer_w = os.pipe()
         self.pid = os.fork()
@@ -240,7 +217,7 @@ class _Program:
                 os._exit(0)
         os.close(ask_r)
         os.close(answer_w)
-        self.ask, self.answers = os.fdopen(ask_w, "wb"), os.fdopen(answer_r, "rb")
+        self.ask_w, self.answers = os.fdopen(ask_w, "wb"), os.fdopen(answer_r, "rb")
 
     def load(self):
         """The program's names as the tests get them; None (and `failure` set) when it failed."""
@@ -260,21 +237,37 @@ class _Program:
             return None
 
     def _stand_in(self, name, kind):
-        if kind == "f":
-            return lambda *args, **kwargs: self.call(name, args, kwargs)
         if kind[0] == "m":
             return sys.modules[kind[1]]
+        if kind[0] == "h":
+            return self._incoming(kind)
         return self.plain["decode"](kind[1])
 
-    def call(self, name, args, kwargs):
-        encode = self.plain["encode"]
+    def _outgoing(self, value):
+        if type(value) is _Handle and value._program is self:
+            return ["h", value._k]
+        if isinstance(value, type) and getattr(builtins, getattr(value, "__name__", ""), None) is value:
+            return ["T", value.__name__]  # a builtin type crosses by name (MBPP's `remove_datatype(xs, int)`)
+        raise self.plain["NotPlain"](f"a {type(value).__name__} object is not plain data")
+
+    def _incoming(self, data):
+        if data[0] != "h" or type(data[1]) is not int:
+            raise ValueError("malformed handle")
+        if data[1] not in self.handles:
+            self.handles[data[1]] = _Handle(self, data[1])
+        return self.handles[data[1]]
+
+    def ask(self, k, op, args, kwargs, name=None):
+        """One use of the program's object `k`: a call, an attribute read ("attr") or set."""
+        plain = self.plain
         try:
-            request = {"c": name, "a": [encode(a) for a in args], "k": {k: encode(v) for k, v in kwargs.items()}}
-        except self.plain["NotPlain"] as exc:
+            request = {"h": k, "op": op, "n": name, "a": [plain["encode"](a, self._outgoing) for a in args],
+                       "k": {k: plain["encode"](v, self._outgoing) for k, v in kwargs.items()}}
+        except plain["NotPlain"] as exc:
             raise _ProgramRaised({"error": "judge", "msg": f"cannot pass this argument to the program: {exc}"}) from None
         try:
-            self.ask.write(json.dumps(request).encode() + b"\n")
-            self.ask.flush()
+            self.ask_w.write(json.dumps(request).encode() + b"\n")
+            self.ask_w.flush()
         except OSError:
             pass  # it ended: the answer below says so
         answer = self._answer()
@@ -287,7 +280,12 @@ class _Program:
             raise _ProgramRaised(report)
         if "v" not in answer:
             raise _ProgramGone("the program's process answered out of turn")
-        return self.plain["decode"](answer["v"])
+        try:
+            return plain["decode"](answer["v"], self._incoming)
+        except plain["TooLarge"] as exc:
+            raise _ProgramRaised({"error": "output", "msg": f"the program's answer is too large: {exc}"}) from None
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+            raise _ProgramRaised({"error": "runtime", "msg": "the program's process answered out of turn"}) from None
 
     def _answer(self):
         line = self.answers.readline(MAX_LINE)
@@ -300,7 +298,7 @@ class _Program:
 
     def close(self):
         """End of input ends the child; one that lingers (a thread, a handler) is killed."""
-        self.ask.close()
+        self.ask_w.close()
         self.answers.close()
         for _ in range(100):
             if os.waitpid(self.pid, os.WNOHANG)[0]:
@@ -308,6 +306,27 @@ class _Program:
             time.sleep(0.005)
         os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
+
+
+class _Handle:
+    """One of the program's objects, as the tests see it: compares by identity, no arithmetic."""
+
+    __slots__ = ("_program", "_k")
+
+    def __init__(self, program, k):
+        object.__setattr__(self, "_program", program)
+        object.__setattr__(self, "_k", k)
+
+    def __call__(self, *args, **kwargs):
+        return self._program.ask(self._k, "call", args, kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._program.ask(self._k, "attr", (), {}, name)
+
+    def __setattr__(self, name, value):
+        self._program.ask(self._k, "setattr", (value,), {}, name)
 
 
 def _serve(code, ask, answers, plain):
@@ -329,14 +348,33 @@ def _serve(code, ask, answers, plain):
     except BaseException as exc:  # noqa: BLE001 — reported as the module's failure
         send({"module": _error(exc, plain)})
         return
-    send({"names": _exported(ns, plain)})
+    held = []
+
+    def outgoing(value):
+        held.append(value)
+        return ["h", len(held) - 1]
+
+    def incoming(data):
+        if data[0] == "h" and type(data[1]) is int and 0 <= data[1] < len(held):
+            return held[data[1]]
+        if data[0] == "T" and type(data[1]) is str and isinstance(getattr(builtins, data[1], None), type):
+            return getattr(builtins, data[1])
+        raise ValueError("malformed handle")
+
+    send({"names": _exported(ns, plain, outgoing)})
     for line in os.fdopen(ask, "rb"):
         request = json.loads(line)
         try:
-            function = ns[request["c"]]
-            value = function(*[plain["decode"](a) for a in request["a"]],
-                             **{k: plain["decode"](v) for k, v in request["k"].items()})
-            answer = {"v": plain["encode"](value)}
+            target, op, args = held[request["h"]], request["op"], [plain["decode"](a, incoming) for a in request["a"]]
+            if op == "call":
+                value = target(*args, **{k: plain["decode"](v, incoming) for k, v in request["k"].items()})
+            elif op == "attr":
+                value = getattr(target, request["n"])
+            elif op == "setattr":
+                value = setattr(target, request["n"], args[0])
+            else:
+                raise ValueError(f"no operation {op!r}")
+            answer = {"v": plain["encode"](value, outgoing)}
         except BaseException as exc:  # noqa: BLE001 — the program's failure, reported to its test
             answer = {"x": _error(exc, plain)}
         send(answer)
@@ -382,18 +420,18 @@ def _flush():
             pass
 
 
-def _exported(ns, plain):
+def _exported(ns, plain, outgoing):
     names = {}
     for name, value in list(ns.items()):
         if name.startswith("__"):
             continue
         if type(value) is type(os):
             names[name] = ["m", str(value.__name__)]
-        elif callable(value):
-            names[name] = "f"
-        else:
-            try:
-                names[name] = ["v", plain["encode"](value)]
-            except plain["NotPlain"]:
-                pass
+            continue
+        try:
+            names[name] = ["v", plain["encode"](value)]
+        except plain["TooLarge"]:
+            pass
+        except plain["NotPlain"]:
+            names[name] = outgoing(value)
     return names

@@ -7,8 +7,8 @@ decision stays in this process:
   is compared here with the local judge's comparator.
 - function tests: one request per unit of the local judge's plan. The program
   is wrapped in a trusted harness (`engine.judge.remote.program`) that runs the
-  unit beside the program or, when the tests run code of their own, apart from
-  it in a forked child, and writes the operand values as plain data, tagged with
+  unit's tests apart from the program, which runs in a forked child and answers
+  their calls, and writes the operand values as plain data, tagged with
   a nonce that arrives on stdin, to a private copy of stdout. The comparison runs
   here with the local worker's rules on rebuilt builtin values and the expected
   literals, which never leave this process; exit code 0 alone never is a pass

@@ -1,4 +1,4 @@
-"""Tests that run code of their own run apart from the program (engine.judge.local.program.ProgramProcess).
+"""Every function test runs apart from the program (engine.judge.local.program.ProgramProcess).
 
 The program's module runs in a child that only answers the tests' calls; the runner, which alone
 writes reports, never runs the program. These check what that changes for honest programs: each
@@ -56,26 +56,51 @@ def test_program_state_lives_in_its_process(judge):
     assert verdicts == ["ACCEPTED", "ACCEPTED", "ACCEPTED"]  # one process for all three calls
 
 
+def test_a_callable_argument_is_called_back_in_the_runner(judge):
+    """A lambda, a builtin or a test's function passed to the program crosses as a callback: the
+    program's process asks the runner to call it (a correct program was scored the model's error)."""
+    assert judge.judge(CALLBACK, "def apply(fn, v):\n    return fn(v)\n", code_is_program=True).accepted
+    assert not judge.judge(CALLBACK, "def apply(fn, v):\n    return fn(v) + 1\n", code_is_program=True).accepted
+    keyed = Problem(id="toy/keyed", source="toy", split="test", kind="function", statement="", entry_point="pick",
+                    function_tests=FunctionTests(setup="def rank(w):\n    return -len(w)", asserts=[
+                        "assert pick(['ab', 'abc', 'a'], rank) == 'abc'", "assert pick([3, -7, 5], abs) == 3"]))
+    good = "def pick(xs, key):\n    return min(xs, key=key)\n"
+    assert judge.judge(keyed, good, code_is_program=True).accepted
+    # a callback that calls into the program again while the program waits on it
+    nested = Problem(id="toy/nested", source="toy", split="test", kind="function", statement="", entry_point="twice",
+                     function_tests=FunctionTests(asserts=["assert twice(lambda v: inc(v), 1) == 3"]))
+    program = "def inc(v):\n    return v + 1\ndef twice(fn, v):\n    return fn(fn(v))\n"
+    assert judge.judge(nested, program, code_is_program=True).accepted
+
+
 def test_an_argument_that_cannot_cross_is_a_judge_fault(judge):
-    result = judge.judge(CALLBACK, "def apply(fn, v):\n    return fn(v)\n", code_is_program=True)
+    """Neither plain data nor callable (an instance of a class the tests define): the judge's own
+    limit, said as such, never the model's error."""
+    problem = Problem(id="toy/box", source="toy", split="test", kind="function", statement="", entry_point="f",
+                      function_tests=FunctionTests(setup="class Box:\n    v = 3", asserts=["assert f(Box()) == 3"]))
+    result = judge.judge(problem, "def f(b):\n    return b.v\n", code_is_program=True)
     assert result.verdict.value == "INTERNAL_ERROR" and "cannot pass" in result.failures[0].message
 
 
-def test_which_plans_run_apart():
-    from engine.judge.cases import function_plan
-
-    def apart(*asserts: str, setup: str = "") -> bool:
-        problem = Problem(id="toy/p", source="toy", split="test", kind="function", statement="", entry_point="f",
-                          function_tests=FunctionTests(setup=setup, asserts=list(asserts)))
-        return function_plan(problem).public["apart"]
-
-    assert not apart("assert f(1) == 2", "assert not f(0)", "assert f(g(1), [h(2)]) == [1]")  # values f returned
-    assert apart("assert abs(f(1) - 0.5) < 1e-6")  # the answer is inside the operand
-    assert apart("assert math.isclose(f(1), 0.5)", setup="import math")
-    assert apart("assert f(3) == sorted([3, 1, 2])")  # an expected value the program's process would hold
-    assert apart("assert near(f(1), 0.5)", setup="def near(a, b):\n    return abs(a - b) < 1e-6")
-    assert apart("x = f(1)\nassert x == 1")
-
+def test_the_programs_objects_cross_as_handles(judge):
+    """An instance of the program's class (MBPP's `Pair`) stays in the program's process: the tests
+    hold a handle they can pass back, ask attributes, truth, length, items and text of."""
+    problem = Problem(id="toy/pairs", source="toy", split="test", kind="function", statement="", entry_point="chain",
+                      function_tests=FunctionTests(asserts=[
+                          "assert chain([Pair(5, 24), Pair(15, 25), Pair(27, 40)], 3) == 2",
+                          "assert Pair(1, 2).b == 2", "assert len(Bag([1, 2])) == 2 and list(Bag([4])) == [4]",
+                          "assert str(Pair(1, 2)) == 'P(1,2)' and Bag([7])[0] == 7"]))
+    program = ("class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+               "    def __str__(self):\n        return f'P({self.a},{self.b})'\n"
+               "    def __eq__(self, other):\n        return True\n"
+               "class Bag(list):\n    pass\n"
+               "def chain(ps, n):\n    ps = sorted(ps, key=lambda p: p.b)\n    end, k = -1, 0\n"
+               "    for p in ps:\n        if p.a > end:\n            end, k = p.b, k + 1\n    return k\n")
+    result = judge.judge(problem, program, code_is_program=True)
+    assert result.accepted, result.failures[:1]
+    # a comparison of two of its objects is never the program's `__eq__` to decide
+    same = problem.model_copy(update={"function_tests": FunctionTests(asserts=["assert Pair(1, 2) == Pair(3, 4)"])})
+    assert judge.judge(same, program, code_is_program=True).verdict.value == "WRONG_ANSWER"
 
 
 def test_the_program_process_never_holds_the_tests(judge, table_from_memory):
