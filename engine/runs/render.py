@@ -84,13 +84,13 @@ def _kind_vars(run: Run, context: RenderContext) -> dict[str, Any]:
         out["time_limit_h"] = run.resources.time_limit_h or verl_overrides.DEFAULT_TIME_LIMIT_H
         out["tracking_env"] = verl_overrides.tracking_env(run)
         out["watch"] = verl_overrides.watched(run)
+        out["plugin_modules"] = ",".join(verl_overrides.plugin_modules(run))
     if run.trainer == "trl":
         out["launch"] = accelerate_launch(run.resources.gpus, context.params_b, run.id)
     if run.kind == PhaseKind.best_of_n:
         out["n"] = run.config.get("n") or _protocol_n(run)
     if run.kind == PhaseKind.repair:
         out["rounds"] = run.config.get("rounds") or 2
-        out["repair_module"] = verl_overrides.REPAIR_LOOP_MODULE
     if run.kind in (PhaseKind.grpo, PhaseKind.repair):
         out["reward"] = run.config.get("reward") or "dense"
     return out

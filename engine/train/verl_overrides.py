@@ -34,6 +34,9 @@ KNOWN_UNDECLARED = (
 # What a GPU run needs and a CPU check cannot see: the gpu extra installs no flash-attn (verl's
 # default attention), and without hf_model a checkpoint has no weights a child can load.
 SDPA = "sdpa"
+# verl's FSDP2 engine (its recommended one): FSDP1 refuses a module that starts on the CPU, so
+# only FSDP2 runs the same command line on a GPU node and on a CPU.
+FSDP = "fsdp2"
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
 # Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
@@ -87,6 +90,26 @@ CONFIG_NAMES = {PhaseKind.grpo: "ppo_trainer", PhaseKind.repair: "ppo_trainer",
 # module verl imports from VERL_USE_EXTERNAL_MODULES).
 REPAIR_AGENT_LOOP = "rlvr_repair"
 REPAIR_LOOP_MODULE = "engine.train.verl_repair_loop"
+# A run that asks for no GPU runs verl through rlvr-run's plug-in (engine/train/verl_plugin: a CPU
+# platform and a transformers rollout of this name); everything else on its command line is the
+# cluster's. GPU runs generate with vLLM.
+CPU_ROLLOUT = "rlvr_hf"
+GPU_ROLLOUT = "vllm"
+PLUGIN_MODULE = "engine.train.verl_plugin"
+
+
+def on_cpu(run: Run) -> bool:
+    return run.resources.gpus == 0
+
+
+def rollout_name(run: Run) -> str:
+    return CPU_ROLLOUT if on_cpu(run) else GPU_ROLLOUT
+
+
+def plugin_modules(run: Run) -> list[str]:
+    """What the launch script puts in VERL_USE_EXTERNAL_MODULES: the modules verl imports in each
+    of its processes (the CPU plug-in; the repair agent loop)."""
+    return ([PLUGIN_MODULE] if on_cpu(run) else []) + ([REPAIR_LOOP_MODULE] if run.kind == PhaseKind.repair else [])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,9 +225,10 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
         "data.val_files": str(data / ("valid.parquet" if has_valid else "train.parquet")),
         "data.filter_overlong_prompts": True, "data.truncation": "error",
         "actor_rollout_ref.model.path": paths.model_path,
+        "actor_rollout_ref.actor.strategy": FSDP,
         "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
         **_hparam_values(run, GRPO_HPARAMS, GRPO_DEFAULTS, _protocol_hparams(run)),
-        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.name": rollout_name(run),
         **_rollout_sampling(run),
         "actor_rollout_ref.rollout.val_kwargs.n": 1, "actor_rollout_ref.rollout.val_kwargs.temperature": 0,
         "actor_rollout_ref.rollout.val_kwargs.do_sample": False,
@@ -255,8 +279,13 @@ DEFAULT_TIME_LIMIT_H = 72.0
 def tracking_env(run: Run) -> list[tuple[str, str]]:
     """The spec's tracker settings as the tools' own variables (`wandb: {mode: offline}` → WANDB_MODE)."""
     tracking = run.config.get("tracking") or {}
-    return [(f"{tool.upper()}_{key.upper()}", str(value)) for tool in TRACKERS
-            for key, value in sorted((tracking.get(tool) or {}).items())]
+    out = [(f"{tool.upper()}_{key.upper()}", str(value)) for tool in TRACKERS
+           for key, value in sorted((tracking.get(tool) or {}).items())]
+    if tracking.get("wandb") is not None:  # the live run grouped and tagged like `engine.runs.track`'s record
+        seed = "none" if run.seed is None else str(run.seed)
+        out += [("WANDB_RUN_GROUP", run.spec_name), ("WANDB_TAGS", f"phase:{run.phase},variant:{run.variant or 'none'},"
+                                                                   f"seed:{seed},kind:{run.kind.value},live:true")]
+    return out
 
 
 def loggers(run: Run) -> list[str]:
@@ -292,6 +321,7 @@ def sft_overrides(run: Run, paths: VerlPaths) -> list[str]:
         "data.messages_key": "messages",
         "model.path": paths.model_path,
         "+model.override_config.attn_implementation": SDPA,
+        "engine.strategy": FSDP,
         "checkpoint.save_contents": SAVE_CONTENTS,
         **_hparam_values(run, SFT_HPARAMS, SFT_DEFAULTS, {}),
         **_curriculum(run, "data.shuffle"),

@@ -67,9 +67,14 @@ class RepairAgentLoop(AgentLoopBase):
         ratios: list[float] = []
         results: list[SampleResult] = []
         accepted = False
+        versions: list[Any] = []
         for turn in range(1, rounds + 1):
             out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=tokens,
                                                      sampling_params=sampling_params)
+            if out.log_probs and logprobs is None:
+                logprobs = []  # verl aligns an answer's log-probs onto the list the first answer starts
+            # The weights' versions the trajectory was generated with: verl's v1 trainer reads them.
+            versions.append(out.extra_fields.get("global_steps"))
             merged, mask, logprobs = await self.ct_merge_assistant_token(
                 tokens, out.token_ids, mask, logprobs, assistant_logprobs=out.log_probs or None)
             tokens = list(merged.token_ids)
@@ -95,6 +100,7 @@ class RepairAgentLoop(AgentLoopBase):
             reward_score=repair_return(ratios, accepted, kind=run.repair_return or "last",
                                        penalty=run.round_penalty or 0.0),
             metrics={}, extra_fields={"pass_ratios": ratios, "rounds": len(ratios),
+                                      "min_global_steps": versions[0], "max_global_steps": versions[-1],
                                       "reward_extra_info": reward_extra_info(results)})
 
 

@@ -29,7 +29,8 @@ def _loop(tmp_path: Path, answers: list[str], asked: list[str]):
     turns = iter(range(len(answers)))
 
     async def generate(**_):
-        return SimpleNamespace(token_ids=[next(turns)], log_probs=None)
+        # verl's TokenOutput: the server reports the weights' version each answer used
+        return SimpleNamespace(token_ids=[next(turns)], log_probs=None, extra_fields={"global_steps": 3})
 
     async def initial(messages):
         return [100]
@@ -67,6 +68,8 @@ def test_the_repair_loop_logs_the_reward_keys_verl_ranks_and_watches_by(tmp_path
     info = out.extra_fields["reward_extra_info"]
     assert info["acc"] == 0.0 and info["pass_ratio"] == 0.0 and info["verdict"] == "ACCEPTED"
     assert info["internal_error"] == 0 and info["rounds"] == 2
+    # the weights' versions verl's v1 trainer reads of every trajectory (its first and last answer's)
+    assert (out.extra_fields["min_global_steps"], out.extra_fields["max_global_steps"]) == (3, 3)
     # the toy prompt shows no example: no public test, so no test of it in the feedback
     [feedback] = asked
     assert "no public tests" in feedback
