@@ -25,13 +25,28 @@ def sft_dataset(run: TrainRun, rows: Optional[list[dict[str, Any]]] = None) -> A
     from datasets import Dataset
 
     if rows is None:
-        skipped: list[str] = []
-        choice = run.training_choice()
-        rows = [r for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train"))
-                for r in sft_rows(loaded, choice, skipped, split_prompt=True)]
-        if run.frozen.flywheel is not None:
-            rows = repair_mix(run, rows)
+        with _main_process_first():
+            skipped: list[str] = []
+            choice = run.training_choice()
+            rows = [r for loaded in ordered(run.frozen, run.run_dir, run.model, run.datasets("train"))
+                    for r in sft_rows(loaded, choice, skipped, split_prompt=True)]
+            if run.frozen.flywheel is not None:
+                rows = repair_mix(run, rows)
     return Dataset.from_list(rows)
+
+
+def _main_process_first() -> Any:
+    """Under accelerate, the first process alone builds what needs an engine (the curriculum's pass
+    rates, the flywheel's repair rows) and writes it to data/; the others wait for it and read it
+    back (each would otherwise build engines over every GPU of the machine)."""
+    import contextlib
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return contextlib.nullcontext()
+    from accelerate import PartialState
+
+    return PartialState().main_process_first()
 
 
 def repair_mix(run: TrainRun, base: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -114,3 +129,14 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def release_gpu_memory() -> None:
+    """What a finished trainer held, given back (its objects collected, torch's cache emptied)."""
+    import gc
+
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -90,6 +90,24 @@ def test_a_server_that_never_recovers_gives_explicit_errors():
     assert g.finish_reason == h.finish_reason == "error" and "HTTP 500" in g.error and g.text == ""
 
 
+def test_a_server_without_the_neutral_knobs_is_asked_without_them():
+    """vLLM's server fills an unsent top_k / repetition_penalty / min_p from the checkpoint, so they
+    are sent turned off; OpenAI's API refuses arguments it does not have (and applies no such knob):
+    there they are left out. A top_k the protocol sets is never dropped: refused, the request fails."""
+    with Server() as server:
+        generate(make_generator("openai", model="m", base_url=server.base_url), ["hi"], Decoding())
+        assert {k: server.bodies[0][k] for k in ("top_k", "repetition_penalty", "min_p")} == {
+            "top_k": -1, "repetition_penalty": 1.0, "min_p": 0.0}
+    with Server(refuses=("top_k", "repetition_penalty", "min_p")) as server:
+        backend = make_generator("openai", model="m", base_url=server.base_url, backoff_s=0.01)
+        [[g]] = generate(backend, ["hi"], Decoding())
+        assert g.finish_reason == "stop" and g.error is None
+        [[g]] = generate(backend, ["hi"], Decoding())  # known now: asked once
+        assert len(server.bodies) == 3 and not {"top_k", "repetition_penalty", "min_p"} & set(server.bodies[-1])
+        [[g]] = generate(backend, ["hi"], Decoding(temperature=1.0, top_k=20))
+        assert g.finish_reason == "error" and "top_k" in g.error
+
+
 def test_an_endpoint_reads_its_key_from_the_environment_only(monkeypatch):
     endpoint = Endpoint(base_url="http://127.0.0.1:9/v1", model="served", api_key_env="RLVR_TEST_KEY")
     monkeypatch.delenv("RLVR_TEST_KEY", raising=False)
@@ -226,3 +244,17 @@ def test_hf_decodes_the_protocol_not_the_checkpoints_generation_config(tiny_mode
         plain = generate(make_generator("hf", model=str(tiny_model)), prompts, decoding)
         defaults = generate(make_generator("hf", model=str(other)), prompts, decoding)
         assert [g[0].text for g in defaults] == [g[0].text for g in plain]
+
+
+def test_a_reasoning_servers_answer_is_never_scored_as_an_empty_one(tiny_model):
+    """Behind a reasoning parser `content` holds the answer and `reasoning_content` the thinking. A
+    sample whose text all went to the thinking, ended by the model (`stop`), has an answer that
+    cannot be told from the thinking: a fault of the serving, never an empty answer scored as the
+    model's. One cut by max_tokens while thinking stays what it is: a truncated sample."""
+    with Server(reasoning=True) as server:
+        [[g]] = generate(make_generator("openai", model="m", base_url=server.base_url), [CHAT], Decoding())
+    assert g.finish_reason == "error" and "reasoning" in g.error and "no content" in g.error and g.text == ""
+    with Server(str(tiny_model), reasoning=True) as server:
+        [[g]] = generate(make_generator("openai", model="tiny", base_url=server.base_url), [CHAT],
+                         Decoding(max_tokens=4))
+    assert g.finish_reason == "length" and g.error is None and g.text == ""

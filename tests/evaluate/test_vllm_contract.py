@@ -145,3 +145,18 @@ def test_checkpoints_of_one_architecture_share_a_compile_cache(fake_vllm, tiny_m
     make_generator("vllm", model=str(other)).close()
     dirs = [e["options"]["compilation_config"]["cache_dir"] for e in fake_vllm() if e["event"] == "load"]
     assert len(dirs) == 2 and dirs[0] == dirs[1]
+
+
+def test_the_compile_cache_key_holds_what_vllm_would_hash_and_not_the_memory_share(tiny_model, tmp_path, monkeypatch):
+    """vLLM uses a given cache_dir as it is (its own factors hash names only a folder it picks): a
+    share of memory that follows what is free must not split the cache, a VLLM_ setting must."""
+    from engine.evaluate.backends.vllm import compile_cache_dir
+
+    monkeypatch.setenv("RLVR_VLLM_COMPILE_CACHE", str(tmp_path))
+    base = {"model": str(tiny_model), "tensor_parallel_size": 1}
+    beside_trainer = compile_cache_dir(str(tiny_model), "0.24.0", {**base, "gpu_memory_utilization": 0.52})
+    alone = compile_cache_dir(str(tiny_model), "0.24.0", {**base, "gpu_memory_utilization": 0.9})
+    assert beside_trainer == alone
+    monkeypatch.setenv("VLLM_USE_STANDALONE_COMPILE", "0")
+    assert compile_cache_dir(str(tiny_model), "0.24.0", {**base, "gpu_memory_utilization": 0.9}) != alone
+    assert compile_cache_dir(str(tiny_model), "0.24.0", {**base, "tensor_parallel_size": 2}) != alone

@@ -21,6 +21,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from filelock import FileLock
+
 VERSION = "0.24.0"  # the contract tests run against this; test_vllm_pin checks verl still pins it
 REQUIRE_ENV = "RLVR_REQUIRE_VLLM_SOURCE"
 
@@ -36,8 +38,22 @@ def cache_root() -> Path:
 def source(version: str = VERSION) -> Path:
     """The folder holding vLLM `version`'s `vllm/` package (Python files only) and its dist-info."""
     root = cache_root() / f"vllm-{version}"
-    if (root / "vllm" / "_version.py").is_file() and (root / f"vllm-{version}.dist-info" / "METADATA").is_file():
+    if _complete(root, version):
         return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # Test processes (xdist workers) ask at once on a fresh clone: one downloads and unpacks, the
+    # others wait for it and read its copy (they would otherwise unpack into one folder together).
+    with FileLock(str(root) + ".lock"):
+        if not _complete(root, version):
+            _download(root, version)
+    return root
+
+
+def _complete(root: Path, version: str) -> bool:
+    return (root / "vllm" / "_version.py").is_file() and (root / f"vllm-{version}.dist-info" / "METADATA").is_file()
+
+
+def _download(root: Path, version: str) -> None:
     with tempfile.TemporaryDirectory(prefix="vllm-wheel-") as tmp:
         done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                                "-d", tmp, f"vllm=={version}"], capture_output=True, text=True, timeout=900)
@@ -52,7 +68,6 @@ def source(version: str = VERSION) -> Path:
                     wheel.extract(name, partial)
         shutil.rmtree(root, ignore_errors=True)
         partial.rename(root)  # whole or not at all: a killed unpack is never taken for the source
-    return root
 
 
 def installed_version(root: Path) -> str:

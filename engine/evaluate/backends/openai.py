@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import httpx
 
@@ -38,6 +38,9 @@ from engine.retry import RETRYABLE_STATUS, Retryable, RetryPolicy, retry_after_s
 
 
 ENGINE = "openai"  # a served model's engine and version are the server's, which it does not say
+# The knobs' values that turn them off (top_k -1 as well), sent so a server does not fill them in
+TOP_K_OFF = -1
+NEUTRAL = {"top_k": TOP_K_OFF, "repetition_penalty": 1.0, "min_p": 0.0}
 
 
 class _Refused(Exception):
@@ -53,6 +56,7 @@ class OpenAIBackend:
         self.headers = {"Authorization": f"Bearer {api_key}"}
         self.concurrency, self.timeout_s = concurrency, timeout_s
         self.retry = RetryPolicy(attempts=retries + 1, first_wait_s=backoff_s)
+        self.neutral_knobs = True  # until the server refuses one: then it has no such knob
 
     def stream(self, requests: Sequence[Request]) -> Iterator[Finished]:
         """The event loop runs in a thread of its own and hands each answer over as it lands; a
@@ -92,11 +96,15 @@ class OpenAIBackend:
         asked = once_if_greedy(decoding)  # a vLLM server refuses greedy with n > 1
         # Every knob a server would otherwise fill from the checkpoint's generation_config (vLLM's
         # and SGLang's servers do for top_k, repetition_penalty, min_p) is sent: the protocol
-        # decodes as on the offline engines.
+        # decodes as on the offline engines. A server without such a knob (OpenAI's own API refuses
+        # an argument it does not know) applies none, so there the neutral ones are left out; a
+        # top_k the protocol sets is always sent, and a server refusing it fails the request.
+        knobs = {**NEUTRAL, "top_k": decoding.top_k if decoding.top_k > 0 else TOP_K_OFF}
+        neutral = [k for k, v in knobs.items() if NEUTRAL[k] == v]
         body: dict[str, Any] = {"model": self.model, "n": asked.n, "max_tokens": decoding.max_tokens,
                                 "temperature": decoding.temperature, "top_p": decoding.top_p, "seed": decoding.seed,
-                                "top_k": decoding.top_k if decoding.top_k > 0 else -1, "repetition_penalty": 1.0,
-                                "min_p": 0.0, ("messages" if chat else "prompt"): prompt}
+                                ("messages" if chat else "prompt"): prompt,
+                                **{k: v for k, v in knobs.items() if self.neutral_knobs or k not in neutral}}
         if decoding.stop:
             body["stop"] = list(decoding.stop)
         url = f"{self.base_url}/{'chat/completions' if chat else 'completions'}"
@@ -111,6 +119,12 @@ class OpenAIBackend:
             if response.status_code == 200:
                 return _repeated(_parse(response.json(), chat, asked, time.perf_counter() - began), decoding)
             error = f"HTTP {response.status_code}: {response.text[:200]}"
+            if response.status_code in (400, 422) and any(k in body and k in response.text for k in neutral):
+                # a knob this server does not have (it names the first it meets): none of them here
+                self.neutral_knobs = False
+                for k in neutral:
+                    body.pop(k, None)
+                raise Retryable(f"{error} (asked again without {', '.join(neutral)})")
             if response.status_code in RETRYABLE_STATUS:
                 raise Retryable(error, retry_after_s(response.headers))
             raise _Refused(error)
@@ -149,16 +163,33 @@ def _parse(data: dict[str, Any], chat: bool, decoding: Decoding, latency: float)
     per_choice = usage.get("completion_tokens", 0) // max(1, len(choices))
     out = []
     for i, choice in enumerate(choices):
-        text = choice["message"]["content"] if chat else choice["text"]
+        message = (choice.get("message") or {}) if chat else {}
+        text = message.get("content") if chat else choice.get("text")
         text, stopped = cut_at_stop(text or "", decoding.stop)
         reason = choice.get("finish_reason") or "stop"
         fault = None if reason in ("stop", "length") or stopped else f"the server finished the sample with {reason!r}"
+        fault = fault or _only_reasoning(message, text, reason)
         finish = "error" if fault else "length" if reason == "length" and not stopped else "stop"
         prompt_tokens = prompt_share(usage.get("prompt_tokens", 0), len(choices), i)  # usage counts it once
         out.append(Generation(text="" if fault else text, prompt_tokens=prompt_tokens, completion_tokens=per_choice,
                               finish_reason=finish, latency_s=latency / max(1, len(choices)),
                               seed=decoding.seed + (0 if decoding.greedy else i), error=fault, engine=ENGINE))
     return out
+
+
+def _only_reasoning(message: dict[str, Any], answer: str, reason: str) -> Optional[str]:
+    """Behind a reasoning parser the answer is `content` and the thinking `reasoning_content`
+    (`reasoning` in newer vLLM). A sample cut by max_tokens while still thinking has no answer: a
+    `length` sample like any other truncated one. One that ended with all of its text taken for
+    thinking (the parser found no end of it: a model that thinks without the tags, or answers
+    without thinking) has an answer nobody can tell apart from the thinking: scored as an empty
+    answer it would read as the model's failure, so it is a fault of the serving."""
+    thought = message.get("reasoning_content") or message.get("reasoning") or ""
+    if answer.strip() or not str(thought).strip() or reason == "length":
+        return None
+    return (f"the server's answer is all reasoning ({len(str(thought))} characters in reasoning_content) and no "
+            "content: its reasoning parser found no end of the thinking; serve the model with the reasoning "
+            "parser that matches its chat template, or without one")
 
 
 def _repeated(gens: list[Generation], decoding: Decoding) -> list[Generation]:

@@ -202,7 +202,12 @@ def compile_cache_dir(model: str, version: str, options: dict[str, Any]) -> Opti
     if not config.is_file():
         return None
     arch = {k: v for k, v in json.loads(config.read_text()).items() if k not in ("_name_or_path", "transformers_version")}
-    shape = {k: v for k, v in options.items() if k not in ("model", "compilation_config")}
-    key = hashlib.sha256(json.dumps([arch, shape, version], sort_keys=True).encode()).hexdigest()[:16]
+    # vLLM trusts a cache_dir it is given (it hashes its compile factors only into a folder it picks),
+    # so this key holds them: the architecture, the engine's shape, vLLM's version (which pins
+    # torch's) and its VLLM_* environment. Not the memory share: it sizes the KV cache, not the
+    # graphs, and it follows what is free (beside a trainer it differs checkpoint to checkpoint).
+    shape = {k: v for k, v in options.items() if k not in ("model", "compilation_config", "gpu_memory_utilization")}
+    env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
+    key = hashlib.sha256(json.dumps([arch, shape, version, env], sort_keys=True).encode()).hexdigest()[:16]
     root = Path(os.environ.get(COMPILE_CACHE_ENV) or Path.home() / ".cache" / "rlvr-run" / "vllm-compile")
     return root / key
