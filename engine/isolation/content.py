@@ -192,6 +192,9 @@ def check_leakage(
             loaded = load(name)
         except UserError as exc:
             failures[name] = _reason(exc)
+            source = validated.sources.get(name)
+            if source is not None and source.local and isinstance(exc, SpecError):
+                report.errors += exc.diagnostics  # the user's own file: no Hub or mirror would help
             continue
         sketches[name], report.cache_hits[name] = cached_sketch(
             loaded.problems, loaded.fingerprint, sketch_settings(leakage), cache

@@ -1,4 +1,5 @@
-"""validate_spec: load → references → resolve against the registry → isolation rules → rule-3 hook.
+"""validate_spec: load → references → resolve against the registry → local files → isolation rules
+→ rule-3 hook.
 
 `ValidatedSpec` is what the planner consumes: the spec with every registry name
 resolved, id-list hashes, and the waivers that were applied.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
+from engine.data.local_check import check_local_files
 from engine.errors import Diagnostic, SpecError
 from engine.isolation.blind_choice import check_best_of_n
 from engine.isolation.content import Confirmer, LeakageReport, check_content, registry_loader
@@ -69,6 +71,7 @@ def check_spec(path: Path, *, content: bool = True, registry: Optional[Registry]
     diags += res.diagnostics
     if diags:
         return None, diags
+    _merge(validated, check_local_files(validated), diags)
     _merge(validated, check_isolation(validated), diags)
     if diags:  # rule 3 reads every dataset: only worth it once the cheap rules pass
         return validated, diags

@@ -8,6 +8,7 @@ what is wrong in plain words and the fix; all of them are raised together in one
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +16,14 @@ from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from engine.errors import Diagnostic, SpecError
 from engine.spec.model import Spec
 from engine.spec.schema_errors import describe_pydantic_errors
+from engine.spec.yaml_bounds import MAX_BYTES, shape_problems, tagged_value
 
 Key = str | int
 M = TypeVar("M", bound=BaseModel)
@@ -97,12 +99,18 @@ def dotted(keys: tuple[Key, ...]) -> str:
     return out or "(spec)"
 
 
+FRAME_WIDTH = 160
+
+
 def code_frame(text: str, line: int, col: int) -> str:
     """The offending line with a caret under the offending token (an editor-like frame)."""
     lines = text.splitlines()
     if not 1 <= line <= len(lines):
         return ""
     src = lines[line - 1]
+    if len(src) > FRAME_WIDTH:  # a huge scalar: show the window around the column
+        start = max(0, col - 1 - FRAME_WIDTH // 2)
+        src, col = src[start:start + FRAME_WIDTH], col - start
     token = src[col - 1:]
     width = next((i for i, ch in enumerate(token) if ch in " ,}]\t#"), len(token)) or 1
     gutter = f"{line:>5} | "
@@ -156,11 +164,7 @@ def _duplicate_keys(node: Optional[Node], keys: tuple[Key, ...], path: Path, tex
         seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
             line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
-            if not isinstance(key_node, ScalarNode):
-                out.append(Diagnostic(
-                    file=str(path), line=line, col=col, path=dotted(keys) if keys else "(spec)",
-                    message="a key must be a plain name, not a list or mapping",
-                    fix="write the key as a plain word", snippet=code_frame(text, line, col)))
+            if not isinstance(key_node, ScalarNode):  # refused by `shape_problems` before composing
                 continue
             key = key_node.value
             if key in seen:
@@ -181,11 +185,13 @@ def _duplicate_keys(node: Optional[Node], keys: tuple[Key, ...], path: Path, tex
 def plain(data: Any) -> Any:
     """ruamel's round-trip types → plain dict/list/str/int/float/bool."""
     if isinstance(data, dict):
-        # A complex key (`? [a, b]`) is reported by `_duplicate_keys`; keep it hashable here.
+        # Keys are scalars (`shape_problems` refuses the rest); a date or a tagged one becomes text.
         return {(k if isinstance(k, (str, int, float, bool)) or k is None else str(k)): plain(v)
                 for k, v in data.items()}
     if isinstance(data, list):
         return [plain(v) for v in data]
+    if isinstance(data, TaggedScalar):  # `!!str 5`, `!!float 1`: `shape_problems` checked the tag and value
+        return tagged_value(str(data.tag), data.value)
     if isinstance(data, bool) or data is None:
         return data
     for kind in (str, int, float):
@@ -196,8 +202,16 @@ def plain(data: Any) -> Any:
 
 def parse_yaml(path: Path, text: str) -> tuple[Any, Positions, list[Diagnostic]]:
     """The raw tree and positions, plus YAML-level problems (syntax, duplicates, not a mapping)."""
+    if len(text) > MAX_BYTES:
+        return None, Positions(None), [_file_error(path, f"the spec is {len(text):,} characters long",
+                                                   "a spec is a few KB: keep data in dataset files").diagnostics[0]]
     yaml = _yaml()
     try:
+        shape = shape_problems(yaml.parse(text))
+        if shape:  # building these would raise or hang: nothing more can be read
+            return None, Positions(None), [
+                Diagnostic(file=str(path), line=p.line, col=p.col, path="(yaml)", message=p.message, fix=p.fix,
+                           snippet=code_frame(text, p.line, p.col)) for p in shape]
         diags = _duplicate_keys(yaml.compose(text), (), path, text)
         tree = _yaml().load(text)
     except YAMLError as exc:
@@ -320,13 +334,22 @@ def load_spec(path: Path) -> LoadedSpec:
     return parsed.loaded()
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed_file(path: Path, text: str) -> tuple[Any, Positions, tuple[Diagnostic, ...]]:
+    """A catalog file's plain data, positions and YAML problems, parsed once per process and
+    content: the registry and hardware files are read by many stages, and parsing is their cost."""
+    tree, positions, diags = parse_yaml(path, text)
+    return plain(tree), positions, tuple(diags)
+
+
 def load_model_file(path: Path, model: type[M]) -> tuple[M, ParsedYaml]:
     """Load any YAML file (e.g. a registry catalog) into a pydantic model, with located errors."""
     path = Path(path)
     text = read_text(path)
-    tree, positions, diags = parse_yaml(path, text)
+    data, positions, found = _parsed_file(path, text)
+    diags = list(found)
     parsed = ParsedYaml(path=path, text=text, positions=positions)
-    data = plain(tree)
+    data = copy.deepcopy(data)  # the model may keep parts of it: each caller gets its own
     if not diags:
         try:
             return model.model_validate(data), parsed

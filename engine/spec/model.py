@@ -10,7 +10,7 @@ import re
 from enum import Enum
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from engine.spec.kinds import PhaseKind
@@ -19,6 +19,22 @@ Scalar = Union[str, int, float, bool, None]
 # The error type of the models' own checks (PydanticCustomError(SPEC_ADVICE, message, {"fix": ...})):
 # reported in their words with their fix, never echoing the value (it may be a secret).
 SPEC_ADVICE = "spec_advice"
+
+
+# numpy seeds only 0..2**32-1, and every trainer seeds numpy with the run's seed.
+SEED_MAX = 2**32 - 1
+
+
+def _seed_range(value: int) -> int:
+    if not 0 <= value <= SEED_MAX:
+        shown = str(value) if len(str(value)) <= 24 else str(value)[:21] + "..."
+        raise PydanticCustomError(SPEC_ADVICE, "seed {seed} is outside 0..4294967295, the seeds numpy (which the "
+                                  "trainers seed) accepts", {"seed": shown, "fix": "use a seed from 0 to 4294967295"})
+    return value
+
+
+# strict: `true` or `1.5` is not a seed
+Seed = Annotated[int, Field(strict=True), AfterValidator(_seed_range)]
 
 
 class StrictModel(BaseModel):
@@ -83,13 +99,16 @@ class TestsSpec(StrictModel):
 
 class ProtocolSpec(StrictModel):
     preset: Optional[str] = None  # registry/protocols.yaml name; fields below override it
-    temperature: Optional[float] = Field(default=None, ge=0)
+    # The bounds every backend can honour alike (vLLM refuses temperature > 2 and an empty stop
+    # string; top_k -1 or 0 is off). Greedy (temperature 0) with n > 1, n copies of one answer, is
+    # refused once the protocol is resolved (engine.spec.resolve).
+    temperature: Optional[float] = Field(default=None, ge=0, le=2)
     top_p: Optional[float] = Field(default=None, gt=0, le=1)
-    top_k: Optional[int] = None
+    top_k: Optional[int] = Field(default=None, ge=-1)
     max_tokens: Optional[int] = Field(default=None, gt=0)
     n: Optional[int] = Field(default=None, gt=0)
-    stop: Optional[list[str]] = None
-    seed: Optional[int] = None
+    stop: Optional[list[Annotated[str, Field(min_length=1)]]] = None
+    seed: Optional[Seed] = None
     prompt: Optional[str] = None  # prompt template name (registry/prompts.yaml)
     # Rounds of repair at inference: a failing answer gets feedback from the PUBLIC tests and
     # another try, up to this many answers in all (absent: one answer, no repair).
@@ -138,7 +157,9 @@ class EndpointSpec(StrictModel):
     # The served model's fingerprint (its greedy answers to fixed probe prompts, hashed: the error
     # of a mismatch and every record name it): pinned, an evaluation refuses a server serving other
     # weights under this name. The base_url is where, not what: it is not part of the run's id.
-    fingerprint: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{16}$")
+    # Or the weights' identity as the user states it, which no drift of greedy output moves:
+    # `revision:<sha>` (checked against what the server lists) or `sha256:<hash of the weight files>`.
+    fingerprint: Optional[str] = Field(default=None, pattern=r"^([0-9a-f]{16}|revision:[\w./-]+|sha256:[0-9a-f]{16,64})$")
     api_key: Optional[str] = None  # refused: only here to say where a key belongs
 
     @field_validator("base_url")
@@ -272,7 +293,7 @@ class PhaseFields(StrictModel):
     repair_return: Optional[Literal["last", "sum"]] = None
     round_penalty: Optional[float] = Field(default=None, ge=0)
     # Rollouts kept in traces/rollouts.jsonl per training step: a number, or `all`.
-    traces: Optional[Union[int, Literal["all"]]] = None
+    traces: Optional[Union[Annotated[int, Field(ge=1)], Literal["all"]]] = None
     mix: Optional[RepairMixSpec] = None  # sft: format-repair rows from another run's failures
     endpoint: Optional[EndpointSpec] = None  # eval phases: the model is served elsewhere
 
@@ -387,7 +408,7 @@ class Spec(StrictModel):
     judge: JudgeSpec = Field(default_factory=JudgeSpec)
     phases: dict[str, PhaseSpec]
     variants: dict[str, VariantSpec] = Field(default_factory=dict)
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1)
     evaluate: EvaluateSpec = Field(default_factory=EvaluateSpec)
     allow: list[Waiver] = Field(default_factory=list)
     leakage: LeakageSpec = Field(default_factory=LeakageSpec)

@@ -16,7 +16,7 @@ from typing import Optional
 
 from engine.errors import Diagnostic
 from engine.spec.load import LoadedSpec
-from engine.spec.model import DatasetSpec, ModelRef, ProtocolSpec, Spec
+from engine.spec.model import DatasetSpec, ModelRef, PhaseKind, ProtocolSpec, Spec, VariantSpec
 from engine.spec.refs import PROTOCOL_USES
 from engine.spec.registry import DatasetSource, Registry
 from engine.spec.schema_errors import did_you_mean
@@ -108,6 +108,8 @@ def _protocol(loaded: LoadedSpec, registry: Registry, name: str, proto: Protocol
 def _protocols(loaded: LoadedSpec, registry: Registry, out: list[Diagnostic]) -> dict[str, ProtocolSpec]:
     spec = loaded.spec
     resolved = {name: _protocol(loaded, registry, name, p, out) for name, p in spec.protocols.items()}
+    for name, p in resolved.items():
+        _greedy_copies(loaded, name, p, out)
     # Phases and schedules may name a registry preset directly: it becomes a protocol of that name.
     used = [getattr(f, use) for f in (*spec.phases.values(), *spec.variants.values()) for use in PROTOCOL_USES]
     used += [s.protocol for s in (spec.evaluate.every_phase, spec.evaluate.final) if s is not None]
@@ -115,6 +117,49 @@ def _protocols(loaded: LoadedSpec, registry: Registry, out: list[Diagnostic]) ->
         if name is not None and name not in resolved and name in registry.protocols:
             resolved[name] = _protocol(loaded, registry, name, ProtocolSpec(preset=name), out)
     return resolved
+
+
+def _greedy_copies(loaded: LoadedSpec, name: str, protocol: ProtocolSpec, out: list[Diagnostic]) -> None:
+    """Greedy decoding with n > 1 gives n copies of one answer (each backend decodes it once): pass@k
+    over them is pass@1 under another name, best-of-n picks among copies, a group or a pair of
+    copies has no spread, and runs per seed repeat one another. Refused, saying so."""
+    n = protocol.n or 1
+    if (protocol.temperature or 0) > 0 or n == 1:
+        return
+    written = loaded.spec.protocols[name]
+    keys = ("protocols", name, "n") if written.n is not None else ("protocols", name, "temperature") \
+        if written.temperature is not None else ("protocols", name)
+    out.append(loaded.diagnostic(
+        keys, f"protocol `{name}` asks for n={n} samples with greedy decoding (temperature 0): they are {n} copies of "
+        "one answer, so pass@k over them is pass@1, best-of-n and sample pairs choose among copies, and GRPO "
+        "groups of copies have no advantage",
+        f"set `temperature:` above 0 (e.g. `preset: passk_10`) to draw {n} samples, or `n: 1` for greedy",
+        at_value=keys[-1] != name))
+
+
+GROUP_KINDS = (PhaseKind.grpo, PhaseKind.repair)
+
+
+def _rollout_groups(loaded: LoadedSpec, protocols: dict[str, ProtocolSpec], out: list[Diagnostic]) -> None:
+    """GRPO's advantage is a sample's reward against its group's (the rollout's n samples of one
+    problem): a group of one has none. trl refuses it; verl takes the raw reward as the advantage,
+    which is REINFORCE without a baseline, not the GRPO the spec declares."""
+    spec = loaded.spec
+    units = [(("phases", n), p, p.kind) for n, p in spec.phases.items()]
+    units += [(("variants", n), v, spec.phases[v.phase].kind) for n, v in spec.variants.items() if v.phase in spec.phases]
+    seen: set[str] = set()
+    for where, unit, kind in units:
+        rollout = unit.rollout or (spec.phases[unit.phase].rollout if isinstance(unit, VariantSpec) else None)
+        protocol = protocols.get(rollout) if rollout else None
+        if kind not in GROUP_KINDS or protocol is None or protocol.n != 1 or rollout in seen:
+            continue
+        seen.add(rollout)
+        written = rollout in spec.protocols and spec.protocols[rollout].n is not None
+        keys = ("protocols", rollout, "n") if written else (*where, "rollout")
+        out.append(loaded.diagnostic(
+            keys, f"rollout `{rollout}` draws n=1 sample per problem for {kind.value}: a group of one sample has "
+            "no advantage (trl refuses it; verl would train on raw rewards, without GRPO's group baseline)",
+            f"set `n:` of protocol `{rollout}` to 2 or more (4 to 16 is usual)", at_value=written))
 
 
 def find_file(loaded: LoadedSpec, registry: Registry, written: str) -> Optional[Path]:
@@ -205,6 +250,7 @@ def resolve(loaded: LoadedSpec, registry: Registry) -> Resolution:
     res = Resolution(spec=loaded.spec)
     model = _model(loaded, registry, res.diagnostics)
     protocols = _protocols(loaded, registry, res.diagnostics)
+    _rollout_groups(loaded, protocols, res.diagnostics)
     datasets = {name: _dataset(loaded, registry, name, ds, res) for name, ds in loaded.spec.datasets.items()}
     res.spec = loaded.spec.model_copy(update={"base_model": model, "protocols": protocols, "datasets": datasets})
     return res

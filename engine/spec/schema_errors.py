@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import types
 from enum import Enum
-from typing import Any, Iterable, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Iterable, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -29,8 +29,10 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
 
 def _unwrap(annotation: Any) -> list[Any]:
     """The alternatives of Optional/Union, without None."""
+    if get_origin(annotation) is Annotated:  # constraints aside, the type
+        return _unwrap(get_args(annotation)[0])
     if get_origin(annotation) in (Union, types.UnionType):
-        return [a for a in get_args(annotation) if a is not type(None)]
+        return [b for a in get_args(annotation) if a is not type(None) for b in _unwrap(a)]
     return [annotation]
 
 
@@ -150,8 +152,11 @@ def _describe(err: dict[str, Any], keys: tuple[Key, ...], data: Any, root: type[
                 "use letters, digits, '.', '_' or '-', starting with a letter or digit", True)
     if kind == SPEC_ADVICE:  # a model's own check: its words and fix, never the value (it may be a secret)
         return (err["msg"], str(ctx.get("fix", f"fix the value of `{_name(keys)}`")), True)
-    if kind == "int_from_float":
+    if kind == "int_from_float" or (kind == "int_type" and isinstance(value, float)):  # strict ints say int_type
         return (f"expected an integer, got {_shown(value)}", f"write a whole number for `{_name(keys)}`", True)
+    if found and value is None and (kind.endswith("_type") or kind == "model_attributes_type"):
+        # `phases:` with nothing after it: the value's position would be the next line's key
+        return (f"`{_name(keys)}` has no value", f"write {_expected(annotation)} after `{_name(keys)}:`", False)
     if kind.endswith("_type") or kind.endswith("_parsing") or kind == "model_type" or kind == "model_attributes_type":
         got = _shown(value) if found else "nothing"
         return (f"expected {_expected(annotation)}, got {got}", f"write {_expected(annotation)} for `{_name(keys)}`", True)

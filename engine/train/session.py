@@ -120,7 +120,7 @@ class TrainRun:
             torch.set_num_threads(int(cpus))  # (under accelerate, --num_cpu_threads_per_process shares them)
         cpu = not torch.cuda.is_available()
         owned = {"output_dir": str(self.checkpoints), "logging_steps": 1, "save_strategy": "steps",
-                 "seed": self.frozen.seed or 0, "run_name": self.frozen.run_id, "report_to": self.report_to(),
+                 "seed": self.frozen.seed or 0, "run_name": self.run_name(), "report_to": self.report_to(),
                  "disable_tqdm": True,
                  "use_cpu": cpu, "dataloader_num_workers": 0}
         if cpu:
@@ -138,6 +138,11 @@ class TrainRun:
             raise UserError(f"trl refused the run's hyperparameters: {exc}\n"
                             "  fix: correct the phase's hparams: in the spec and re-plan") from None
 
+    def run_name(self) -> str:
+        """What trl names the run in the trackers (their name beats WANDB_NAME): readable where a
+        tracker shows it, the run id otherwise."""
+        return live_names(self.frozen)["WANDB_NAME"] if self.frozen.tracking is not None else self.frozen.run_id
+
     def report_to(self) -> list[str]:
         """The spec's trackers as trl `report_to`; their settings become the tools' own env variables."""
         tracking = self.frozen.tracking
@@ -151,6 +156,8 @@ class TrainRun:
                 names.append(tool)
                 for key, value in settings.items():
                     os.environ.setdefault(f"{tool.upper()}_{key.upper()}", str(value))
+        for key, value in live_names(self.frozen).items():  # after the spec's own: `experiment_name` wins
+            os.environ.setdefault(key, value)
         return names
 
     def callbacks(self, *extra: TrainerCallback, stats: Optional[Callable[[], dict]] = None) -> list[TrainerCallback]:
@@ -182,6 +189,19 @@ class TrainRun:
             write_outcome(self.run_dir, outcome)
         print(f"{target.relative_to(self.run_dir)}/: {chosen.path} ({chosen.why})", flush=True)
         return target
+
+
+def live_names(frozen: FrozenRun) -> dict[str, str]:
+    """The trackers' own variables that name, group and tag the run trl streams live: grouped by
+    the study, tagged phase, variant and seed like the record `engine.runs.track` writes once the
+    run succeeded (whose name it shares, marked live)."""
+    unit = f"{frozen.phase}/{frozen.variant}" if frozen.variant else str(frozen.phase)
+    seed = "none" if frozen.seed is None else str(frozen.seed)
+    tags = {"phase": str(frozen.phase), "variant": frozen.variant or "none", "seed": seed, "kind": frozen.kind,
+            "run_id": frozen.run_id, "live": "true"}
+    return {"WANDB_NAME": f"{unit} seed {seed} ({frozen.kind}, live)", "WANDB_RUN_GROUP": str(frozen.spec),
+            "WANDB_TAGS": ",".join(f"{k}:{v}" for k, v in tags.items() if k != "run_id"),
+            "MLFLOW_EXPERIMENT_NAME": str(frozen.spec), "MLFLOW_TAGS": json.dumps(tags)}
 
 
 class StepLog(TrainerCallback):

@@ -1,7 +1,8 @@
 """trl hyperparameters: a trl phase's `hparams:` / `overrides:` are fields of the installed trl's
-config dataclass (SFTConfig, DPOConfig, GRPOConfig), checked at validate time.
+config dataclass (SFTConfig, DPOConfig, GRPOConfig), of the field's type and in its range, checked
+at validate time (`engine.train.setting_types`).
 
-Importing trl costs seconds, so the field names of each config class are cached per trl
+Importing trl costs seconds, so the field names and types of each config class are cached per trl
 version under the rlvr-run cache; validate imports trl once per version, never per spec.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
 
@@ -20,6 +22,7 @@ from engine.resources import load_object
 from engine.spec.model import PhaseKind
 from engine.spec.schema_errors import did_you_mean
 from engine.spec.validated import ValidatedSpec
+from engine.train.setting_types import Expected, value_problem
 
 CONFIG_CLASSES: dict[PhaseKind, str] = {
     PhaseKind.sft: "trl.trainer.sft_config:SFTConfig",
@@ -42,7 +45,7 @@ RESERVED: dict[str, str] = {
     "output_dir": "checkpoints go to the run directory",
     "logging_dir": "logs go to the run directory",
     "report_to": "use the spec's `tracking:` section",
-    "run_name": "runs are named by their id",
+    "run_name": "runs are named by their unit and seed (their id without a tracker)",
     "seed": "use the spec's `seeds:`",
     "resume_from_checkpoint": "a re-run resumes from the last checkpoint by itself",
     "push_to_hub": "the chosen model is the run's model/ folder",
@@ -53,21 +56,25 @@ def config_class(kind: PhaseKind) -> Any:
     return load_object(CONFIG_CLASSES[kind])
 
 
-def trl_field_names(kind: PhaseKind) -> frozenset[str]:
-    """The fields of the installed trl's config class for `kind` (cached per trl version)."""
+def trl_field_types(kind: PhaseKind) -> dict[str, Expected]:
+    """The fields of the installed trl's config class for `kind` and what each accepts (cached per
+    trl version)."""
     try:
         trl_version = version("trl")
     except PackageNotFoundError:
         raise UserError("trl is not installed: `pip install 'rlvr-run[trl]'` (needed for `trainer: trl`)") from None
-    path = cache_root() / f"trl-config-fields-{trl_version}.json"
+    path = cache_root() / f"trl-config-types-{trl_version}.json"
     try:
         cached = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         cached = {}
     if CONFIG_CLASSES[kind] not in cached:
-        cached[CONFIG_CLASSES[kind]] = sorted(f.name for f in dataclasses.fields(config_class(kind)))
+        cls = config_class(kind)
+        hints = typing.get_type_hints(cls)
+        cached[CONFIG_CLASSES[kind]] = {f.name: Expected.of_annotation(hints.get(f.name, f.type)).to_json()
+                                        for f in dataclasses.fields(cls)}
         atomic_write(path, json.dumps(cached))  # validates in parallel read it
-    return frozenset(cached[CONFIG_CLASSES[kind]])
+    return {name: Expected.from_json(e) for name, e in cached[CONFIG_CLASSES[kind]].items()}
 
 
 def aliases(kind: PhaseKind) -> dict[str, str]:
@@ -95,21 +102,30 @@ def key_problem(key: str, kind: PhaseKind, fields: frozenset[str]) -> Optional[t
 
 
 def trl_run_problems(runs: list[Run], validated: ValidatedSpec) -> list[Diagnostic]:
-    """Every trl run's unknown or reserved hyperparameters, located in the spec."""
+    """Every trl run's unknown, reserved or mistyped hyperparameters, located in the spec."""
     seen: set[tuple[str, ...]] = set()
     out: list[Diagnostic] = []
     for run in runs:
         if run.trainer != "trl" or run.kind not in CONFIG_CLASSES:
             continue
-        fields = trl_field_names(run.kind)
+        types = trl_field_types(run.kind)
+        fields = frozenset(types)
         for section in ("hparams", "overrides"):
-            for key in run.config.get(section, {}):
+            for key, value in run.config.get(section, {}).items():
                 problem = key_problem(key, run.kind, fields)
+                typed = None if problem else _value_problem(key, value, run.kind, types)
                 where = _where(validated, run, section, key)
-                if problem and where not in seen:
+                if (problem or typed) and where not in seen:
                     seen.add(where)
-                    out.append(validated.loaded.diagnostic(where, problem[0], problem[1]))
+                    message, fix = problem or typed
+                    out.append(validated.loaded.diagnostic(where, message, fix, at_value=typed is not None))
     return out
+
+
+def _value_problem(key: str, value: Any, kind: PhaseKind, types: dict[str, Expected]) -> Optional[tuple[str, str]]:
+    field = aliases(kind).get(key, key)
+    owner = f"trl's {CONFIG_CLASSES[kind].split(':')[1]}.{field}"
+    return value_problem(value, types[field], field, owner)
 
 
 def _where(validated: ValidatedSpec, run: Run, section: str, key: str) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
-"""Plan-time checks of every verl run, located in the spec: hyperparameters, overrides (legacy
-keys, needless `+`), composition against the installed verl's Hydra config, and verl's own
+"""Plan-time checks of every verl run, located in the spec: hyperparameters and overrides (their
+types and ranges against verl's defaults, legacy keys, needless `+`), composition against the installed verl's Hydra config, and verl's own
 CPU-side config checks (`verl.utils.config.validate_config`, what `main_ppo` runs before it
 starts Ray: batch sizes that do not divide, missing micro-batch keys, ...), so a run that
 would die on the cluster in its first minute is refused at validate time.
@@ -18,7 +18,8 @@ from engine.files import atomic_write
 from engine.plan.model import Run
 from engine.spec.model import PhaseKind
 from engine.spec.validated import ValidatedSpec
-from engine.train.verl_compose import cache_file, check_overrides, composed
+from engine.train.setting_types import Expected, value_problem
+from engine.train.verl_compose import cache_file, check_overrides, composed, default_at
 from engine.train.verl_overrides import (
     CONFIG_NAMES,
     HPARAM_TABLES,
@@ -41,17 +42,21 @@ def plan_run_problems(runs: list[Run], validated: ValidatedSpec) -> list[Diagnos
             where = _locate_unit_key(validated, run, keys)
             if (str(where), message) not in seen:
                 seen.add((str(where), message))
-                diagnostics.append(validated.loaded.diagnostic(where, message, fix))
+                # a key's own problem points at its value; a section's (`hparams:`) at the section
+                diagnostics.append(validated.loaded.diagnostic(where, message, fix, at_value=len(keys) > 1))
     return diagnostics
 
 
 def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
     """(key path inside the unit, message, fix) for every problem of one run."""
     overrides = run.config.get("overrides", {})
-    problems = [(("overrides",), msg, "") for msg in user_override_errors(overrides)]
+    problems = [(("overrides",), msg, "change or drop that override") for msg in user_override_errors(overrides)]
+    typed = _typed_problems(run)
+    if typed:  # building the command line would read these values
+        return problems + typed
     unknown = unknown_hparams(run)
     if unknown:
-        problems.append((("hparams",), unknown, ""))
+        problems.append((("hparams",), unknown, "use a known name, or set the verl key itself under `overrides:`"))
         # Compose the rest anyway: a misspelled hyperparameter must not hide a misspelled override.
         known = {k: v for k, v in run.config.get("hparams", {}).items() if k in HPARAM_TABLES[run.kind]}
         run = run.model_copy(update={"config": {**run.config, "hparams": known}})
@@ -72,6 +77,27 @@ def _run_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
         path = ("overrides", user_key) if user_key else ("overrides",)
         problems.append((path, f"verl {CONFIG_NAMES[run.kind]} rejects this override: {first}",
                          "check the key against verl's config (verl/trainer/config/) or drop it"))
+    return problems
+
+
+def _typed_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
+    """Every hyperparameter and override against the type of verl's default for its key, and the
+    key's range (`engine.train.setting_types`)."""
+    config_name = CONFIG_NAMES[run.kind]
+    table = HPARAM_TABLES[run.kind]
+    checked = [(("hparams", name), name, table[name][0], value)
+               for name, value in run.config.get("hparams", {}).items() if name in table]
+    checked += [(("overrides", key), key, key.lstrip("+"), value)
+                for key, value in flatten(run.config.get("overrides", {})).items()]
+    problems = []
+    for where, name, key, value in checked:
+        found, default = default_at(config_name, key)
+        if not found:
+            continue  # an undeclared key: composition reports it
+        leaf = key.rsplit(".", 1)[-1]
+        problem = value_problem(value, Expected.of_default(leaf, default), name, f"verl's {key}", range_name=leaf)
+        if problem:
+            problems.append((where, *problem))
     return problems
 
 
@@ -152,11 +178,17 @@ def _nested(keys: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(keys[0].split(".")) if keys else ()
 
 
+NAMES_CHECKED_BY_NONE = ("trainer.experiment_name=", "trainer.project_name=")
+
+
 def config_check(run: Run, lines: list[str]) -> list[str]:
     """verl's validation of the composed config, with the run's real values. A clean result is
     kept on disk beside the compositions (importing verl's checks costs seconds); a failed one
     is checked again every time."""
-    clean = cache_file("checked", CONFIG_NAMES[run.kind], tuple(lines))
+    # A run's names are in no check: keyed without them, a parent's edit (which renames its
+    # children's ids) does not import verl's checks again for children whose settings are the same.
+    checked = tuple(line for line in lines if not line.startswith(NAMES_CHECKED_BY_NONE))
+    clean = cache_file("checked", CONFIG_NAMES[run.kind], checked)
     if clean.is_file():
         return []
     problems = _config_check(run, lines)

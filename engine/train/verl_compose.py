@@ -137,6 +137,22 @@ def _composed_groups(config_name: str, groups: tuple[str, ...]) -> Any:
     return config
 
 
+def default_at(config_name: str, key: str) -> tuple[bool, Any]:
+    """(whether verl's default config has `key`, its value as plain data): what the key's type is
+    (Hydra types nothing itself; verl's YAML defaults say it)."""
+    from omegaconf import OmegaConf
+
+    absent = object()
+    try:
+        value = OmegaConf.select(_composed_groups(config_name, ()), key, default=absent,
+                                 throw_on_resolution_failure=False, throw_on_missing=False)
+    except Exception:  # an odd key (`a..b`) or interpolation: composing reports it  # noqa: BLE001
+        return False, None
+    if value is absent:
+        return False, None
+    return True, OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
+
+
 def cache_file(kind: str, config_name: str, overrides: tuple[str, ...]) -> Path:
     """Where a verl check's success is kept: named by the installed verl and hydra versions,
     verl's source and config files (names, sizes, times), the checking code, the config name

@@ -322,7 +322,9 @@ def test_a_dataset_that_cannot_load_leaves_its_pairs_unchecked_and_loud(tmp_path
     validated = validate_spec(path, content=False)
     (tmp_path / "train.jsonl").unlink()
     report = check_leakage(validated, cache=SketchCache(root=tmp_path / "cache"))
-    assert report.errors == [] and not report.checked
+    # the user's own file: an error at its line (no Hub would help), and its pairs stay unchecked
+    [error] = report.errors
+    assert error.path == "datasets.mix_train.path" and "file not found" in error.message and not report.checked
     assert report.unchecked_pairs == [("mix_train", "he_test"), ("mix_train", "mbpp_reg")]
     assert report.warnings[0].startswith("rule 3: mix_train did not load: ") and "train.jsonl" in report.warnings[0]
     assert report.warnings[-1] == "rule 3 not checked for 2 pair(s): mix_train×he_test, mix_train×mbpp_reg"

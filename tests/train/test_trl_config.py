@@ -9,7 +9,7 @@ import pytest
 from engine.errors import SpecError
 from engine.runs.preflight import preflight
 from engine.spec.model import PhaseKind
-from engine.train.trl_config import key_problem, trl_args, trl_field_names
+from engine.train.trl_config import key_problem, trl_args, trl_field_types
 
 SPEC = """\
 name: trl-hparams
@@ -47,10 +47,10 @@ def test_fields_rlvr_run_owns_are_refused_with_the_reason(tmp_path):
 
 
 def test_known_fields_and_aliases_pass_and_map():
-    fields = trl_field_names(PhaseKind.grpo)
+    fields = frozenset(trl_field_types(PhaseKind.grpo))
     assert {"num_generations", "beta", "learning_rate"} <= fields
     assert key_problem("kl_coef", PhaseKind.grpo, fields) is None
-    assert key_problem("beta", PhaseKind.sft, trl_field_names(PhaseKind.sft)) is not None  # a DPO/GRPO field
+    assert key_problem("beta", PhaseKind.sft, frozenset(trl_field_types(PhaseKind.sft))) is not None  # a DPO/GRPO field
     assert trl_args({"hparams": {"lr": 1e-4, "kl_coef": 0.02, "epochs": 2}}, PhaseKind.grpo) == {
         "learning_rate": 1e-4, "beta": 0.02, "num_train_epochs": 2}
 
