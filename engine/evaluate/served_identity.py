@@ -213,7 +213,12 @@ class ServedModel:
             if wanted not in names:
                 raise UserError(f"{self.base_url} serves {self.model!r} from {', '.join(f'{k} {v}' for k, v in listed.items())}, "
                                 f"but the endpoint pins {pinned}\n  fix: serve the pinned weights, or pin these")
-            return f"served:{self.model}@{pinned}"
+            if wanted in (listed.get("revision"), listed.get("root")):
+                return f"served:{self.model}@{pinned}"
+            # Matched by the last part of where the weights were loaded from alone ("checkpoint-40"),
+            # which two runs' checkpoints share: the records are keyed by the whole of it, so another
+            # run's checkpoint of that name never resumes into these records.
+            return f"served:{self.model}@revision:{listed['root']}"
         measured = self.fingerprint(chat)
         if pinned is not None and pinned != measured:
             raise UserError(

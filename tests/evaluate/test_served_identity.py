@@ -71,7 +71,9 @@ def test_a_pinned_revision_is_checked_against_the_listing_and_keys_the_records()
     with Server(served=["policy"], listing={"root": "/models/policy-step-40"}) as server:
         served = _served(server).served()
         assert served.metadata() == {"root": "/models/policy-step-40"}
-        assert served.key(True, "revision:policy-step-40") == "served:policy@revision:policy-step-40"
+        assert served.key(True, "revision:/models/policy-step-40") == "served:policy@revision:/models/policy-step-40"
+        # pinned by the last part of its root alone, its records are keyed by the whole root
+        assert served.key(True, "revision:policy-step-40") == "served:policy@revision:/models/policy-step-40"
         with pytest.raises(UserError, match="but the endpoint pins revision:policy-step-80"):
             served.key(True, "revision:policy-step-80")
         listed = served.fingerprint(True)
@@ -114,3 +116,13 @@ def test_a_spec_pins_a_fingerprint_a_revision_or_a_weights_hash_and_nothing_else
         assert EndpointSpec(base_url="http://h:8000/v1", model="policy", fingerprint=pin).fingerprint == pin
     with pytest.raises(ValidationError):
         EndpointSpec(base_url="http://h:8000/v1", model="policy", fingerprint="policy-step-40")
+
+
+def test_two_runs_checkpoints_of_one_name_pinned_by_that_name_never_share_records():
+    """`revision:checkpoint-40` matches the root of run a's checkpoint-40 and of run b's: an evaluation
+    resumed against the other would mix two models' samples in one metrics.json."""
+    keys = []
+    for root in ("/runs/a/sft/checkpoint-40", "/runs/b/sft/checkpoint-40"):
+        with Server(served=["policy"], listing={"root": root}) as server:
+            keys.append(_served(server).served().key(True, "revision:checkpoint-40"))
+    assert keys[0] != keys[1] and all("checkpoint-40" in k for k in keys)

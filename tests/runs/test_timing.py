@@ -8,7 +8,16 @@ import shutil
 from datetime import datetime, timedelta, timezone
 
 from engine.price.study import attributed_seconds
-from engine.runs.lineage import Event, PlanRecords, RunRecord, RunState, SpecRecord, open_lineage, run_times
+from engine.runs.lineage import (
+    AttemptRecord,
+    Event,
+    PlanRecords,
+    RunRecord,
+    RunState,
+    SpecRecord,
+    open_lineage,
+    run_times,
+)
 
 S = RunState
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -31,7 +40,7 @@ def _resumed(run_id: str = "r") -> list[Event]:
 
 
 def test_a_resumed_runs_time_is_the_sum_of_its_attempts():
-    times = run_times(_resumed())
+    times = run_times(_resumed(), [AttemptRecord(run_id="r", attempt=1), AttemptRecord(run_id="r", attempt=2)])
     (first, second) = times["r"].attempts
     assert (first.number, first.seconds(), first.ended) == (1, 100, S.cancelled)
     assert (second.number, second.seconds(), second.ended) == (2, 60, S.succeeded)
@@ -45,7 +54,7 @@ def test_a_resumed_runs_time_is_the_sum_of_its_attempts():
 def test_a_running_attempt_counts_until_now_and_a_process_shared_attempt_names_its_process():
     events = [_event("a", 0, S.queued, S.running, "attempt 3"),
               _event("b", 0, S.queued, S.running, "attempt 1 in the process of a")]
-    times = run_times(events)
+    times = run_times(events, [AttemptRecord(run_id="a", attempt=3), AttemptRecord(run_id="b", attempt=1, leader="a")])
     assert times["a"].current.end is None and times["a"].current.number == 3
     assert times["a"].seconds(now=T0 + timedelta(seconds=42)) == 42
     assert times["b"].current.process == "a"
@@ -138,7 +147,29 @@ def test_a_process_shared_with_a_run_of_an_older_plan_is_split_with_it():
               _event("follower", 60, S.running, S.succeeded), _event("leader", 60, S.running, S.succeeded)]
     follower = RunRecord(id="follower", spec_name="s", phase="p", kind="eval", state=S.succeeded,
                          started_at=_at(0), finished_at=_at(60))
-    assert attributed_seconds([follower], {"follower": 100.0}, run_times(events)) == {"follower": 30.0}
+    rows = [AttemptRecord(run_id="leader", attempt=1), AttemptRecord(run_id="follower", attempt=1, leader="leader")]
+    assert attributed_seconds([follower], {"follower": 100.0}, run_times(events, rows)) == {"follower": 30.0}
     # without the older run's events (what the callers passed before), the follower was charged all 60 s
     assert attributed_seconds([follower], {"follower": 100.0},
-                              run_times([e for e in events if e.run_id == "follower"])) == {"follower": 60.0}
+                              run_times([e for e in events if e.run_id == "follower"], rows)) == {"follower": 60.0}
+
+
+def test_the_pages_read_an_attempts_queue_and_process_from_its_row_never_from_its_events_words(tmp_path):
+    """An attempt's queue wait and its process are typed rows of lineage's `attempts`; the words of
+    its `running` event are for people. A Slurm attempt cancelled after six hours PENDING held no
+    work, whatever its event says: with the next attempt's hour on a node, one hour of wall."""
+    from engine.report.panels import training_cost_table
+    from engine.report.study import load_study
+
+    with open_lineage(tmp_path / "lineage.sqlite") as lineage:
+        lineage.record_plan_records(PlanRecords(runs=[RunRecord(id="t", spec_name="s", phase="sft", kind="sft")]))
+        lineage.set_state("t", S.queued, at=_at(0))
+        lineage.set_state("t", S.running, "submitted to Slurm", attempt=1, queued=True, at=_at(0))
+        lineage.set_state("t", S.cancelled, "Ctrl-C", at=_at(6 * 3600))
+        lineage.set_state("t", S.queued, at=_at(6 * 3600))
+        lineage.set_state("t", S.running, "submitted to Slurm", attempt=2, queued=True, at=_at(6 * 3600))
+        lineage.record_began("t", _at(7 * 3600), "its job began")
+        lineage.set_state("t", S.succeeded, "exit 0", at=_at(8 * 3600))
+        study = load_study(lineage, "s")
+    [row] = training_cost_table(study).rows
+    assert row[3] == "60.0 min", row  # not 7.0 h: the six hours PENDING held no work

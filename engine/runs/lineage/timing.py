@@ -8,8 +8,8 @@ attempt's): the cost page, `price --fit`, forecast against actual and the ETA al
 Each attempt is a typed row of lineage's `attempts` (its number; for a run done in another run's
 process, evaluations of one checkpoint sharing one model load, that run, whose process's time is
 then shared among the runs it did, `price.study`; whether it was queued), matched to its
-`running` event in order. The event's reason (`running_reason`) says the same for people; it is
-read back only from a list of events given without their attempts.
+`running` event in order. The event's reason (`running_reason`) says the same for people, and is
+never read back: an attempt without its row (none recorded) is numbered by its place, its own work.
 
 An executor with a queue (Slurm) submits the attempt at its `running` event, whose reason then
 says `queued`; the attempt holds no time until a `running` → `running` event (`began_reason`)
@@ -19,14 +19,12 @@ cost or its pace. An attempt that ended without beginning (cancelled while PENDI
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Optional
 
 from engine.runs.lineage.records import AttemptRecord, Event, RunState, parse_iso
 
-_RUNNING = re.compile(r"attempt (\d+)(?: in the process of ([^\s,]+))?(, queued)?")
 _QUEUED = ", queued"
 
 
@@ -80,14 +78,12 @@ class RunTime:
         return self.attempts[-1].end if self.attempts else None
 
 
-def run_times(events: Iterable[Event], attempts: Optional[Iterable[AttemptRecord]] = None) -> dict[str, RunTime]:
-    """Each run's attempts from its events (in the order lineage recorded them) and, when given,
-    its `attempts` rows (the n-th `running` event of a run opens its n-th attempt row)."""
-    rows: Optional[dict[str, list[AttemptRecord]]] = None
-    if attempts is not None:
-        rows = {}
-        for row in sorted(attempts, key=lambda a: (a.run_id, a.attempt)):
-            rows.setdefault(row.run_id, []).append(row)
+def run_times(events: Iterable[Event], attempts: Iterable[AttemptRecord]) -> dict[str, RunTime]:
+    """Each run's attempts from its events (in the order lineage recorded them) and its `attempts`
+    rows (the n-th `running` event of a run opens its n-th attempt row)."""
+    rows: dict[str, list[AttemptRecord]] = {}
+    for row in sorted(attempts, key=lambda a: (a.run_id, a.attempt)):
+        rows.setdefault(row.run_id, []).append(row)
     opened: dict[str, int] = {}
     open_: dict[str, tuple[int, datetime, Optional[str], bool]] = {}
     done: dict[str, list[Attempt]] = {}
@@ -102,15 +98,10 @@ def run_times(events: Iterable[Event], attempts: Optional[Iterable[AttemptRecord
                 open_[event.run_id] = (number, when, process, False)
         elif event.to_state is RunState.running:
             nth = opened[event.run_id] = opened.get(event.run_id, 0) + 1
-            if rows is not None:
-                mine = rows.get(event.run_id, [])
-                row = mine[nth - 1] if nth <= len(mine) else None
-                open_[event.run_id] = (row.attempt, when, row.leader, row.queued) if row else (
-                    len(attempts) + 1, when, None, False)
-            else:
-                match = _RUNNING.match(event.reason or "")
-                number = int(match.group(1)) if match else len(attempts) + 1
-                open_[event.run_id] = (number, when, match.group(2) if match else None, bool(match and match.group(3)))
+            mine = rows.get(event.run_id, [])
+            row = mine[nth - 1] if nth <= len(mine) else None
+            open_[event.run_id] = (row.attempt, when, row.leader, row.queued) if row else (
+                len(attempts) + 1, when, None, False)
         elif event.run_id in open_:
             number, start, process, queued = open_.pop(event.run_id)
             start = when if queued else start  # ended without beginning: it held nothing

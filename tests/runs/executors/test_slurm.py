@@ -28,7 +28,7 @@ from engine.runs.executors import slurm_commands
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.slurm import SlurmExecutor, job_name_of, submit_environment
 from engine.runs.executors.slurm_script import batch_script
-from engine.runs.lineage import LINEAGE_FILE, Event, PlanRecords, RunRecord, RunState, open_lineage, run_times
+from engine.runs.lineage import LINEAGE_FILE, AttemptRecord, Event, PlanRecords, RunRecord, RunState, open_lineage, run_times
 from engine.runs.pipeline import ExecutorChoice, run_spec
 from engine.runs.schedule import execute, recover_dead_runs
 from engine.runs.status import collect_status
@@ -203,7 +203,8 @@ def test_a_queued_attempts_time_starts_when_its_job_began_not_when_it_was_submit
         event("l", "00:00", S.queued, S.running, "attempt 1"), event("l", "02:00", S.running, S.failed),
         # Still PENDING: running, but no time yet.
         event("p", "00:00", S.queued, S.running, "attempt 1, queued"),
-    ])
+    ], [AttemptRecord(run_id="r", attempt=1, queued=True), AttemptRecord(run_id="m", attempt=2, leader="r", queued=True),
+        AttemptRecord(run_id="l", attempt=1), AttemptRecord(run_id="p", attempt=1, queued=True)])
     assert times["r"].seconds() == 3600 and times["r"].first_start.hour == 6
     assert times["m"].seconds() == 0 and times["m"].current.process == "r" and times["m"].current.number == 2
     assert times["l"].seconds() == 7200
@@ -805,3 +806,58 @@ def test_options_that_change_where_or_when_a_job_runs_are_reserved():
                         ("--clusters=b", "--clusters"), ("--time=5", "--time")):
         assert reserved_sbatch_option(arg) == option, arg
     assert reserved_sbatch_option("--constraint=h100") is None and reserved_sbatch_option("--exclusive") is None
+
+
+@pytest.mark.slow  # a real Slurm and a job on it: `make test-all` and CI run it
+def test_a_job_slurm_ended_while_no_runner_watched_is_timed_to_its_own_end_not_the_runners_return(
+        slurm_env, tmp_path):
+    # The runner died with the job RUNNING; Slurm ended the job (a scancel, as a time limit or a
+    # preemption would) while no runner watched; the next runner came back later. The attempt
+    # ended when the job did: the time away is no run time (cost, `--fit`, the ETA).
+    runs = tmp_path / "runs"
+    job = make_job(runs, "away", 'if [ "$RLVR_ATTEMPT" = 1 ]; then sleep 300; fi')
+    with open_lineage(runs / LINEAGE_FILE) as lineage:
+        _record(lineage, "t", [job])
+        lineage.set_state("away", S.queued, "queued")
+        lineage.set_state("away", S.running, "attempt 1, queued", attempt=1, queued=True)
+        job_id = SlurmExecutor(shared_dir=runs).start(job, attempt=1, log_path=job.run_dir / "logs" / "attempt-1.log").job_id
+        lineage.record_launch("away", None, job_id)
+    wait_for(lambda: state_of(job_id) == "RUNNING", what="the job to run")
+    began = datetime.now(timezone.utc)
+    slurm_commands.cancel([job_id])
+    wait_for(lambda: (job.run_dir / "logs" / f"slurm-{job_id}.exit").is_file(), what="the job's exit file")
+    ended = datetime.now(timezone.utc)
+    time.sleep(6)  # the runner is away
+    with open_lineage(runs / LINEAGE_FILE) as lineage:
+        back = datetime.now(timezone.utc)
+        result = execute([job], lineage, SlurmExecutor(shared_dir=runs, status_every_s=0.3), heartbeat_s=0.5)
+        [failed] = [e for e in lineage.events("away") if e.to_state is S.failed]
+        spent = lineage.run_times(["away"])["away"].seconds()
+    assert result.states == {"away": S.failed}
+    at = datetime.fromisoformat(failed.time)
+    assert began - timedelta(seconds=2) <= at <= ended + timedelta(seconds=1) < back, (failed.time, ended, back)
+    assert spent < (back - began).total_seconds() - 4, spent
+
+
+@pytest.mark.slow  # a real Slurm and jobs on it: `make test-all` and CI run it
+def test_an_earlier_attempts_job_still_running_is_cancelled_before_the_next_attempt_is_submitted(slurm_env, tmp_path):
+    # Ctrl-C recorded the run cancelled but its scancel failed (or the controller went silent and
+    # the run was failed, its job's fate unknown): the job still trains. The rerun's attempt 2 must
+    # not be a second job beside it (whose batch script would find the lock held and do nothing).
+    runs = tmp_path / "runs"
+    job = make_job(runs, "stale", 'if [ "$RLVR_ATTEMPT" = 1 ]; then sleep 300; fi')
+    with open_lineage(runs / LINEAGE_FILE) as lineage:
+        _record(lineage, "t", [job])
+        lineage.set_state("stale", S.queued, "queued")
+        lineage.set_state("stale", S.running, "attempt 1, queued", attempt=1, queued=True)
+        first = SlurmExecutor(shared_dir=runs).start(job, attempt=1, log_path=job.run_dir / "logs" / "attempt-1.log")
+        lineage.record_launch("stale", None, first.job_id)
+        wait_for(lambda: state_of(first.job_id) == "RUNNING", what="attempt 1's job to run")
+        lineage.set_state("stale", S.cancelled, f"cancelled (Slurm job {first.job_id} may still run)")
+        try:
+            result = execute([job], lineage, SlurmExecutor(shared_dir=runs, status_every_s=0.3), heartbeat_s=0.5)
+            rec = lineage.run("stale")
+        finally:
+            slurm_commands.cancel([first.job_id])
+    assert result.states == {"stale": S.succeeded}, rec.reason
+    assert rec.attempt == 2 and state_of(first.job_id) in ("CANCELLED", None)
