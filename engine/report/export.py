@@ -40,6 +40,7 @@ class Row:
     step: Optional[int] = None  # a training curve's step
     against: str = ""  # a comparison's control unit
     state: str = ""  # a run row's run state: a failed or cancelled run's numbers are on no page
+    judge_version: str = ""  # with the two sha256s, what rules 4 and 5 compare: rows differing in it never mix
 
 
 def _unit(unit: str) -> tuple[str, str]:
@@ -61,7 +62,8 @@ def headline_rows(study: Study, columns: list[Column]) -> list[Row]:
                                 ("seeds", float(e.seeds))):
                 if value is not None:
                     out.append(Row("headline", study.name, phase, variant, None, "", col.dataset, cells[0].protocol,
-                                   context.protocol_sha256, context.idlist_sha256, PRIMARY_METRIC, stat, float(value)))
+                                   context.protocol_sha256, context.idlist_sha256, PRIMARY_METRIC, stat, float(value),
+                                   judge_version=context.judge_version))
     return out
 
 
@@ -84,7 +86,7 @@ def comparison_rows(study: Study, columns: list[Column]) -> list[Row]:
                     out.append(Row("comparison", study.name, phase, variant, None, "", r.dataset,
                                    protocol.protocol if protocol else "", context.protocol_sha256 if context else "",
                                    context.idlist_sha256 if context else "", PRIMARY_METRIC, stat, float(value),
-                                   against=r.control))
+                                   against=r.control, judge_version=context.judge_version if context else ""))
     return out
 
 
@@ -96,7 +98,8 @@ def run_rows(study: Study) -> list[Row]:
         for m in study.metrics.get(run.id, []):
             out.append(Row("run", study.name, run.phase, run.variant or "", run.seed, run.id, m.dataset,
                            m.protocol or "", m.protocol_sha256 or "", m.idlist_sha256 or "", m.name, "value",
-                           float(m.value), step=m.step if m.step >= 0 else None, state=run.state.value))
+                           float(m.value), step=m.step if m.step >= 0 else None, state=run.state.value,
+                           judge_version=m.judge_version or ""))
     return out
 
 

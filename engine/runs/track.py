@@ -191,13 +191,27 @@ def to_tensorboard(record: Tracked, settings: dict[str, Any], run_dir: Path) -> 
 
 def track_quietly(lineage: Lineage, run_id: str, run_dir: Path) -> Optional[str]:
     """`track`, its refusal written to the run's logs/tracking.log (and returned) rather than failing
-    a run whose outputs are complete: the numbers are in lineage and on the pages either way."""
+    a run whose outputs are complete: the numbers are in lineage and on the pages either way. The
+    log's presence is what the index page reads to say which runs are missing from a tracker, so a
+    later ingest that reaches every tracker removes it."""
+    path = Path(run_dir) / TRACKING_LOG
     try:
-        track(lineage, run_id, run_dir)
+        reached = track(lineage, run_id, run_dir)
     except UserError as exc:
-        path = Path(run_dir) / TRACKING_LOG
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as log:
             log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {exc}\n")
         return str(exc)
+    if reached:
+        path.unlink(missing_ok=True)
     return None
+
+
+def untracked(run_dir: Path) -> Optional[str]:
+    """Why the run's numbers are not in a tracker the spec names (its last refusal), or None."""
+    path = Path(run_dir) / TRACKING_LOG
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except OSError:
+        return None
+    return lines[-1].split(" ", 1)[-1] if lines else None

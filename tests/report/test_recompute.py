@@ -155,6 +155,14 @@ def test_the_index_says_what_was_found_one_sentence_per_comparison(study):
     assert {s[0] for s in sentences} == {"valid", "test"}, found
     for _, verdict, interval, _ in sentences:
         assert (verdict == "no clear difference") == (interval == "holds")
+    # each sentence's Δ, interval and detectable Δ are the ablations table's own
+    [rows] = tables(report.dir / "ablations.md").values()
+    for row in rows:
+        sentence = re.search(rf"^- grpo/grpo_sparse vs grpo on {row['dataset']}: (\S+ \[[^]]+\]),.*needs ≥ (\S+)\)\.$",
+                             found, re.M)
+        assert sentence, (row, found)
+        assert sentence[1] == row["Δ accepted@1 [95 %]"], (sentence[0], row)
+        assert abs(float(sentence[2]) - float(row["detectable Δ (80 %)"])) <= 0.005 + 1e-9, (sentence[0], row)
 
 
 def _empty_items(tokens) -> list[int]:
@@ -204,3 +212,26 @@ def test_bold_only_where_the_interval_supports_it_and_an_all_zero_column_says_wh
     table = report.headline_table
     for row in table.rows:  # the synthetic units' intervals overlap: nothing is singled out
         assert not any(cell.startswith("**") for cell in row[1:]), row
+
+
+@pytest.mark.parametrize("page", ["errors", "cost", "matched-cost", "repair", "failures", "curves"])
+def test_a_wrong_number_on_any_page_fails_the_recomputation(study, page):
+    """The check is a check: one printed number changed (a table cell's last digit, a failure
+    group's sample count, a curve named after a dataset nothing recorded) and it fails."""
+    root, report, _ = study
+    path = report.dir / f"{page}.md"
+    text = path.read_text()
+    if page == "failures":
+        wrong = re.sub(r"\((\d+) sample\(s\)", lambda m: f"({int(m[1]) + 1} sample(s)", text, count=1)
+    elif page == "curves":
+        wrong = text.replace("## select/accepted@1 on valid", "## select/accepted@1 on elsewhere", 1)
+    else:
+        wrong = re.sub(r"(\| +)(\d+\.\d*)(\d)( +\|)", lambda m: f"{m[1]}{m[2]}{(int(m[3]) + 1) % 10}{m[4]}", text,
+                       count=1)
+    assert wrong != text, page
+    try:
+        path.write_text(wrong)
+        with pytest.raises(AssertionError):
+            check_pages(root, "synth", repaired={REPAIRED})
+    finally:
+        path.write_text(text)

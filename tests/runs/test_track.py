@@ -148,6 +148,24 @@ def test_a_tracker_that_refuses_is_kept_in_the_run_log_not_a_failed_run(tmp_path
         why = track_quietly(db, EVALUATED, Path(db.run(EVALUATED).run_dir))
     assert why and "tracking_uri" in why
     assert "tracking_uri" in (tmp_path / "synth" / EVALUATED / TRACKING_LOG).read_text()
+    # the user reads the pages (and the tracker), not every run's logs: the index says which run is missing
+    from engine.report.generate import write_reports
+
+    [report] = write_reports(tmp_path, failures=False)
+    index = (report.dir / "index.md").read_text()
+    assert "Not in the spec's trackers: 1 run(s)" in index, index
+    line = next(line for line in index.splitlines() if EVALUATED in line and "tracking_uri" in line)
+    assert line.startswith("- [") and "mlflow" in line and str(tmp_path) not in line, line
+
+
+def test_a_run_that_reaches_its_trackers_again_is_no_longer_said_missing(tmp_path):
+    lineage = _study(tmp_path, f"  tensorboard: {{log_dir: {tmp_path / 'tb'}}}\n")
+    log = tmp_path / "synth" / EVALUATED / TRACKING_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("2026-01-01T00:00:00Z tensorboard: could not log run x: OSError: disk full\n")
+    with open_lineage(lineage) as db:
+        assert track_quietly(db, EVALUATED, Path(db.run(EVALUATED).run_dir)) is None
+    assert not log.exists()
 
 
 def test_the_trainers_live_runs_are_grouped_and_tagged_like_the_record():
