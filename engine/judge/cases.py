@@ -52,8 +52,39 @@ def function_plan(problem: Problem) -> CasePlan:
     tests = problem.function_tests
     if tests is None:
         raise ValueError(f"problem {problem.id} has no function tests")
-    key = (problem.entry_point, tests.candidate, tests.setup, tuple(tests.asserts), tuple(tests.challenge), tests.check)
+    setup = _with_prompt_helpers(problem.prompt, problem.entry_point, tests.setup)
+    key = (problem.entry_point, tests.candidate, setup, tuple(tests.asserts), tuple(tests.challenge), tests.check)
     return _plan(key, _meant(problem))
+
+
+def _with_prompt_helpers(prompt: str, entry: str, setup: str) -> str:
+    """The tests' setup, after the helpers the problem's own prompt defines beside the entry point.
+
+    HumanEval's tests call the prompt's helpers (32's `poly`, 38's `encode_cyclic`, 50's
+    `encode_shift`) by name, and a name the tests do not bind is the program's: a program that
+    redefined `poly` to answer 0 decided its own test. The prompt is the problem's, so the tests
+    define them themselves, over the program's names; a function the prompt leaves for the program
+    to write (a body of only a docstring, `pass` or `...`) and the entry point stay the program's.
+    """
+    if not prompt.strip():
+        return setup
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return setup  # prose, not code
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    kept = [n for n in tree.body if not (isinstance(n, defs) and (n.name == entry or _stub(n)))]
+    if not any(isinstance(n, defs) for n in kept):
+        return setup
+    helpers = ast.unparse(ast.Module(body=kept, type_ignores=[]))
+    return f"{helpers}\n{setup}" if setup.strip() else helpers
+
+
+def _stub(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ClassDef):  # a class with a method left to write is the program's
+        return any(_stub(n) for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]  # type: ignore[attr-defined]
+    return all(isinstance(n, ast.Pass) for n in body)
 
 
 def clear_plan_cache() -> None:

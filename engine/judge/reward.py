@@ -36,6 +36,12 @@ isolation, and the spec did not allow it) or whose isolation level changed while
 it judged (`IsolationChanged`): the training step fails with the fix, instead of
 training on rewards from programs that could read their tests, or on zeros.
 
+With `run_config` (a run's reward), every verdict is also a line of the run's
+`traces/verl_rewards.jsonl` (`REWARD_RECORDS`), keyed by the rollout (`rollout_key`:
+its ground truth and response): verl 0.9.1's default trainer dumps a step's rollouts
+without the reward's extra fields, and the run's watcher (`engine.train.verl_watch`)
+joins the two to see each step's verdicts, so a step of judge faults fails the run.
+
 Calls that arrive together — verl's reward loop scores a step's samples as
 concurrent calls — are judged as one stream (`_Batcher`); `compute_score_batch`
 takes a whole batch at once (verl's batch manager, and the trl reward per step).
@@ -45,6 +51,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -238,6 +246,32 @@ class _Batcher:
 _JUDGES = _Judges()
 STATS = {"calls": 0, "internal_errors": 0}  # process-wide counters, for logs and tests
 
+REWARD_RECORDS = "traces/verl_rewards.jsonl"  # in the run directory, beside its config.yaml
+_RECORDS_LOCK = threading.Lock()
+
+
+def rollout_key(ground_truth: Any, response: str) -> str:
+    """The same for the reward's call and verl's dump of that rollout (`gts`, `output`)."""
+    truth = ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth, sort_keys=True, default=str)
+    return hashlib.sha256(f"{truth}\0{response}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def _note(kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]], ground_truth: Any,
+          response: str, scored: dict[str, Any]) -> dict[str, Any]:
+    """Append the verdict of a run's reward call to the run's records (see the module's doc)."""
+    if not kwargs.get("run_config"):
+        return scored
+    info = extra_info or {}
+    row = {"key": rollout_key(ground_truth, response), "verdict": scored["verdict"], "score": scored["score"],
+           "dataset": info.get("dataset"), "id": info.get("id"), "attempt": os.environ.get("RLVR_ATTEMPT"),
+           "pid": os.getpid(), "t": round(time.time(), 3)}
+    path = Path(str(kwargs["run_config"])).parent / REWARD_RECORDS
+    with _RECORDS_LOCK:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:  # one short line per write: appends do not interleave
+            handle.write(json.dumps(row) + "\n")
+    return scored
+
 
 # ---------------------------------------------------------------- the entry points
 
@@ -257,9 +291,10 @@ def compute_score(
     try:
         settings, problem = _request(kwargs, extra_info, ground_truth)
     except Exception as exc:  # bad config or ground truth: the pipeline's fault, not the model's
-        return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
+        return _note(kwargs, extra_info, ground_truth, solution_str,
+                     _internal(f"{type(exc).__name__}: {exc}", data_source, start))
     [future] = _JUDGES.batcher(settings).submit([(problem, solution_str)])
-    return _scored(future, settings, data_source, start)
+    return _note(kwargs, extra_info, ground_truth, solution_str, _scored(future, settings, data_source, start))
 
 
 def compute_score_batch(
@@ -290,6 +325,8 @@ def compute_score_batch(
                                                    at_once=True)
         for (i, _), future in zip(members, futures):
             out[i] = _scored(future, settings, sources[i], start)
+    for i in range(n):
+        _note(kwargs, infos[i], ground_truths[i], solution_strs[i], out[i])  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
 
 
@@ -307,13 +344,15 @@ async def compute_score_async(
     try:
         settings, problem = _request(kwargs, extra_info, ground_truth)
     except Exception as exc:
-        return _internal(f"{type(exc).__name__}: {exc}", data_source, start)
+        return _note(kwargs, extra_info, ground_truth, solution_str,
+                     _internal(f"{type(exc).__name__}: {exc}", data_source, start))
     [future] = _JUDGES.batcher(settings).submit([(problem, solution_str)])
     try:
         await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), settings.wall_timeout_s)
     except (asyncio.TimeoutError, Exception):
         pass  # read below, with the same rules as the other entry points
-    return _scored(future, settings, data_source, start, wait=False)
+    return _note(kwargs, extra_info, ground_truth, solution_str,
+                 _scored(future, settings, data_source, start, wait=False))
 
 
 def _request(kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]],

@@ -69,3 +69,20 @@ def test_a_frame_nested_past_the_parser_is_a_garbled_stream():
     frames = types.SimpleNamespace(bad=False, eof=False)
     assert _Frames._decode(frames, [b"[" * 200_000]) == []
     assert frames.bad and frames.eof
+
+
+def test_a_message_nested_past_the_parser_is_malformed_not_a_recursion_error():
+    import os
+
+    from engine.judge.local import wire
+
+    r, w = os.pipe()
+    try:
+        wire.send_raw(w, b"[" * 50_000)  # within a pipe's buffer: no reader needed
+        with pytest.raises(ValueError, match="recursion"):
+            wire.receive(r)
+        wire.send(w, {"ok": 1})
+        assert wire.receive(r) == {"ok": 1}
+    finally:
+        os.close(r)
+        os.close(w)

@@ -156,7 +156,9 @@ class Remote:
         return self._ask("item", (key,))
 
     def __contains__(self, item) -> bool:
-        return _typed(self._ask("contains", (item,)), bool, "__contains__")
+        # Membership is a comparison, so it is made here, over the items the object answers (plain
+        # data or handles): its own `__contains__` would be told the test's value and answer True.
+        return item in self.__iter__()
 
     def __str__(self) -> str:
         return _typed(self._ask("str"), str, "__str__")
@@ -173,4 +175,4 @@ def _typed(value, cls: type, what: str):
 
 
 # One request's operation in the program's process, by name (`served.answered`).
-OPS = ("call", "attr", "setattr", "bool", "len", "iter", "item", "contains", "str", "repr")
+OPS = ("call", "attr", "setattr", "bool", "len", "iter", "item", "str", "repr")

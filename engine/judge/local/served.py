@@ -132,8 +132,6 @@ class Objects:
                 value = list(target)
             elif op == "item":
                 value = target[args[0]]
-            elif op == "contains":
-                value = args[0] in target
             elif op in OPS:
                 value = str(target) if op == "str" else repr(target)
             else:

@@ -8,12 +8,17 @@ program only answers each use of one of its objects (`engine.judge.local.program
 from __future__ import annotations
 
 import builtins
+import sys
 import types
 
 from engine.judge import plain
 from engine.judge.local.crossing import exc_report
 
 BUILTIN_NAMES = frozenset(dir(builtins))  # taken before any untrusted code runs
+# A test naming `math` without importing it means the module (the program's `import math`): a
+# program that bound the name to its own object (a class whose `isclose` says True) would decide
+# the test's helper. Such a name reaches the tests only as that very module.
+STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
 def compiled(source, filename: str, mode: str):
@@ -38,7 +43,8 @@ def tests_view(names: dict, plan: dict) -> dict:
     mean the program's (MBPP 126 asks for a function named `sum`). The candidate alias is the
     entry point."""
     meant = plan["meant"]
-    view = {k: v for k, v in names.items() if k not in BUILTIN_NAMES or k in meant}
+    view = {k: v for k, v in names.items() if (k not in BUILTIN_NAMES or k in meant)
+            and (k not in STDLIB_MODULES or v is sys.modules.get(k) or k == plan["entry"])}
     if plan["candidate"] and plan["entry"] in view:
         view[plan["candidate"]] = view[plan["entry"]]
     return view

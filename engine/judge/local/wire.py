@@ -45,8 +45,15 @@ def read_exact(fd: int, n: int) -> bytes | None:
 
 
 def receive(fd: int) -> dict | None:
+    """The next frame, parsed; a frame nested past the parser's recursion is malformed like any
+    other (ValueError), never a RecursionError its reader would not expect."""
     body = receive_raw(fd)
-    return None if body is None else json.loads(body)
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("a frame nested past the parser's recursion") from None
 
 
 def receive_raw(fd: int) -> bytes | None:
