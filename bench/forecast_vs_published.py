@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/forecast_vs_published.py              # the table (docs/cost.md quotes it)
     .venv/bin/python bench/forecast_vs_published.py --markdown   # the same as a Markdown table
+    .venv/bin/python bench/forecast_vs_published.py --length-prior  # bands also over unpublished lengths
 
 Three kinds of anchor, each the forecast's P50 and P10-P90 band against the published figure:
 
@@ -156,8 +157,22 @@ def shape_parts(s: Shape) -> list[dict[str, float]]:
     return parts
 
 
-def shape_checks(s: Shape) -> list[PublishedCheck]:
+# `--length-prior`: where a shape's mean response length is not published (its `assumed` names it), the
+# band also spans that assumption's own uncertainty: the step's draws pooled over the mean at these
+# factors (its P10, P50 and P90), the P50 staying at the assumption. One prior for every such anchor.
+LENGTH_PRIOR = (0.7, 1.0, 1.4)
+
+
+def mean_assumed(s: Shape) -> bool:
+    return "mean response" in s.assumed
+
+
+def shape_checks(s: Shape, length_prior: bool = False) -> list[PublishedCheck]:
     parts = shape_parts(s)
+    if length_prior and mean_assumed(s):
+        # the assumption's own draws first: draw 0 (every constant at its median, at the assumed length)
+        # stays the P50 (`quantiles`)
+        parts = parts + [p for f in LENGTH_PRIOR if f != 1.0 for p in shape_parts(replace(s, mean=s.mean * f))]
     out = []
     for what, published, values in (("s/step", s.step_s, [sum(p.values()) for p in parts]),
                                      ("rollout s", s.gen_s, [p["generate"] + p["prefill"] for p in parts])):
@@ -202,8 +217,8 @@ def ratio_rows() -> list[tuple[str, float, float]]:
     return out
 
 
-def table(markdown: bool = False) -> list[str]:
-    rows = recipe_rows() + [c for s in [*SHAPES, LENGTH] for c in shape_checks(s)]
+def table(markdown: bool = False, length_prior: bool = False) -> list[str]:
+    rows = recipe_rows() + [c for s in [*SHAPES, LENGTH] for c in shape_checks(s, length_prior)]
     lines = []
     if markdown:
         lines += ["| anchor | published | forecast P50 [P10–P90] | ratio | ±35 % | in band |",
@@ -240,8 +255,11 @@ def table(markdown: bool = False) -> list[str]:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    parser.add_argument("--length-prior", action="store_true",
+                        help="widen the band of anchors whose mean response length is assumed by that "
+                             f"assumption's uncertainty (x{LENGTH_PRIOR[0]:g}-x{LENGTH_PRIOR[-1]:g})")
     args = parser.parse_args(argv)
-    for line in table(args.markdown):
+    for line in table(args.markdown, args.length_prior):
         print(line)
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -70,8 +71,12 @@ def command(args: argparse.Namespace) -> int:
         raise UserError("--json goes with --dry-run (a run's progress is `rlvr-run status --json`)")
     if args.detail and not args.dry_run:
         raise UserError("--detail goes with --dry-run (a run's states are `rlvr-run status`)")
-    if args.currency and args.price is None:
+    if args.currency is not None and args.price is None:
         raise UserError("--currency names what --price is in: pass --price too (e.g. --price 2.5 --currency USD)")
+    if args.price is not None and not (math.isfinite(args.price) and args.price >= 0):
+        raise UserError(f"--price {args.price:g}: the cost of one GPU-hour is a finite number >= 0 (e.g. --price 2.5)")
+    if args.currency is not None and not args.currency.strip():
+        raise UserError("--currency is empty: name what --price is in (e.g. --currency USD) or leave it out")
     view = _View(args.runs_dir, quiet=args.json)
     try:
         outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,

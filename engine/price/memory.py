@@ -71,16 +71,26 @@ def problems(ctx: Context, runs: list[RunShape]) -> list[MemoryProblem]:
             longest = prompt_tokens(ctx, first_dataset(run, "train") or first_dataset(run, "evaluate")) + cap
             weights = 2 * n / shape.tp
             room = engine_room(ctx, shape.tp, shape.util)
-            if weights > shape.util * mem or room < longest:
+            if not _engine_fits(ctx, shape.tp, shape.util, longest):
                 where = "generation.tensor_parallel_size" if run.kind in ("eval", "best_of_n") else \
                     "actor_rollout_ref.rollout.tensor_model_parallel_size (overrides)"
+                # the fewest GPUs an engine needs at this memory share (a power of two within the run's GPUs)
+                tp = next((t for t in (2 ** k for k in range(1, 11)) if shape.tp < t <= slots(ctx, run)
+                           and _engine_fits(ctx, t, shape.util, longest)), None)
+                fix = (f"raise {where} to {tp}, or the memory share (gpu_memory_utilization), or lower max_tokens"
+                       if tp else f"no engine of up to its {slots(ctx, run)} GPU(s) fits at this share: raise "
+                                  "gpu_memory_utilization, lower max_tokens, or give the phase more GPUs")
                 out.append(MemoryProblem(run, f"{run.label}: its engine of {shape.tp} GPU(s) holds {weights:.0f} GB "
                                               f"of weights in {shape.util:g} of {mem:g} GB a GPU, leaving KV room "
                                               f"for {max(room, 0):,.0f} tokens; one sequence of {longest:,.0f} "
-                                              "tokens must fit",
-                                         f"raise {where} to {shape.tp * 2}, or the memory share "
-                                         "(gpu_memory_utilization), or lower max_tokens"))
+                                              "tokens must fit", fix))
     return out
+
+
+def _engine_fits(ctx: Context, tp: int, util: float, longest: float) -> bool:
+    """An engine of `tp` GPUs holds its share of the bf16 weights within `util` of each GPU, and KV room
+    for one sequence of `longest` tokens beside them."""
+    return 2 * (ctx.params_b or 0.0) / tp <= util * (ctx.memory_gb or 0.0) and engine_room(ctx, tp, util) >= longest
 
 
 def checkpoint_gb(ctx: Context, run: RunShape, saves: Optional[int]) -> float:

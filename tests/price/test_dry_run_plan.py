@@ -56,6 +56,16 @@ def test_a_currency_without_a_price_is_refused(capsys):
     assert "--price" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bad", [["--price", "-1"], ["--price", "nan"], ["--price", "inf"],
+                                 ["--price", "2", "--currency", " "]])
+def test_a_price_that_is_no_cost_is_refused_not_printed(bad, capsys):
+    # a negative, NaN or infinite price (or a blank currency) would print a cost that is no number
+    assert main([str(DEEPCODER), "--dry-run", *bad]) == 2
+    err = capsys.readouterr().err
+    assert "--price" in err or "--currency" in err
+    assert "Traceback" not in err
+
+
 def test_a_run_whose_training_state_does_not_fit_its_gpus_is_refused_at_its_line(tmp_path, capsys):
     def one_gpu(data):
         data["phases"]["grpo16k"]["resources"] = {"gpus": 1}
@@ -81,6 +91,18 @@ def test_an_engine_with_no_room_for_one_sequence_is_refused(tmp_path, capsys):
     assert main([str(edited(tmp_path, tight)), "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert "KV room" in err and "tensor_model_parallel_size" in err
+
+
+def test_the_fix_for_an_engine_that_does_not_fit_is_a_size_that_fits(tmp_path, capsys):
+    # a 14B model at 0.15 of an 80 GB GPU: two GPUs hold 14 GB of weights each in 12 GB, so doubling
+    # tp is not enough; four do, with room for a 16K sequence
+    def tighter(data):
+        data["phases"]["grpo16k"]["overrides"]["actor_rollout_ref.rollout.tensor_model_parallel_size"] = 1
+        data["phases"]["grpo16k"]["overrides"]["actor_rollout_ref.rollout.gpu_memory_utilization"] = 0.15
+
+    assert main([str(edited(tmp_path, tighter)), "--dry-run"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "tensor_model_parallel_size (overrides) to 4" in err
 
 
 def test_the_checkpoint_disk_a_study_writes():
@@ -117,6 +139,18 @@ def test_rented_gpus_have_profiles_scaled_from_the_measured_h100(name):
     assert other.median().tail_ms == pytest.approx(h100.median().tail_ms / bw)
     ratio = other.median().update_tok_s / h100.median().update_tok_s
     assert min(1.0, fl) <= ratio <= max(1.0, fl)
+
+
+# The datasheets' own figures (memory GB, memory TB/s, dense bf16 TFLOP/s without sparsity): a profile
+# scaled by a sparse figure, or by a node's total, would be off by 2x or 8x without an error.
+DATASHEETS = {"h100": (80, 3.35, 989), "h200": (141, 4.8, 989), "b200": (180, 8.0, 2250),
+              "h800": (80, 3.35, 989), "h20": (96, 4.0, 148), "l40s": (48, 0.864, 362)}
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEETS))
+def test_each_rented_gpu_carries_its_datasheets_dense_figures(name):
+    sheet = load_profile(name).entry.datasheet
+    assert (sheet.memory_gb, sheet.memory_tb_s, sheet.bf16_tflops) == DATASHEETS[name]
 
 
 def test_an_h20_decodes_about_as_an_h100_and_trains_several_times_slower():
