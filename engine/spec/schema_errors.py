@@ -166,6 +166,9 @@ def _describe(err: dict[str, Any], keys: tuple[Key, ...], data: Any, root: type[
 def describe_pydantic_errors(exc: ValidationError, data: Any, root: type[BaseModel] = Spec) -> list[Described]:
     """One described problem per offending key; union branches merged into one."""
     out: dict[tuple[Key, ...], Described] = {}
+    # every branch of a union of scalars fails on a mapping or a list (`hparams: {k: {a: 1}}`): the
+    # first such error still describes the key, so no error is ever dropped
+    unmatched: dict[tuple[Key, ...], dict[str, Any]] = {}
     for err in exc.errors():
         loc = tuple(err["loc"])
         if "[key]" in loc:  # a mapping key of the wrong type, e.g. `datasets: {1: ...}`
@@ -179,11 +182,19 @@ def describe_pydantic_errors(exc: ValidationError, data: Any, root: type[BaseMod
             is_model_branch = branch[:1].isupper()
             written_mapping = isinstance(_value_at(data, _branch_root(keys, err["loc"], branch))[1], dict)
             if is_model_branch != written_mapping:
+                unmatched.setdefault(keys, err)
                 continue
         if keys in out:
             continue
         message, fix, at_value = _describe(err, keys, data, root)
         out[keys] = (keys, message, fix, at_value)
+    for keys, err in unmatched.items():
+        # only where no error at this key or below it describes the problem already
+        if not any(found[: len(keys)] == keys for found in out):
+            message, fix, at_value = _describe(err, keys, data, root)
+            if len(keys) >= 2 and keys[-2] == "hparams":
+                fix = f"hparams hold plain values (numbers, text, true/false): move `{keys[-1]}` under `overrides:`"
+            out[keys] = (keys, message, fix, at_value)
     return list(out.values())
 
 

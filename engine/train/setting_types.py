@@ -23,6 +23,8 @@ _WORDS = {"bool": "true or false", "int": "a whole number", "float": "a number",
 # must stay whole numbers.
 _COUNT = re.compile(r"(batch_size|steps|epochs|_freq|length|_size|^n$|nnodes|n_gpus|num_|_len$|max_.*_to_keep)")
 
+# ...but a null default named in the plural may be a list of them (the steps a profiler records).
+_LISTS = re.compile(r"(^steps$|_sizes$)")
 
 @dataclass(frozen=True)
 class Expected:
@@ -30,6 +32,7 @@ class Expected:
 
     kinds: frozenset[str]
     choices: tuple[str, ...] = ()
+    CACHE_FORMAT = 1  # bump when `of_annotation` reads a type differently: cached readings are redone
 
     @property
     def any(self) -> bool:
@@ -73,6 +76,8 @@ class Expected:
     def of_default(cls, name: str, default: Any) -> "Expected":
         """The type of a verl default (Hydra's config is untyped YAML; its values say the type)."""
         if default is None:  # no type to read: a count or a ranged setting is still a number
+            if _LISTS.search(name):  # `profiler.steps: [1, 5]`, `cudagraph_capture_sizes: [1, 8]`
+                return cls(frozenset({"int", "list", "null"}))
             if _COUNT.search(name):
                 return cls(frozenset({"int", "null"}))
             return cls(frozenset({"int", "float", "null"}) if name in RANGES else frozenset())

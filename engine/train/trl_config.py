@@ -9,6 +9,7 @@ version under the rlvr-run cache; validate imports trl once per version, never p
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import typing
 from importlib.metadata import PackageNotFoundError, version
@@ -63,17 +64,26 @@ def trl_field_types(kind: PhaseKind) -> dict[str, Expected]:
         trl_version = version("trl")
     except PackageNotFoundError:
         raise UserError("trl is not installed: `pip install 'rlvr-run[trl]'` (needed for `trainer: trl`)") from None
-    path = cache_root() / f"trl-config-types-{trl_version}.json"
+    # The fields come from trl's class and transformers' TrainingArguments it extends, read by
+    # `Expected.of_annotation`: a change in any of the three reads them again.
+    key = hashlib.sha256(f"{trl_version} {version('transformers')} {Expected.CACHE_FORMAT}".encode()).hexdigest()[:16]
+    path = cache_root() / f"trl-config-types-{trl_version}-{key}.json"
     try:
         cached = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        cached = {}
-    if CONFIG_CLASSES[kind] not in cached:
-        cls = config_class(kind)
-        hints = typing.get_type_hints(cls)
-        cached[CONFIG_CLASSES[kind]] = {f.name: Expected.of_annotation(hints.get(f.name, f.type)).to_json()
-                                        for f in dataclasses.fields(cls)}
-        atomic_write(path, json.dumps(cached))  # validates in parallel read it
+        if not isinstance(cached, dict):
+            raise ValueError("not a mapping")
+        found = {name: Expected.from_json(e) for name, e in cached.get(CONFIG_CLASSES[kind], {}).items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):  # absent, or torn by hand: read again
+        cached, found = {}, {}
+    if found:
+        return found
+    cls = config_class(kind)
+    hints = typing.get_type_hints(cls)
+    cached[CONFIG_CLASSES[kind]] = {f.name: Expected.of_annotation(hints.get(f.name, f.type)).to_json()
+                                    for f in dataclasses.fields(cls)}
+    # whole-file atomic: a parallel validate reads either file, never a torn one (a class another
+    # writer added meanwhile may be lost, and is read again next time)
+    atomic_write(path, json.dumps(cached))
     return {name: Expected.from_json(e) for name, e in cached[CONFIG_CLASSES[kind]].items()}
 
 

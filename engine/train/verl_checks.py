@@ -94,6 +94,8 @@ def _typed_problems(run: Run) -> list[tuple[tuple[str, ...], str, str]]:
         found, default = default_at(config_name, key)
         if not found:
             continue  # an undeclared key: composition reports it
+        if value == default and type(value) is type(default):
+            continue  # verl's own default (`nnodes: 0`, `val_kwargs.temperature: 0`) means what verl says
         leaf = key.rsplit(".", 1)[-1]
         problem = value_problem(value, Expected.of_default(leaf, default), name, f"verl's {key}", range_name=leaf)
         if problem:

@@ -59,3 +59,15 @@ def test_an_empty_section_is_reported_at_its_own_key(tmp_path):
         validate_spec(spec, content=False)
     [diag] = caught.value.diagnostics
     assert (diag.line, diag.col, diag.message) == (4, 1, "`phases` has no value")
+
+
+def test_a_mapping_in_hparams_is_located_with_where_it_belongs(tmp_path: Path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: m\nbase_model: tiny-coder\ndatasets:\n  t: {source: toy, split: train, role: train}\n"
+                    "phases:\n  sft:\n    kind: sft\n    trainer: trl\n    train: t\n"
+                    "    hparams: {lr_scheduler_kwargs: {min_lr: 1.0e-6}}\nseeds: [1]\n")
+    with pytest.raises(SpecError) as caught:
+        validate_spec(spec, content=False)
+    (diag,) = caught.value.diagnostics  # every branch of the union failed: the error is still reported
+    assert (diag.line, diag.path) == (10, "phases.sft.hparams.lr_scheduler_kwargs")
+    assert "move `lr_scheduler_kwargs` under `overrides:`" in diag.fix

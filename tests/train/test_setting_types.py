@@ -97,3 +97,31 @@ def test_numbers_are_suggested_as_yaml_reads_them(value, shown):
 
 def test_non_finite_numbers_are_refused():
     assert "not a finite number" in value_problem(float("nan"), Expected(frozenset({"float"})), "lr", "x")[0]
+
+
+def test_settings_a_researcher_writes_pass(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(
+        sft="learning_rate: 1e-5, max_steps: -1, warmup_ratio: 0.1, lr_scheduler_type: cosine_with_min_lr, "
+            "gradient_checkpointing: true, logging_steps: 0.1",
+        grpo="lr: 1.0e-6, total_steps: 20",
+        # verl's own defaults (greedy validation, colocated reward model), a list where the default is
+        # null, text where the default is null, and a new key
+        overrides="actor_rollout_ref: {rollout: {val_kwargs: {temperature: 0}}}, reward: {reward_model: {nnodes: 0}}, "
+                  "global_profiler: {steps: [1, 2]}, trainer: {default_hdfs_dir: hdfs://x}, "
+                  "+actor_rollout_ref.model.override_config.attn_implementation: eager"))
+    assert preflight(spec, content=False).plan.runs
+
+
+
+@pytest.mark.parametrize("torn", ["{not json", "[]", '{"trl.SFTConfig": 5}', '{"trl.SFTConfig": {"lr": 3}}'])
+def test_a_torn_trl_type_cache_is_read_again(tmp_path, monkeypatch, torn):
+    from engine.spec.model import PhaseKind
+    from engine.train import trl_config
+
+    monkeypatch.setattr(trl_config, "cache_root", lambda: tmp_path)
+    good = trl_config.trl_field_types(PhaseKind.sft)
+    (cache,) = tmp_path.glob("trl-config-types-*.json")
+    assert "transformers" not in cache.name and cache.name.count("-") == 4  # trl version and what else it reads
+    cache.write_text(torn)
+    assert trl_config.trl_field_types(PhaseKind.sft) == good
