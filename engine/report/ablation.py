@@ -27,11 +27,6 @@ def _prior() -> PowerPrior:
         return PowerPrior()
 
 
-def _mdd(a: Any, b: Any, control_seeded: bool = True) -> str:
-    """The smallest difference this comparison detects (80 % power, 5 % two-sided), from its own data."""
-    return f"{from_matrices(a, b, _prior(), control_seeded=control_seeded):.3f}"
-
-
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, dict):
         out: dict[str, Any] = {}
@@ -80,6 +75,7 @@ class Compared:
     delta: Optional[Delta] = None
     mdd: Optional[float] = None  # the smallest difference this comparison detects (80 % power)
     why: str = ""  # why there is no Δ (the pairing refused)
+    caveats: tuple[str, ...] = ()  # a side that changed nothing in training: the Δ rests on it
 
     @property
     def detectable(self) -> Optional[bool]:
@@ -160,7 +156,8 @@ def finding(r: Compared) -> str:
     power = ("" if r.mdd is None else
              f"; detectable at {seeds} (needs ≥ {r.mdd:.2f})" if r.detectable else
              f"; not detectable at {seeds} (needs ≥ {r.mdd:.2f})")
-    return f"{head}: {delta_text(d)}, {said}{power}."
+    rests = "".join(f"; {caveat}" for caveat in r.caveats)
+    return f"{head}: {delta_text(d)}, {said}{power}{rests}."
 
 
 def _verdict(low: float, high: float) -> str:
@@ -177,32 +174,42 @@ def parent_of(study: Study, unit: str) -> Optional[str]:
     return from_unit(study.spec_data, unit)
 
 
-def versus_parent(study: Study, columns: list[Column]) -> Table:
+def parent_rows(study: Study, columns: list[Column]) -> tuple[list[Compared], list[str]]:
     """Each phase against the phase it starts from (`from:`), paired by seed and problem
     (`engine.report.pairing`); an unseeded parent (the base evaluation) stands paired with every
-    seed. This is where a phase that does not beat its parent (GRPO at toy scale) is said so."""
+    seed. (rows, notes on what the pairing left out): the results table and the index's sentences
+    are both made of these rows."""
     rows, notes = [], []
     flagged = unchanged_runs(study.runs, study.configs)
     for col in columns:
         for unit, ours in col.cells.items():
             parent = parent_of(study, unit)
             theirs = col.cells.get(parent) if parent else None
-            if not theirs:
+            if not parent or not theirs:
                 continue
             p = pair(ours, theirs, problem_values)
             if isinstance(p, str):
-                rows.append([unit, parent, col.dataset, "—", "—", f"— ({p})", "—", "—", "—"])
+                rows.append(Compared(unit, parent, col.dataset, why=p))
                 continue
-            d = paired_delta(p.ours, p.theirs)
-            verdict = _verdict(d.low, d.high)
-            if note := unchanged_note(ours, flagged):  # Δ = 0 on those seeds by construction
-                verdict += f"; {unit} {note}"
-            if note := unchanged_note(theirs, flagged):  # the "before" is the model its parent started from
-                verdict += f"; {parent} {note}"
-            rows.append([unit, parent, col.dataset, fmt(float(p.theirs.mean())), fmt(float(p.ours.mean())),
-                         f"{d.delta:+.3f} [{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_improve:.2f} (seeds = {d.seeds})",
-                         verdict, _mdd(p.ours, p.theirs, control_seeded=p.theirs_seeded)])
-            if note := p.note(unit, str(parent)):
+            caveats = tuple(f"{side} {note}" for side, cells in ((unit, ours), (parent, theirs))
+                            if (note := unchanged_note(cells, flagged)))  # Δ = 0 on those seeds by construction
+            rows.append(Compared(unit, parent, col.dataset, float(p.theirs.mean()), float(p.ours.mean()),
+                                 paired_delta(p.ours, p.theirs),
+                                 from_matrices(p.ours, p.theirs, _prior(), control_seeded=p.theirs_seeded),
+                                 caveats=caveats))
+            if note := p.note(unit, parent):
                 notes.append(f"_{unit} against {parent} on {col.dataset}: {note}._")
+    return rows, notes
+
+
+def versus_parent(study: Study, columns: list[Column]) -> Table:
+    """`parent_rows` as the results page's table. This is where a phase that does not beat its
+    parent (GRPO at toy scale) is said so."""
+    rows, notes = parent_rows(study, columns)
+    cells = [[r.variant, r.control, r.dataset, "—", "—", f"— ({r.why})", "—", "—", "—"] if r.delta is None else
+             [r.variant, r.control, r.dataset, fmt(r.control_mean), fmt(r.variant_mean), delta_text(r.delta),
+              f"{r.delta.p_improve:.2f} (seeds = {r.delta.seeds})",
+              "; ".join((_verdict(r.delta.low, r.delta.high), *r.caveats)), fmt(r.mdd)] for r in rows]
     return Table(headers=["phase", "from", "dataset", f"{PRIMARY_METRIC} of from", f"{PRIMARY_METRIC} of phase",
-                          f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)", "verdict", "detectable Δ (80 %)"], rows=rows, footer=[*notes, delta_note(FIRST_ANSWERS)])
+                          f"Δ {PRIMARY_METRIC} [95 %]", "P(improvement)", "verdict", "detectable Δ (80 %)"], rows=cells,
+                 footer=[*notes, delta_note(FIRST_ANSWERS)])

@@ -17,8 +17,8 @@ import numpy as np
 from engine.judge.config import protocol_tests
 from engine.evaluate.metrics import RAN, pass_at_k
 from engine.evaluate.records import SampleRecord
-from engine.report.pairing import seed_rows
-from engine.report.stats import REPS, Estimate, estimate
+from engine.report.pairing import pair, seed_rows
+from engine.report.stats import REPS, Estimate, estimate, paired_delta
 from engine.report.study import Cell, Context, Study
 from engine.report.tables import Table, best_indices, cell_text
 from engine.runs.completion import unchanged_runs
@@ -218,7 +218,7 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
     flagged = unchanged_runs(study.runs, study.configs)
     estimates = {(u, col.dataset): cell_estimate(col.cells[u], PRIMARY_METRIC) if u in col.cells else None
                  for u in units for col in columns}
-    best = {col.dataset: supported_best([estimates[(u, col.dataset)] for u in units]) for col in columns}
+    best = {col.dataset: supported_best(col, units, [estimates[(u, col.dataset)] for u in units]) for col in columns}
     rows = []
     for i, unit in enumerate(units):
         row = [unit]
@@ -245,18 +245,22 @@ def headline_table(study: Study, columns: list[Column]) -> Table:
     return table
 
 
-def supported_best(estimates: list[Optional[Estimate]]) -> set[int]:
-    """The column's best cell, only when the intervals support it: its interval lies above every
-    other cell's. A best mean whose interval overlaps another's is not shown as the best (three
-    of four columns bold for a phase every comparison calls "no clear difference")."""
+def supported_best(col: Column, units: list[str], estimates: list[Optional[Estimate]]) -> set[int]:
+    """The column's best cell, only when the paired comparisons support it: its Δ against every other
+    cell of the column, paired by seed and problem as every comparison row is (`engine.report.pairing`,
+    the same bootstrap draws), has an interval above 0. So a bold cell never stands beside a row that
+    calls its phase's difference from another "no clear difference" (RAFT bold in three columns
+    though every RAFT-vs-SFT row said so, when each cell's own interval decided)."""
     top = best_indices([e.mean if e else None for e in estimates])
     if len(top) != 1:
         return set()
     [i] = top
-    low = estimates[i].low  # type: ignore[union-attr]
-    others = [e for j, e in enumerate(estimates) if e is not None and j != i]
-    if low is None or any(e.high is None or e.high >= low for e in others):
-        return set()
+    for j, e in enumerate(estimates):
+        if j == i or e is None:
+            continue
+        p = pair(col.cells[units[i]], col.cells[units[j]], problem_values)
+        if isinstance(p, str) or paired_delta(p.ours, p.theirs).low <= 0:
+            return set()  # unpaired or an interval that holds 0: the comparison does not single it out
     return top
 
 
@@ -271,8 +275,9 @@ def zero_sentence(col: Column) -> str:
             "which the errors and failures pages tell apart._")
 
 
-BOLD_SENTENCE = ("_Bold: a column's best cell, only where its 95 % interval lies wholly above every other cell's; a "
-                 "column without bold has no phase the intervals single out._")
+BOLD_SENTENCE = ("_Bold: a column's best cell, only where its Δ against every other cell of the column, paired by "
+                 "seed and problem, has a 95 % interval above 0 (the comparison rows' own test); a column without "
+                 "bold has no phase the paired comparisons single out._")
 
 
 def best_of_n_note(study: Study, cells: list[Cell]) -> str:

@@ -103,7 +103,14 @@ def evaluations(runs_dir: Path, spec: str) -> list[Evaluation]:
             path = outputs / "samples" / f"{d.dataset}.jsonl"
             records = [r for r in read(path, SampleRecord, d.keys) if r.judge_version == d.judge_version]
             cost = {}
-            for line in path.read_text().splitlines():
+            # an evaluation of a best-of-n run scores the samples its parent chose: their file holds
+            # each choice's cost (every candidate's tokens)
+            chosen_from = re.search(r"--samples '?([^' ]+)'?", (Path(run.run_dir) / "launch.sh").read_text()) \
+                if (Path(run.run_dir) / "launch.sh").exists() else None
+            cost_path = Path(chosen_from.group(1)) / f"{d.dataset}.jsonl" if chosen_from else path
+            if not cost_path.exists():
+                cost_path = path
+            for line in cost_path.read_text().splitlines():
                 row = json.loads(line) if line.strip() else {}
                 if "cost_tokens" in row and row.get("round", 1) == 1:
                     cost[row["problem_id"]] = row["cost_tokens"]
