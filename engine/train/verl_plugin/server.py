@@ -8,6 +8,14 @@ batch × n samples costs a few batched calls instead of batch × n single ones. 
 the actor's, handed over at every sync (`update_weights`); with `RLVR_ROLLOUT_LOG` set, every
 sync (its step and a digest of the weights) and every batch (its size and the weights it used)
 is a JSON line there.
+
+What it returns matches verl's vLLM server for the same request: the model's own
+`generation_config.json` is set aside (only the request's parameters sample), `top_k` <= 0 is
+off, temperature 0 is greedy, EOS is the tokenizer's and the generation config's, tokens after it
+are dropped, and log-probs follow `rollout.logprobs_mode` as vLLM's do: `processed_logprobs`
+(verl's default) are the log-probs of the chosen token under the distribution it was sampled
+from (after repetition penalty, temperature, top-k and top-p); `raw_logprobs` those of the
+model's logits. verl's rollout correction (TIS) compares them with the actor's.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from engine.train.verl_plugin.adapter import SERVER_NAME
 
 LOG_ENV = "RLVR_ROLLOUT_LOG"
 GATHER_S = 0.02  # how long the batcher waits for more requests once the first arrives
+SAMPLING_EPS = 1e-5  # vLLM's: a temperature below it is greedy
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 
 
 def weights_digest(state: dict[str, torch.Tensor], skip: frozenset[str] = frozenset()) -> str:
@@ -54,22 +64,33 @@ class _Sampling:
     logprobs: bool
     max_new_tokens: int
 
+    # Prompts of different lengths share a call only when padding cannot change an answer:
+    # transformers' repetition penalty counts the pad tokens of a left-padded row.
+    width: Optional[int] = None
+
     @classmethod
-    def of(cls, params: dict[str, Any], config: RolloutConfig, max_new_tokens: int) -> "_Sampling":
+    def of(cls, params: dict[str, Any], config: RolloutConfig, max_new_tokens: int,
+           prompt_len: Optional[int] = None) -> "_Sampling":
         params = dict(params)
+        # vLLM's server takes an explicit budget (a tool agent loop's) over the derived one.
+        asked = params.pop("max_tokens", params.pop("max_new_tokens", None))
+        if asked is not None:
+            max_new_tokens = max(1, min(int(asked), max_new_tokens))
         temperature = float(params.pop("temperature", config.temperature))
         top_p = float(params.pop("top_p", config.top_p))
         top_k = int(params.pop("top_k", config.top_k))
         penalty = float(params.pop("repetition_penalty", config.repetition_penalty))
         logprobs = params.pop("logprobs", False)
-        # Greedy: verl's validation sends temperature 0 (val_kwargs), or do_sample false.
-        do_sample = bool(params.pop("do_sample", config.do_sample)) and temperature > 0
+        # Greedy as vLLM's: temperature 0 (verl's val_kwargs); the agent loop sends no do_sample and
+        # vLLM ignores `rollout.do_sample`, so only a request's own do_sample false also means greedy.
+        do_sample = bool(params.pop("do_sample", True)) and temperature >= SAMPLING_EPS
         params.pop("seed", None)
         if params:
             raise ValueError(f"the rlvr_hf rollout does not take sampling parameter(s) {sorted(params)}")
         sampling = cls(do_sample=do_sample, temperature=temperature if do_sample else 1.0,
                        top_p=top_p if do_sample else 1.0, top_k=top_k if do_sample and top_k > 0 else None,
-                       repetition_penalty=penalty, logprobs=bool(logprobs), max_new_tokens=max_new_tokens)
+                       repetition_penalty=penalty, logprobs=bool(logprobs), max_new_tokens=max_new_tokens,
+                       width=prompt_len if penalty != 1.0 else None)
         return sampling
 
 
@@ -86,17 +107,24 @@ class HFServer:
     def __init__(self, config: Any, model_config: Any, replica_rank: int) -> None:
         self.config: RolloutConfig = omega_conf_to_dataclass(config)
         self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        if (self.config.logprobs_mode or LOGPROBS_MODES[0]) not in LOGPROBS_MODES:
+            raise ValueError(f"the rlvr_hf rollout returns {' or '.join(LOGPROBS_MODES)}, not "
+                             f"actor_rollout_ref.rollout.logprobs_mode={self.config.logprobs_mode!r}")
         self.replica_rank = replica_rank
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model: Any = None
         self.pad_id = self.eos_ids = None
         self.version = 0  # weight syncs received
+        self.global_steps: Optional[int] = None  # verl's step of the weights, as vLLM's server reports it
         self.queue: list[_Request] = []
+        self.busy = 0  # requests taken from the queue and not yet answered
+        self.failure: Optional[BaseException] = None
         self.wakeup: Optional[asyncio.Event] = None
+        self.weights: Optional[asyncio.Lock] = None  # a sync never lands in the middle of a batch
         self.log_path = os.environ.get(LOG_ENV)
 
     async def launch_server(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
         if self.device == "cpu":
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
@@ -104,11 +132,26 @@ class HFServer:
         self.model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
                                                           attn_implementation="sdpa").to(self.device).eval()
         tokenizer = AutoTokenizer.from_pretrained(path)
+        # vLLM stops on the tokenizer's EOS and on the generation config's.
         eos = self.model.generation_config.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
+        eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self.eos_ids = eos | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+        if not self.eos_ids:
+            raise ValueError(f"the model at {path} names no EOS token: the rollout could not stop")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
-        self.wakeup = asyncio.Event()
-        asyncio.get_running_loop().create_task(self._serve())
+        # The model's shipped sampling defaults (a top_k, a min_new_tokens...) would fill what a
+        # request leaves unset: a neutral config leaves only the request's parameters.
+        self.model.generation_config = GenerationConfig(eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id)
+        self.wakeup, self.weights = asyncio.Event(), asyncio.Lock()
+        task = asyncio.get_running_loop().create_task(self._serve())
+        task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task) -> None:
+        # The batcher never returns: if it stopped, every waiting and later request fails.
+        self.failure = (None if task.cancelled() else task.exception()) or RuntimeError("the batcher stopped")
+        for request in self.queue:
+            if not request.done.done():
+                request.done.set_exception(self.failure)
 
     def get_server_address(self) -> tuple[str, int]:
         # verl's load balancer keys servers by "address:port": the replica rank makes it unique.
@@ -118,14 +161,16 @@ class HFServer:
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
         if image_data is not None or video_data is not None:
             raise ValueError("the rlvr_hf rollout generates text only")
+        if self.failure is not None:
+            raise RuntimeError("the rlvr_hf rollout's batcher failed") from self.failure
         budget = self.config.prompt_length + self.config.response_length - len(prompt_ids)
         max_new = max(1, min(self.config.response_length, budget))
-        request = _Request(list(prompt_ids), _Sampling.of(sampling_params, self.config, max_new))
+        request = _Request(list(prompt_ids), _Sampling.of(sampling_params, self.config, max_new, len(prompt_ids)))
         self.queue.append(request)
         self.wakeup.set()
-        token_ids, log_probs = await request.done
+        token_ids, log_probs, global_steps = await request.done
         return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed",
-                           extra_fields={"global_steps": self.version})
+                           extra_fields={"global_steps": global_steps})
 
     async def _serve(self) -> None:
         while True:
@@ -133,18 +178,35 @@ class HFServer:
             await asyncio.sleep(GATHER_S)  # the agent loop fires its requests together: take them all
             self.wakeup.clear()
             pending, self.queue = self.queue, []
+            self.busy += len(pending)
             groups: dict[_Sampling, list[_Request]] = {}
             for request in pending:
                 groups.setdefault(request.sampling, []).append(request)
-            for sampling, requests in groups.items():
-                try:
-                    results = await asyncio.to_thread(self._generate, sampling, [r.prompt_ids for r in requests])
-                except Exception as exc:  # every waiting request learns why
-                    for request in requests:
+            try:
+                for sampling, requests in groups.items():
+                    await self._answer(sampling, requests)
+            except BaseException as exc:  # the batcher itself broke: no taken request waits forever
+                for request in pending:
+                    if not request.done.done():
                         request.done.set_exception(exc)
-                    continue
-                for request, result in zip(requests, results):
-                    request.done.set_result(result)
+                raise
+            finally:
+                self.busy -= len(pending)
+
+    async def _answer(self, sampling: _Sampling, requests: list["_Request"]) -> None:
+        try:
+            async with self.weights:
+                steps = self.global_steps
+                results: list[Any] = await asyncio.to_thread(self._generate, sampling, [r.prompt_ids for r in requests])
+        except Exception as exc:  # every waiting request learns why
+            results = [exc] * len(requests)
+        for request, result in zip(requests, results):
+            if request.done.done():  # its caller went away (cancelled)
+                continue
+            if isinstance(result, Exception):
+                request.done.set_exception(result)
+            else:
+                request.done.set_result((*result, steps))
 
     @torch.no_grad()
     def _generate(self, sampling: _Sampling, prompts: list[list[int]]) -> list[tuple[list[int], Optional[list[float]]]]:
@@ -152,41 +214,66 @@ class HFServer:
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        processed = (self.config.logprobs_mode or LOGPROBS_MODES[0]) == "processed_logprobs"
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=sampling.max_new_tokens, do_sample=sampling.do_sample,
             temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
             repetition_penalty=sampling.repetition_penalty, eos_token_id=sorted(self.eos_ids),
-            pad_token_id=self.pad_id, return_dict_in_generate=True, output_logits=sampling.logprobs)
+            pad_token_id=self.pad_id, return_dict_in_generate=True,
+            output_scores=sampling.logprobs and processed, output_logits=sampling.logprobs and not processed)
         new = out.sequences[:, width:].tolist()
+        steps = out.scores if processed else out.logits
         results = []
         for row, tokens in enumerate(new):
             end = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens))
             log_probs = None
             if sampling.logprobs:
-                logits = torch.stack([step[row] for step in out.logits[:end]]).float() / sampling.temperature
-                log_probs = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens[:end], device=logits.device)
-                                                                  [:, None]).squeeze(1).tolist()
+                scores = torch.stack([step[row] for step in steps[:end]]).float()
+                chosen = torch.tensor(tokens[:end], device=scores.device)[:, None]
+                log_probs = torch.log_softmax(scores, -1).gather(1, chosen).squeeze(1).tolist()
             results.append((tokens[:end], log_probs))
         self._log({"event": "batch", "version": self.version, "size": len(prompts),
                    "max_new_tokens": sampling.max_new_tokens, "greedy": not sampling.do_sample,
                    "seconds": round(time.perf_counter() - started, 4)})
         return results
 
+    def _tied(self) -> dict[str, frozenset[str]]:
+        """Each parameter's name -> the names sharing its storage (tied embeddings, when tied)."""
+        names: dict[int, set[str]] = {}
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            names.setdefault(tensor.data_ptr(), set()).add(name)
+        return {name: frozenset(group) for group in names.values() for name in group}
+
     async def update_weights(self, state: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> None:
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        tied = frozenset(getattr(self.model, "_tied_weights_keys", None) or ())
-        if unexpected or set(missing) - tied:
-            raise ValueError(f"the actor's weights do not fit the rollout's model: missing {sorted(missing)[:5]}, "
-                             f"unexpected {sorted(unexpected)[:5]}")
-        self.version += 1
+        # Checked whole before a tensor is copied: a sync that does not fit fails and leaves the
+        # weights as they were, never half the actor's.
+        own = self.model.state_dict()
+        tied = self._tied()
+        missing = sorted(name for name in own if not tied[name] & state.keys())
+        unexpected = sorted(set(state) - set(own))
+        misshapen = sorted(name for name in set(state) & set(own) if tuple(state[name].shape) != tuple(own[name].shape))
+        if missing or unexpected or misshapen:
+            raise ValueError(f"the actor's weights do not fit the rollout's model: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}, other shapes {misshapen[:5]}")
+        async with self.weights:
+            self.model.load_state_dict(state, strict=False)
+            self.version += 1
+            if global_steps is not None:
+                self.global_steps = global_steps
         if self.log_path:
+            # The copies transformers ties and leaves out of a saved checkpoint, when tied here.
+            declared = getattr(self.model, "_tied_weights_keys", None) or ()
+            skip = frozenset(name for name in declared if len(tied.get(name, ())) > 1)
             self._log({"event": "sync", "version": self.version, "global_steps": global_steps,
-                       "digest": weights_digest(self.model.state_dict(), tied)})
+                       "digest": weights_digest(self.model.state_dict(), skip)})
 
     def _log(self, row: dict[str, Any]) -> None:
         if self.log_path:
             with open(self.log_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
 
     # verl's control calls: the copy stays in memory and requests are never aborted.
     async def wake_up(self, tags: Optional[list[str]] = None) -> None:
@@ -205,7 +292,7 @@ class HFServer:
         return None
 
     async def wait_for_requests_to_drain(self) -> None:
-        while self.queue:
+        while self.queue or self.busy:
             await asyncio.sleep(GATHER_S)
 
     async def abort_all_requests(self, reject_request: bool = False, **kwargs: Any) -> dict[str, Any]:
