@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 THROUGH = {"hydra-core": "verl", "omegaconf": "verl", "transformers": "verl", "tokenizers": "verl",
            "safetensors": "verl", "huggingface-hub": "datasets / transformers", "pydantic-core": "pydantic",
            "torch": "the cpu extra / verl", "trl": "the trl extra", "vllm": "the gpu extra",
-           "sentence-transformers": "the semantic extra"}
+           "sentence-transformers": "the semantic extra", "ray": "verl (its pin must win)",
+           "wandb": "verl", "accelerate": "the trl extra", "mlflow": "the mlflow extra",
+           "mlflow-skinny": "the mlflow extra", "mlflow-tracing": "the mlflow extra"}
 # Declared, never imported by name: what they are for.
 NOT_IMPORTED = {"verl": "found with find_spec and run by the launch scripts",
                 "packaging": "a resolver pin (<26)"}
