@@ -7,7 +7,10 @@ verl has no early stopping. The watcher reads what verl writes as it trains:
   the headline the hand-off uses (`engine.train.verl_finish`: accepted@1, SFT's val/loss).
   verl validates select_on and early_stop_on data in one pass, so the headline covers both.
 - `early_stop.timeout_rate`: the rollouts verl dumps per step under `traces/verl_rollouts/`
-  (`trainer.rollout_data_dir`), each with our reward's verdict.
+  (`trainer.rollout_data_dir`), each with our reward's verdict: in the row (verl's legacy
+  trainer dumps the reward's extra fields), else from the reward's own records of the run
+  (`engine.judge.reward.REWARD_RECORDS`), joined on the rollout (its ground truth and response):
+  verl 0.9.1's default trainer dumps only the prompt, response, ground truth and score.
 - judge faults, for every RL run: a step whose share of INTERNAL_ERROR verdicts in those
   rollouts passes `early_stop.JUDGE_FAULT_SHARE` is a failure, not an early stop: the
   watcher stops the command the same way, says why on stderr and exits 1, so the launch
@@ -30,6 +33,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from engine.files import read_jsonl
+from engine.judge.reward import REWARD_RECORDS, rollout_key
 from engine.plan.frozen import FrozenRun, read_frozen_run
 from engine.spec.model import EarlyStopSpec
 from engine.train.early_stop import judge_fault_reason, stalled, timeout_reason
@@ -74,7 +79,7 @@ class Watch:
         for path in sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
             if path.name in self.seen or not path.stem.isdigit():
                 continue
-            verdicts = _verdicts(path)
+            verdicts = rollout_verdicts(path, self._reward_verdicts)
             if verdicts is None:  # verl writes it from a thread: read it on the next poll
                 continue
             self.seen.add(path.name)
@@ -93,11 +98,28 @@ class Watch:
         return None
 
 
-def _verdicts(path: Path) -> Optional[list[Any]]:
+    def _reward_verdicts(self) -> dict[str, Any]:
+        """The verdict of every rollout the run's reward judged so far, by `rollout_key`."""
+        return {row.get("key"): row.get("verdict") for row in read_jsonl(self.run_dir / REWARD_RECORDS)}
+
+
+def rollout_verdicts(path: Path, records: Any) -> Optional[list[Any]]:
+    """The verdict of each rollout of one step's dump (None for one the reward did not record),
+    or None while the dump is still being written. `records()` gives the reward's verdicts by
+    `rollout_key`, read only when a row carries none itself."""
     try:
-        return [json.loads(line).get("verdict") for line in path.read_text(encoding="utf-8").splitlines()]
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     except (OSError, ValueError):
         return None
+    known: Optional[dict[str, Any]] = None
+    verdicts = []
+    for row in rows:
+        if "verdict" not in row and known is None:
+            known = records()
+        verdicts.append(row["verdict"] if "verdict" in row else
+                        known.get(rollout_key(row.get("gts"), row.get("output", ""))))  # type: ignore[union-attr]
+    return verdicts
+
 
 
 def watch(run_dir: Path, command: list[str], *, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int:

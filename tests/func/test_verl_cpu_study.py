@@ -1,35 +1,47 @@
 """`specs/verl-cpu.yaml` for real: verl's own SFT and GRPO trainers on a CPU, run from the launch
 scripts a cluster runs (rlvr-run's verl plug-in: the `rlvr_hf` rollout and the CPU platform).
 
-One study run shared by the checks: every run succeeds; the rollout of step k+1 used the weights
-verl saved at step k; every rollout of a step was judged by the project's reward (batch × n rows);
-dense and sparse rewards differ as defined (sparse is 0/1).
+One study run, one test (so that pytest-xdist never runs the study twice): every run succeeds; the
+rollout of step k+1 used the weights verl saved at step k; every rollout of a step was judged by
+the project's reward (batch × n of them, from the reward's own records); dense and sparse rewards
+differ as defined (sparse is 1[accepted], dense the pass ratio); GRPO earned reward and its
+weights differ from the SFT checkpoint it started from.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from engine.files import read_jsonl
+from engine.judge.reward import REWARD_RECORDS
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
+from engine.train.verl_watch import ROLLOUTS_DIR, rollout_verdicts
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+# The study takes 10-15 minutes on 2 free cores, longer beside other tests: well over pytest's
+# default per-test timeout.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "specs" / "verl-cpu.yaml"
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
-    runs_dir = tmp_path_factory.mktemp("verl-cpu") / "runs"
+def test_the_verl_cpu_study(tmp_path: Path) -> None:
+    runs_dir = tmp_path / "runs"
+    # verl's SFT is started with `torchrun`: the interpreter's scripts must be on PATH.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run([sys.executable, "-m", "engine.cli", str(SPEC), "--runs-dir", str(runs_dir)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=3000)
+                          env=env, capture_output=True, text=True, timeout=2300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    return runs_dir
+    _every_run_succeeds(runs_dir)
+    _step_k_plus_1_rolls_out_with_the_weights_saved_at_step_k(runs_dir)
+    _every_rollout_of_a_step_is_judged_by_the_projects_reward(runs_dir)
+    _grpo_moved_the_weights(runs_dir)
 
 
 def _runs(study: Path, kind: str) -> list[tuple[dict, Path]]:
@@ -52,13 +64,13 @@ def _digest(state: dict) -> str:
     return digest.hexdigest()
 
 
-def test_every_run_succeeds(study: Path) -> None:
+def _every_run_succeeds(study: Path) -> None:
     with open_lineage(study / LINEAGE_FILE, readonly=True) as lineage:
         states = {(r.phase, r.variant, r.kind): r.state for r in lineage.runs("verl-cpu")}
     assert states and all(state is RunState.succeeded for state in states.values()), states
 
 
-def test_step_k_plus_1_rolls_out_with_the_weights_saved_at_step_k(study: Path) -> None:
+def _step_k_plus_1_rolls_out_with_the_weights_saved_at_step_k(study: Path) -> None:
     from safetensors.torch import load_file
 
     for _, run_dir in _runs(study, "grpo"):
@@ -75,16 +87,39 @@ def test_step_k_plus_1_rolls_out_with_the_weights_saved_at_step_k(study: Path) -
             assert used and set(used) == {syncs[step]["version"]}
 
 
-def test_every_rollout_of_a_step_is_judged_by_the_projects_reward(study: Path) -> None:
+def _every_rollout_of_a_step_is_judged_by_the_projects_reward(study: Path) -> None:
+    earned = []
     for record, run_dir in _runs(study, "grpo"):
         config = (run_dir / "launch.sh").read_text()
         batch = int(config.split("data.train_batch_size=")[1].split()[0])
         n = int(config.split("actor_rollout_ref.rollout.n=")[1].split()[0])
-        dumps = sorted((run_dir / "traces" / "verl_rollouts").glob("*.jsonl"))
-        assert dumps
+        records = list(read_jsonl(run_dir / REWARD_RECORDS))
+        by_key = {r["key"]: r for r in records}
+        dumps = sorted((run_dir / ROLLOUTS_DIR).glob("*.jsonl"), key=lambda p: int(p.stem))
+        assert dumps, run_dir
         for dump in dumps:
             rows = [json.loads(line) for line in dump.read_text().splitlines()]
-            assert len(rows) == batch * n, dump
-            assert all(isinstance(r["score"], float) for r in rows)
+            verdicts = rollout_verdicts(dump, lambda: {k: r["verdict"] for k, r in by_key.items()})
+            assert len(rows) == batch * n and None not in verdicts, (dump, len(rows), verdicts)
+            earned += [r["score"] for r in rows]
+        # The rewards as defined: sparse 1[accepted]; dense the pass ratio, 1 only when accepted.
+        train = [r for r in records if r["dataset"] == "toy_train"]
+        assert len(train) == len(dumps) * batch * n
+        for r in train:
+            accepted = r["verdict"] == "ACCEPTED"
             if record["variant"] == "grpo_sparse":
-                assert {r["score"] for r in rows} <= {0.0, 1.0}
+                assert r["score"] == float(accepted), r
+            else:
+                assert 0.0 <= r["score"] <= 1.0 and (r["score"] == 1.0) == accepted, r
+    assert any(score > 0 for score in earned), "GRPO earned no reward: its advantages were all zero"
+
+
+def _grpo_moved_the_weights(study: Path) -> None:
+    from safetensors.torch import load_file
+
+    [(_, sft_dir)] = _runs(study, "sft")
+    sft_weights = load_file(next((sft_dir / "model").glob("*.safetensors")))
+    for _, run_dir in _runs(study, "grpo"):
+        weights = load_file(next((run_dir / "model").glob("*.safetensors")))
+        assert weights.keys() == sft_weights.keys()
+        assert _digest(weights) != _digest(sft_weights), f"GRPO {run_dir.name} left the SFT weights unchanged"

@@ -6,6 +6,9 @@ dumps of `trainer.rollout_data_dir` with our reward's verdicts — and marks how
     python fake_verl_trainer.py RUN_DIR VALIDATION RATES [VERDICT]
 VALIDATION and RATES: comma-separated values, one per step (empty: none that step); RATES is
 the share of each step's rollouts given VERDICT (default TIMEOUT; INTERNAL_ERROR: judge faults).
+VERDICT `judged`: each of those rollouts is scored by the real `engine.reward.compute_score` with
+the run's config.yaml (as verl's reward loop calls it) and dumped as verl 0.9.1's default trainer
+dumps it: prompt, response, ground truth and score, without the reward's verdict.
 """
 
 import json
@@ -35,10 +38,22 @@ def main() -> None:
             timeouts = round(float(rate) * ROLLOUTS)
             dump = run_dir / "traces" / "verl_rollouts" / f"{step}.jsonl"
             dump.parent.mkdir(parents=True, exist_ok=True)
-            dump.write_text("".join(json.dumps({"step": step, "verdict": verdict if i < timeouts else "ACCEPTED"})
-                                    + "\n" for i in range(ROLLOUTS)))
+            rows = ([_judged(run_dir, step, i) for i in range(timeouts)] if verdict == "judged" else
+                    [{"step": step, "verdict": verdict if i < timeouts else "ACCEPTED"} for i in range(ROLLOUTS)])
+            dump.write_text("".join(json.dumps(row) + "\n" for row in rows))
         time.sleep(STEP_S)
     _end(run_dir, "finished", 0)
+
+
+def _judged(run_dir: Path, step: int, index: int) -> dict:
+    from engine.judge.ground_truth import RewardTests
+    from engine.reward import compute_score
+
+    truth = RewardTests(problem_id="p", kind="stdio", stdio_tests=[{"input": "", "output": "1\n"}]).model_dump_json()
+    output = f"```python\nprint({index})\n```"
+    scored = compute_score(data_source="toy", solution_str=output, ground_truth=truth,
+                           extra_info={"dataset": "toy_train", "id": "p"}, run_config=str(run_dir / "config.yaml"))
+    return {"step": step, "input": "p", "output": output, "gts": truth, "score": scored["score"], "uid": f"u_{index}"}
 
 
 def _end(run_dir: Path, how: str, code: int) -> None:

@@ -69,3 +69,27 @@ def test_judge_faults_in_a_step_fail_the_run_without_a_hand_off(tmp_path):
     assert "error: judge faults (INTERNAL_ERROR) in 75% of the rewards at step 3" in done.stderr
     assert (run_dir / "fake_trainer_ended").read_text() == "terminated"
     assert not (run_dir / "outputs" / "early_stop.json").exists()
+
+
+def test_judge_faults_seen_through_the_rewards_own_records_fail_the_run(tmp_path):
+    """verl 0.9.1's default trainer dumps no verdict: the watcher reads each rollout's from the
+    records the real reward wrote while judging it (here with a sandbox nobody listens on)."""
+    import socket
+
+    from engine.files import read_jsonl
+    from engine.judge.reward import REWARD_RECORDS
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run_dir = _run_dir(tmp_path, "{patience: 3}", "train")
+    with (run_dir / "config.yaml").open("a") as fh:
+        fh.write(f"judge: {{backend: sandbox_fusion, url: 'http://127.0.0.1:{port}/run_code'}}\n")
+    done = _watch(run_dir, ",,,,,,,,,,,", "0,1,0,0,0,0,0,0,0,0,0,0", verdict="judged")
+    assert done.returncode == 1, done.stderr
+    assert "error: judge faults (INTERNAL_ERROR) in 100% of the rewards at step 2" in done.stderr
+    assert (run_dir / "fake_trainer_ended").read_text() == "terminated"
+    dumped = (run_dir / "traces" / "verl_rollouts" / "2.jsonl").read_text().splitlines()
+    assert dumped and all("verdict" not in line for line in dumped)
+    records = list(read_jsonl(run_dir / REWARD_RECORDS))
+    assert len(records) == len(dumped) and {r["verdict"] for r in records} == {"INTERNAL_ERROR"}

@@ -20,7 +20,7 @@ export VERL_USE_EXTERNAL_MODULES=engine.train.verl_plugin
 export RLVR_ROLLOUT_LOG="$RUN_DIR/logs/rollout.${RLVR_ATTEMPT}.jsonl"
 export VERL_FILE_LOGGER_PATH="$RUN_DIR/logs/metrics.${RLVR_ATTEMPT}.jsonl"
 # A silent hang (verl's start-up can) fails the attempt after 72.0 h instead of holding the GPUs.
-timeout --kill-after=120 259200 torchrun --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
+timeout --kill-after=120 259200 "$RLVR_PYTHON" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node=1 -m verl.trainer.sft_trainer \
     data.train_files=/runs/golden/38b088b59681/data/sft_train.parquet \
     data.val_files=/runs/golden/38b088b59681/data/sft_valid.parquet \
     data.messages_key=messages \
