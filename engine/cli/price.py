@@ -61,8 +61,15 @@ def _fit(args: argparse.Namespace, lineage, name: str, registry) -> int:
     from engine.price.shapes import shape_of_lineage
     from engine.price.study import registry_with_profiles, resolve_profile
 
-    study = shape_of_lineage(lineage, name, registry)
     hardware = Path(args.hardware) if args.hardware else None
+    from engine.spec.registry import project_registry
+
+    if hardware is None and registry_with_profiles(registry).resolve() == project_registry().resolve():
+        # the shipped registry lives in the installed package: a refit written there is lost (or
+        # breaks the install) on the next upgrade
+        raise UserError(f"--fit would write into the installed package's {HARDWARE_FILE}: "
+                        f"add --hardware FILE (e.g. --hardware ~/gpus.yaml) to keep the fitted profile in a file of your own")
+    study = shape_of_lineage(lineage, name, registry)
     profile = resolve_profile(study, args.gpu_type, registry, hardware)
     records = lineage.plan_runs(name)
     fit = fit_factors(study, profile, records, lineage.run_times(r.id for r in lineage.runs(name)),

@@ -106,3 +106,27 @@ def test_validate_warns_when_a_declared_ablation_cannot_see_the_spec_threshold(t
     assert main(["validate", str(spec), "--no-content"]) == 0
     err = capsys.readouterr().err
     assert "grpo/grpo_sparse vs grpo on toy_valid" in err and "detect.min_effect 0.02" in err
+
+
+def test_a_fit_never_writes_into_the_installed_registry(tmp_path, capsys):
+    """Without --hardware, a spec whose registry holds no hardware file would have had its refit
+    written into the shipped registry (site-packages on a real install)."""
+    from engine.cli.price import _fit
+    import argparse
+
+    from engine.errors import UserError
+    from types import SimpleNamespace
+
+    from engine.spec.registry import project_registry
+
+    args = argparse.Namespace(hardware=None, gpu_type=None, name="mine")
+    registry = SimpleNamespace(root=project_registry())
+
+    class Lineage:  # reached only if the refusal comes too late
+        def __getattr__(self, name):
+            raise AssertionError("the refusal must come before the fit")
+
+    import pytest
+
+    with pytest.raises(UserError, match="--hardware FILE"):
+        _fit(args, Lineage(), "synth", registry)
