@@ -8,8 +8,6 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from engine.runs.lineage import FINISHED, RunState
-
 if TYPE_CHECKING:  # the verbs that render these import them; `status` must not pay for them
     from rich.progress import ProgressColumn
 
@@ -20,6 +18,7 @@ if TYPE_CHECKING:  # the verbs that render these import them; `status` must not 
     from engine.plan.model import Plan
     from engine.report.generate import Report
     from engine.report.tables import Table as ReportTable
+    from engine.runs.lineage import RunState
     from engine.spec.validated import AppliedWaiver
     from engine.verify.problems import VerifyReport
 
@@ -134,6 +133,8 @@ class RunProgress:
         self.progress.stop()
 
     def change(self, run_id: str, state: RunState, reason: str) -> None:
+        from engine.runs.lineage import FINISHED, RunState  # lineage's records: `judge` must not pay for them
+
         if state is RunState.queued:
             return
         style = self.STYLES.get(state.value, "")
