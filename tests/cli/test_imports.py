@@ -56,6 +56,12 @@ def test_a_verb_loads_only_its_own_module():
     assert verbs == {"engine.cli.status"}
 
 
+def test_judge_loads_no_lineage():
+    # the study progress view needs lineage's states; judging a file of samples never does
+    modules = loaded_after("import engine.cli.judge")
+    assert not [m for m in modules if m.startswith("engine.runs.lineage")]
+
+
 def test_status_loads_no_heavy_library(tmp_path):
     sys.path.insert(0, str(ROOT / "tests" / "report"))
     from synthetic import build
