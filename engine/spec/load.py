@@ -40,8 +40,7 @@ class Positions:
         node, pos, value_pos = self._root, (1, 1), None
         for i, key in enumerate(keys):
             if isinstance(node, CommentedMap) and key in node:
-                line, col = node.lc.key(key)
-                vline, vcol = node.lc.value(key)
+                (line, col), (vline, vcol) = _map_key_position(node, key)
             elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
                 line, col = vline, vcol = node.lc.item(key)
             else:
@@ -63,6 +62,19 @@ class Positions:
         """The value at this path (where a wrong value starts), else `locate`."""
         key_pos, value_pos = self._walk(keys)
         return value_pos or key_pos
+
+
+def _map_key_position(node: CommentedMap, key: Key) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Key and value position (0-based) of `key`; a key brought in by a `<<` merge is found
+    where it is written, in the merged (anchored) mapping, not in the mapping that merges it."""
+    if key in node.lc.data:
+        return node.lc.key(key), node.lc.value(key)
+    for source in getattr(node, "merge", ()):
+        source = source[1] if isinstance(source, tuple) else source  # (index, map) in older ruamel
+        if isinstance(source, CommentedMap) and key in source:
+            return _map_key_position(source, key)
+    line, col = node.lc.line, node.lc.col
+    return (line, col), (line, col)
 
 
 @dataclass(kw_only=True)

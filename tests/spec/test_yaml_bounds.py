@@ -65,3 +65,13 @@ def test_a_huge_line_shows_a_window_around_the_column(tmp_path: Path):
 
         load_spec(spec)
     assert max(len(line) for line in caught.value.diagnostics[0].snippet.splitlines()) < 200
+
+
+def test_a_wrong_key_brought_in_by_a_merge_is_shown_where_it_is_written(tmp_path: Path):
+    # The key is in the merging mapping's data but not in its line/col table: the anchor holds it.
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: x\nx-d: &d {source: toy, split: train, role: train, bogus: 1}\n"
+                    "base_model: tiny-coder\ndatasets:\n  t: {<<: *d, split: valid}\nphases: {}\nseeds: [1]\n")
+    parsed = parse_spec(spec)
+    bogus = next(d for d in parsed.diagnostics if d.path == "datasets.t.bogus")
+    assert (bogus.line, bogus.col) == (2, 50) and "bogus: 1" in bogus.snippet, bogus.render()
