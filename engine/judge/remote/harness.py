@@ -3,7 +3,8 @@
 A remote sandbox (SandboxFusion) only returns exit status, stdout and stderr,
 and reports `os._exit(0)` as success. Each unit of the problem's plan (the
 local judge's, `cases.function_plan`) is sent as one program: the trusted
-`remote_program` (which runs the tests apart from the program), the strict plain-data codec, then a call with the sample's code and
+`program_process` and `remote_program` (which runs the tests apart from the program, in
+the former's child), the strict plain-data codec, then a call with the sample's code and
 the unit's public part. The expected literals stay here. `decide` reads the
 unit's report (the last stdout line tagged with the nonce sent on stdin) and
 decides with the local worker's own rules (`outcome.assert_verdict`), on values
@@ -22,12 +23,13 @@ from engine.judge import plain
 from engine.judge.cases import CasePlan, function_plan
 from engine.judge.outcome import CUT, TestFailed, assert_verdict, error_verdict
 from engine.judge.remote import program as remote_program
+from engine.judge.remote import program_process
 from engine.judge.verdict import Verdict
 from engine.problem import Problem
 
-_PROGRAM_SOURCE = inspect.getsource(remote_program)
+_PROGRAM_SOURCE = f"{inspect.getsource(program_process)}\n\n{inspect.getsource(remote_program)}"
 _PLAIN_SOURCE = inspect.getsource(plain)
-MAX_REPORT = remote_program.MAX_LINE
+MAX_REPORT = program_process.MAX_LINE
 
 
 def labels(problem: Problem) -> list[str]:
