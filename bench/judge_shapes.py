@@ -40,6 +40,7 @@ from engine.data.convert import problem_from_humaneval  # noqa: E402
 from engine.judge import reward as reward_score  # noqa: E402
 from engine.judge.api import Judge, JudgeConfig  # noqa: E402
 from engine.judge.ground_truth import ground_truth_from_problem  # noqa: E402
+from engine.judge.reward_settings import RewardSettings  # noqa: E402
 
 BUSY = "def _spin():\n    while True:\n        pass\n_spin()\n"
 CHUNK = 64  # the evaluation runner's chunk before judging streamed
@@ -116,7 +117,7 @@ def reward_figure(judge: Judge, group: list, cores: int) -> None:
     reward_score.compute_score_batch(["bench"] * len(group), warm, truths, timeout_s=TIMEOUT_S, workers=cores)
     verl_b, _ = timed(judge, thread_per_sample)
     trl_b, _ = timed(judge, trl_threads)
-    settings = reward_score.RewardSettings.resolve({"timeout_s": TIMEOUT_S, "workers": cores}, None)
+    settings = RewardSettings.resolve({"timeout_s": TIMEOUT_S, "workers": cores}, None)
     after, _ = timed(reward_score._JUDGES.get(settings), batch)
     print(f"(b) GRPO step, group of {len(group)} on {cores} cores: thread per sample {verl_b:5.2f} s | "
           f"4 threads of one job {trl_b:5.2f} s | one batch {after:5.2f} s | before/after "

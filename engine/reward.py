@@ -13,10 +13,10 @@ the modes, settings and the returned keys.
 
 from engine.judge.reward import (
     VERDICT_CODES,
-    RewardSettings,
     compute_score,
     compute_score_async,
     compute_score_batch,
 )
+from engine.judge.reward_settings import RewardSettings
 
 __all__ = ["VERDICT_CODES", "RewardSettings", "compute_score", "compute_score_async", "compute_score_batch"]

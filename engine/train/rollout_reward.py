@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from engine.files import end_torn_line
-from engine.judge.reward import compute_score_batch, run_judge
+from engine.judge.reward import compute_score_batch
+from engine.judge.reward_settings import run_judge
 
 TRACES_FILE = "traces/rollouts.jsonl"
 DEFAULT_TRACES = 16  # rollouts kept per step when the spec does not say

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from engine.errors import UserError
-from engine.judge.reward import JUDGE_KWARGS
+from engine.judge.reward_settings import JUDGE_KWARGS
 from engine.plan.model import Run
 from engine.spec.model import ModelRef, PhaseKind
 from engine.train.verl_watch import ROLLOUTS_DIR

@@ -141,6 +141,7 @@ def test_the_reward_stops_training_when_the_level_changes(tmp_path):
     from engine.judge import reward
     from engine.judge.config import IsolationChanged
     from engine.judge.ground_truth import ground_truth_from_problem
+    from engine.judge.reward_settings import RewardSettings
 
     config = tmp_path / "config.yaml"
     config.write_text("judge: {concurrency: 1}\n")
@@ -148,7 +149,7 @@ def test_the_reward_stops_training_when_the_level_changes(tmp_path):
     answer = "```python\n" + GOOD + "```"
     [first] = reward.compute_score_batch(["toy"], [answer], [truth], run_config=str(config))
     assert first["score"] == 1.0
-    judge = reward._JUDGES.get(reward.RewardSettings.resolve({"run_config": str(config)}, None))
+    judge = reward._JUDGES.get(RewardSettings.resolve({"run_config": str(config)}, None))
     weaker = tmp_path / "python-as-nobody"
     weaker.write_text(f"#!/bin/sh\nexec unshare --user --map-user=65534 {sys.executable} \"$@\"\n")
     weaker.chmod(0o755)

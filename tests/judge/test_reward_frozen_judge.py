@@ -14,6 +14,7 @@ from ruamel.yaml import YAML
 from engine.judge import reward as reward_score
 from engine.judge.api import Judge
 from engine.judge.ground_truth import ground_truth_from_problem
+from engine.judge.reward_settings import RewardSettings
 from engine.judge.verdict import Verdict
 from engine.plan.frozen import read_frozen_run
 from engine.problem import Problem, StdioTest
@@ -56,7 +57,7 @@ def test_reward_and_evaluation_agree_under_the_runs_judge(tmp_path, judge, progr
     evaluation, verl, trl = _verdicts(_run_dir(tmp_path, judge), program)
     assert verl == evaluation and trl == evaluation
     assert evaluation != Verdict.ACCEPTED.value if verdict is None else evaluation == verdict.value
-    with Judge(reward_score.RewardSettings().judge_config()) as default:  # what the reward judged with before
+    with Judge(RewardSettings().judge_config()) as default:  # what the reward judged with before
         assert default.judge(THIRD, program).verdict.value != evaluation
 
 
