@@ -8,6 +8,7 @@ samples' order.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Optional
@@ -85,12 +86,16 @@ def judge_file(
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> JudgeSummary:
     """Judge every sample, write the records, return the summary. `progress(done, total)`."""
-    problems = read_problems(problems_path)
-    samples = read_samples(samples_path, problems, limit=limit)
-    items = [(problems[s.problem_id], s.completion) for s in samples]
-    results: list[SampleResult] = [None] * len(items)  # type: ignore[list-item]
     start = time.monotonic()
-    with Judge(config) as judge:
+    with Judge(config) as judge, ThreadPoolExecutor(1) as starter:
+        # The workers start (interpreters, namespaces, warm-up) while the files are read; a file's
+        # error still comes first, and leaving waits for the start, then closes the workers.
+        started = starter.submit(lambda: judge.version)
+        problems = read_problems(problems_path)
+        samples = read_samples(samples_path, problems, limit=limit)
+        started.result()
+        items = [(problems[s.problem_id], s.completion) for s in samples]
+        results: list[SampleResult] = [None] * len(items)  # type: ignore[list-item]
         for done, (i, result) in enumerate(judge.judge_stream(items), 1):  # one stream: every core busy
             results[i] = result
             if progress:

@@ -33,6 +33,7 @@ class RunnerSide(Protocol):
     wfd: int  # the result pipe, closed in the child
     limits: dict
     pidns: bool
+    cpu_hard: int  # its CPU hard limit, which the program's process inherits
 
 
 class ModuleFailed(Exception):
@@ -174,12 +175,14 @@ class ProgramProcess(Caller):
 
     def _arm(self, used: float) -> None:
         """The child's CPU limit for this test, set from here (prlimit: same uid, no request): the
-        kernel stops a child that ignores SIGXCPU at the hard limit, the runner at the test's."""
+        kernel stops a child that ignores SIGXCPU at the hard limit, the runner at the test's. The
+        hard limit is the one the child inherited; a child that lowered it is refused the call and
+        keeps its lower bound (its soft limit is its own to raise up to that bound anyway)."""
+        hard = self.runner.cpu_hard
         try:
-            hard = resource.prlimit(self.pid, resource.RLIMIT_CPU)[1]
             resource.prlimit(self.pid, resource.RLIMIT_CPU, (min(int(used + self.runner.limits["cpu_s"] + 1), hard), hard))
         except (OSError, ValueError):
-            pass  # it ended: its end is read at the next request
+            pass  # it ended (its end is read at the next request), or it lowered its hard limit
 
     def _kill_gone(self) -> None:
         os.kill(self.pid, signal.SIGKILL)

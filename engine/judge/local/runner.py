@@ -60,6 +60,9 @@ class Runner:
         self.wfd, self.pidns = wfd, pidns
         self.start, self.progress = start, progress
         self.limits = self.job["limits"]
+        # The CPU hard limit the nursery set, read once: this process and the program's (which
+        # inherits it at the fork) keep it, and each test only moves the soft limit below it.
+        self.cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         self.restarting = False  # ends without an "end" frame: a fresh runner goes on
 
     def main(self) -> None:
@@ -141,7 +144,7 @@ class Runner:
     def _arm(self, k: int) -> float:
         """Before test position k: record it and the CPU used so far on the shared progress page,
         and give this process the test's CPU budget. Returns the CPU used so far."""
-        used, hard = time.process_time(), resource.getrlimit(resource.RLIMIT_CPU)[1]
+        used, hard = time.process_time(), self.cpu_hard
         PROGRESS.pack_into(self.progress, 0, k, used)
         resource.setrlimit(resource.RLIMIT_CPU, (min(int(used + self.limits["cpu_s"] + 1), hard), hard))
         return used
