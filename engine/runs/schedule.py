@@ -83,12 +83,19 @@ def execute(
 
 def resume_point(job: Job) -> str:
     """Where a resumed run's launch script picks up, from its run directory: the newest complete
-    checkpoint of a training run (trainer_state.json is written last), the samples an evaluation
+    checkpoint of a training run (trl: trainer_state.json is written last; verl: the step its
+    latest_checkpointed_iteration.txt names), the samples an evaluation
     recorded; else the start."""
-    saved = [p for p in (job.run_dir / "checkpoints").glob("checkpoint-*")
+    checkpoints = job.run_dir / "checkpoints"
+    saved = [p for p in checkpoints.glob("checkpoint-*")
              if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
     if saved:
         return max(saved, key=lambda p: int(p.name.split("-")[-1])).name
+    # verl names the step it resumes from (resume_mode auto) once that step's save is complete
+    with contextlib.suppress(OSError, ValueError):
+        step = int((checkpoints / "latest_checkpointed_iteration.txt").read_text().strip())
+        if (checkpoints / f"global_step_{step}").is_dir():
+            return f"global_step_{step}"
     samples = 0
     for path in (job.run_dir / "outputs" / "generations").glob("*.jsonl"):
         with contextlib.suppress(OSError), open(path, "rb") as fh:

@@ -19,19 +19,24 @@ verl has no early stopping. The watcher reads what verl writes as it trains:
 On an early-stop reason it writes outputs/early_stop.json, sends SIGTERM to the command (the launch
 script's `timeout` relays it to the trainer's process group), SIGKILL after a grace
 period, and exits 0: the launch script goes on to hand off the best saved step. A signal
-the watcher itself receives is passed on to the command the same way.
+the watcher itself receives is passed on to the command the same way, and on Linux its death
+too: SIGKILL of the launch script's process group (an executor's stop, an OOM kill) reaches
+neither `timeout`, which leads a group of its own, nor verl's Ray processes, so the command
+gets SIGTERM when the watcher dies (and `timeout` relays it to the trainer's group); a resumed
+attempt must never find the killed one still training into the same checkpoints.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from engine.files import read_jsonl
 from engine.judge.reward import REWARD_RECORDS, rollout_key
@@ -43,6 +48,7 @@ from engine.train.verl_finish import STOP_FILE, headline, ranking, validated_che
 
 POLL_S = 5.0
 GRACE_S = 60.0
+PR_SET_PDEATHSIG = 1
 ROLLOUTS_DIR = "traces/verl_rollouts"
 
 
@@ -125,7 +131,7 @@ def rollout_verdicts(path: Path, records: Any) -> Optional[list[Any]]:
 def watch(run_dir: Path, command: list[str], *, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int:
     """Run `command` to its end, or until an early-stop rule fires (then 0)."""
     rules = Watch(run_dir, read_frozen_run(run_dir))
-    child = subprocess.Popen(command)
+    child = subprocess.Popen(command, preexec_fn=_term_with_parent(os.getpid()))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda number, _frame: child.send_signal(number))
     while True:
@@ -138,6 +144,20 @@ def watch(run_dir: Path, command: list[str], *, poll_s: float = POLL_S, grace_s:
             return child.wait(timeout=poll_s)
         except subprocess.TimeoutExpired:
             continue
+
+
+def _term_with_parent(parent: int) -> Optional[Callable[[], None]]:
+    """For the command's process, before it execs: SIGTERM when the watcher dies (Linux's
+    PR_SET_PDEATHSIG; elsewhere nothing)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the watcher died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm
 
 
 def _stop(run_dir: Path, child: subprocess.Popen, reason: str, grace_s: float) -> int:
