@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Union
 
@@ -64,3 +65,14 @@ def read_jsonl(path: Union[str, Path]) -> Iterator[dict[str, Any]]:
                 continue
             if isinstance(row, dict):
                 yield row
+
+
+def exists(path: Union[str, Path], *, kind: str = "any") -> bool:
+    """Whether `path` is there (with `kind` "file" or "dir": as that, links followed). A name the
+    system refuses to look up (a component past its length limit, a NUL) is simply not there;
+    pathlib's own checks raise for it instead."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return {"file": stat.S_ISREG, "dir": stat.S_ISDIR}.get(kind, lambda _: True)(mode)

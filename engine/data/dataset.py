@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from engine.errors import SpecError, UserError
+from engine.files import exists
 from engine.problem import Problem
 from engine.spec.load import LoadedSpec
 
@@ -51,7 +52,7 @@ class DataContext:
             Path.cwd() / path,
         ]
         for candidate in candidates:
-            if candidate.exists():
+            if exists(candidate):
                 return candidate.resolve()
         tried = ", ".join(str(c) for c in candidates)
         raise self.error(key, f"file not found: {raw} (looked at {tried})",

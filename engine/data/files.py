@@ -22,6 +22,7 @@ from engine.data.sources.formats import (
     missing_fields,
 )
 from engine.errors import UserError
+from engine.files import exists
 from engine.problem import Problem
 
 # Most specific first: a derived CodeContests row also has the HF form's fields.
@@ -57,7 +58,7 @@ def _rows(path: Path) -> Iterator[dict[str, Any]]:
 
 def read_problems(path: Path, *, split: str = "judge") -> dict[str, Problem]:
     """Problems by id, in file order. Every error names the file, the row and the fix."""
-    if not path.is_file():
+    if not exists(path, kind="file"):
         raise UserError(f"problems file not found: {path}")
     problems: dict[str, Problem] = {}
     fmt: RowFormat | None = None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from engine.errors import Diagnostic
+from engine.files import exists
 from engine.spec.load import LoadedSpec
 from engine.spec.model import DatasetSpec, ModelRef, PhaseKind, ProtocolSpec, Spec, VariantSpec
 from engine.spec.refs import PROTOCOL_USES
@@ -70,7 +71,7 @@ def _local_model(loaded: LoadedSpec, model: ModelRef, out: list[Diagnostic]) -> 
     """A spelled-out model is a folder that exists (made absolute) or a hub id (`org/name`)."""
     path = Path(model.path).expanduser()
     found = path if path.is_absolute() else loaded.path.parent / path
-    if found.is_dir():
+    if exists(found, kind="dir"):
         return model.model_copy(update={"path": str(found.resolve())})
     if not path.is_absolute() and not model.path.startswith((".", "~")) and HUB_ID.fullmatch(model.path):
         return model
@@ -166,9 +167,9 @@ def find_file(loaded: LoadedSpec, registry: Registry, written: str) -> Optional[
     """A path written in a spec: absolute, or relative to the spec's folder, else to the project root."""
     candidate = Path(written)
     if candidate.is_absolute():
-        return candidate if candidate.exists() else None
+        return candidate if exists(candidate) else None
     for base in (loaded.path.resolve().parent, registry.project_root):
-        if (base / candidate).exists():
+        if exists(base / candidate):
             return (base / candidate).resolve()
     return None
 
@@ -226,7 +227,7 @@ def _dataset(loaded: LoadedSpec, registry: Registry, name: str, ds: DatasetSpec,
 
 def _idlist(loaded: LoadedSpec, registry: Registry, name: str, written: str, res: Resolution) -> None:
     path = find_file(loaded, registry, written)
-    if path is None or not path.is_file():
+    if path is None or not exists(path, kind="file"):
         res.diagnostics.append(loaded.diagnostic(
             ("datasets", name, "ids"), f"id list {written!r} not found",
             "give a path relative to the spec's folder or the project root, e.g. registry/idlists/<name>.txt "

@@ -75,3 +75,17 @@ def test_a_wrong_key_brought_in_by_a_merge_is_shown_where_it_is_written(tmp_path
     parsed = parse_spec(spec)
     bogus = next(d for d in parsed.diagnostics if d.path == "datasets.t.bogus")
     assert (bogus.line, bogus.col) == (2, 50) and "bogus: 1" in bogus.snippet, bogus.render()
+
+
+@pytest.mark.parametrize("where", ["base_model: {path: NAME}", "datasets:\n  d: {source: toy, split: train, role: train, ids: NAME}",
+                                   "datasets:\n  d: {source: local_jsonl, path: NAME, role: test, test_only: true}"])
+def test_a_path_past_the_systems_name_limit_is_not_found_not_a_traceback(tmp_path: Path, capsys, where: str):
+    from engine.cli import main
+
+    spec = tmp_path / "spec.yaml"
+    base = {"base_model": "base_model: tiny-coder", "datasets": "datasets: {}"}
+    base[where.split(":")[0]] = where.replace("NAME", "x" * 300)  # one component past NAME_MAX (255)
+    spec.write_text(f"name: x\n{base['base_model']}\n{base['datasets']}\nphases: {{base: {{kind: eval}}}}\nseeds: [1]\n")
+    code = main(["validate", "--no-content", str(spec)])
+    out = capsys.readouterr()
+    assert code == 1 and "Traceback" not in out.out + out.err and "not" in out.out + out.err, out
