@@ -44,6 +44,7 @@ class Sums:
         return self.steps * t_w + self.seq_steps * t_seq + self.context_steps * t_kv
 
 
+@lru_cache(maxsize=4096)  # the same shapes recur in every draw of a forecast: built once
 def lengths_of(median: float, sigma: float, cap: float, count: int, longest: float) -> tuple[float, ...]:
     """`count` response lengths standing for one engine's share: the lognormal's quantiles clipped at
     `cap`, the largest replaced by `longest` (the whole batch's expected longest sample, which some
@@ -68,8 +69,9 @@ def schedule(lengths: tuple[float, ...], prompt: float, max_seqs: int, room: flo
     steps = seq_steps = context_steps = prefill = 0.0
     peak = 0
     room = max(room, prompt + 1.0)
+    # Lengths and prompts are whole tokens, so every sum below is exact in any order (numpy's too).
     while queue or active:
-        used = sum(prompt + done[i] for i in active)
+        used = len(active) * prompt + float(done[active].sum())
         while queue and len(active) < max_seqs:
             need = prompt + done[queue[0]] + 1
             if active and used + need > room:
@@ -88,8 +90,8 @@ def schedule(lengths: tuple[float, ...], prompt: float, max_seqs: int, room: flo
         seq_steps += b * delta
         context_steps += delta * context + b * delta * (delta - 1) / 2  # each context grows a token a step
         done[idx] += delta
-        active = [i for i in active if done[i] < total[i]]
-        used = sum(prompt + done[i] for i in active)
+        active = idx[done[idx] < total[idx]].tolist()
+        used = len(active) * prompt + float(done[active].sum())
         while len(active) > 1 and used > room:  # the newest is preempted, to be recomputed later
             j = active.pop()
             queue.appendleft(j)

@@ -23,7 +23,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from engine.errors import Diagnostic, SpecError
 from engine.spec.model import Spec
 from engine.spec.schema_errors import describe_pydantic_errors
-from engine.spec.yaml_bounds import MAX_BYTES, shape_problems, tagged_value
+from engine.spec.yaml_bounds import MAX_BYTES, shape_problems, tagged_value, too_deep_prefix
 
 Key = str | int
 M = TypeVar("M", bound=BaseModel)
@@ -212,6 +212,19 @@ def plain(data: Any) -> Any:
     return data
 
 
+def _too_deep(text: str) -> list[Any]:
+    """The shape problems of the text through its first over-deep run of flow openers: the same
+    events as the whole text up to there, found in linear time (see `too_deep_prefix`). Empty
+    when there is no such run or it is not structure (the prefix then fails to parse)."""
+    prefix = too_deep_prefix(text)
+    if prefix is None:
+        return []
+    try:
+        return shape_problems(_yaml().parse(prefix))
+    except YAMLError:
+        return []
+
+
 def parse_yaml(path: Path, text: str) -> tuple[Any, Positions, list[Diagnostic]]:
     """The raw tree and positions, plus YAML-level problems (syntax, duplicates, not a mapping)."""
     if len(text) > MAX_BYTES:
@@ -219,7 +232,7 @@ def parse_yaml(path: Path, text: str) -> tuple[Any, Positions, list[Diagnostic]]
                                                    "a spec is a few KB: keep data in dataset files").diagnostics[0]]
     yaml = _yaml()
     try:
-        shape = shape_problems(yaml.parse(text))
+        shape = _too_deep(text) or shape_problems(yaml.parse(text))
         if shape:  # building these would raise or hang: nothing more can be read
             return None, Positions(None), [
                 Diagnostic(file=str(path), line=p.line, col=p.col, path="(yaml)", message=p.message, fix=p.fix,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Optional
 
 from ruamel.yaml.events import (
     AliasEvent,
@@ -68,6 +68,20 @@ def tagged_value(tag: str, value: str) -> object:
         return YAML(typ="safe", pure=True).load(f"!<{tag}> {json.dumps(value)}")
     except (YAMLError, ValueError, TypeError) as exc:
         raise ValueError(str(exc)) from None
+
+
+# A run of flow openers past MAX_DEPTH: ruamel's scanner keeps every unclosed opener as a
+# possible key and re-checks them all for each token it reads ahead, so the full text costs
+# quadratic time before the first event past the bound arrives; its prefix through the run
+# yields the same events up to there, at once.
+_DEEP_RUN = re.compile(r"(?:[\[{]\s*){%d}" % (MAX_DEPTH + 1))
+
+
+def too_deep_prefix(text: str) -> Optional[str]:
+    """The text through its first run of more than MAX_DEPTH flow openers, or None. Parsing it
+    proves the nesting when the run is real YAML structure (not inside a quoted or block scalar)."""
+    run = _DEEP_RUN.search(text)
+    return text[:run.end()] if run else None
 
 
 def _at(event: Event, message: str, fix: str) -> Problem:

@@ -36,7 +36,9 @@ def test_a_real_failure_decides_the_sample_whatever_faults_came_first(judge, sto
 
 
 @pytest.mark.parametrize("program", [
-    "def f(x):\n    return 10 ** 3_000_000\n",  # refused where it is encoded, in the program's process
+    # refused where it is encoded, in the program's process (a shift: 3 000 000 digits at no CPU cost,
+    # so a loaded machine cannot turn the answer into the program's TIMEOUT)
+    "def f(x):\n    return 1 << 10_000_000\n",
     # past the program's own encoder: what its process sends is decoded under the bound in the runner
     "import engine.judge.plain as p\np.encode = lambda v, other=None: ['i', '7' * 3_000_000]\n"
     "def f(x):\n    return 1\n",
