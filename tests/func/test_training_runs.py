@@ -22,7 +22,9 @@ from engine.runs.pipeline import run_spec
 from engine.runs.preflight import preflight
 from engine.train.outcome import logged_steps, read_outcome
 
-pytestmark = pytest.mark.slow  # trains every trl phase on a CPU: minutes; `make test-all` and CI run it
+# trains every trl phase on a CPU: minutes (`make test-all` and CI run it); the module's study is
+# built in the first test's setup, over 300 s beside CI's other heavy tests
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 TRAIN = "toy/plus_k_12\ntoy/times_k_10\ntoy/mod_k_10\ntoy/sum_plus_k_10\n"
 VALID = "toy/plus_k_10\ntoy/times_k_5\ntoy/mod_k_4\ntoy/sum_plus_k_2\n"

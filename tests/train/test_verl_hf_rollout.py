@@ -1,5 +1,6 @@
 """The `rlvr_hf` rollout's server on the tiny model, without Ray: concurrent requests are answered
 by batched `generate` calls, sampling parameters are honoured (greedy when verl validates), a
+sample depends on its request, not on its batch, a
 weight sync replaces the weights the next answers use. Run in a subprocess: importing the plug-in
 applies it to the process that imports it."""
 
@@ -46,6 +47,21 @@ async def main():
     again = await asyncio.gather(*[server.generate(p, dict(greedy_params), f"s{i}") for i, p in enumerate(prompts)])
     logged = await asyncio.gather(*[server.generate(p, {"temperature": 1.0, "logprobs": True}, f"t{i}")
                                     for i, p in enumerate(prompts[:4])])
+    # A sample is its request's: the same id in the same step draws the same alone or in any batch
+    # (a rerun of the step: the step's count of each id starts again), ...
+    seeded = {"temperature": 1.0, "logprobs": True}
+    await server.set_global_steps(7)
+    crowd = await asyncio.gather(*[server.generate(p, dict(seeded), f"det-{i}") for i, p in enumerate(prompts)])
+    await server.set_global_steps(8)
+    await server.set_global_steps(7)
+    alone = await server.generate(prompts[3], dict(seeded), "det-3")
+    facts["seeded_alone_as_in_a_batch"] = (alone.token_ids == crowd[3].token_ids and all(
+        abs(a - b) < 1e-4 for a, b in zip(alone.log_probs, crowd[3].log_probs)))
+    facts["seeded_ids_differ"] = len({tuple(crowd[i].token_ids) for i in (3, 7, 11)}) > 1
+    # ... and the n samples of a prompt, which verl sends under one id, are n draws, not one.
+    await server.set_global_steps(9)
+    group = await asyncio.gather(*[server.generate(prompts[3], dict(seeded), "det-0") for _ in range(4)])
+    facts["one_id_n_draws"] = len({tuple(o.token_ids) for o in group}) > 1
     facts["lengths_ok"] = all(1 <= len(o.token_ids) <= 8 for o in first)
     facts["same_prompt_same_greedy_answer"] = all(first[i].token_ids == first[i + 4].token_ids for i in range(8))
     facts["greedy_repeats"] = [o.token_ids for o in first] == [o.token_ids for o in again]
@@ -75,7 +91,8 @@ def test_concurrent_requests_are_batched_and_sampling_and_syncs_are_honoured(tmp
     assert "best_of" in facts.pop("unknown_param")
     assert facts == {"greedy": [False, None, 1.0], "sampled": [True, 0.7, 0.9, None, True], "lengths_ok": True,
                      "same_prompt_same_greedy_answer": True, "greedy_repeats": True, "logprobs": True,
-                     "no_logprobs_unasked": True, "version_after_sync": 1, "synced_weights_used": True}
+                     "no_logprobs_unasked": True, "version_after_sync": 1, "synced_weights_used": True,
+                     "seeded_alone_as_in_a_batch": True, "seeded_ids_differ": True, "one_id_n_draws": True}
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     batches = [r for r in rows if r["event"] == "batch"]
     # 12 + 12 + 4 requests sent at once: three generate calls, not 28.

@@ -16,6 +16,14 @@ are dropped, and log-probs follow `rollout.logprobs_mode` as vLLM's do: `process
 (verl's default) are the log-probs of the chosen token under the distribution it was sampled
 from (after repetition penalty, temperature, top-k and top-p); `raw_logprobs` those of the
 model's logits. verl's rollout correction (TIS) compares them with the actor's.
+
+A sampled answer depends on its request alone, never on which requests shared its batch (which
+is down to arrival timing): each row draws from its own generator, seeded by the rollout's seed
+(a request's own `seed` first, as vLLM's), the weights' step, the request id and how many
+requests of that id the step has seen before it. Under verl's `rollout.full_determinism` the
+request ids are the prompts' indices (`det-<i>`, shared by the n samples of a prompt: the count
+tells them apart), so two runs of a study sample the same groups; otherwise the ids are random and
+so are the samples.
 """
 
 from __future__ import annotations
@@ -98,7 +106,47 @@ class _Sampling:
 class _Request:
     prompt_ids: list[int]
     sampling: _Sampling
+    seed: int = 0  # of this request's generator (`row_seed`)
     done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def row_seed(seed: int, global_steps: Optional[int], request_id: str, occurrence: int) -> int:
+    """The seed of one request's generator: the `occurrence`-th request of an id in a step draws
+    the same in every run."""
+    text = f"{seed}|{global_steps}|{request_id}|{occurrence}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
+
+
+class _RowSampler:
+    """The sampling of a batch as one logits processor under greedy decoding: the warpers of a
+    sampled `generate` (temperature, top-k, top-p, in transformers' order), then Gumbel noise from
+    each row's own generator; the argmax of log p + Gumbel is a draw from p (the Gumbel-max trick),
+    so a row's tokens depend on its seed and its own logits alone. It keeps each step's warped
+    log-probs: the processed log-probs vLLM returns."""
+
+    def __init__(self, sampling: _Sampling, seeds: list[int], device: str, keep: bool) -> None:
+        from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        self.warpers: list[Any] = []
+        if sampling.temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(sampling.temperature))
+        if sampling.top_k:
+            self.warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
+        if sampling.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+        self.device, self.keep = device, keep
+        self.log_probs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        for warper in self.warpers:
+            scores = warper(input_ids, scores)
+        log_p = torch.log_softmax(scores.float(), -1)
+        if self.keep:
+            self.log_probs.append(log_p)
+        tiny = torch.finfo(torch.float32).tiny
+        uniform = torch.stack([torch.rand(scores.shape[-1], generator=g, device=self.device) for g in self.generators])
+        return log_p - torch.log(-torch.log(uniform.clamp_min(tiny)))
 
 
 class HFServer:
@@ -122,6 +170,7 @@ class HFServer:
         self.wakeup: Optional[asyncio.Event] = None
         self.weights: Optional[asyncio.Lock] = None  # a sync never lands in the middle of a batch
         self.log_path = os.environ.get(LOG_ENV)
+        self.seen: dict[str, int] = {}  # requests of each id since the step was set (`row_seed`)
 
     async def launch_server(self) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -165,7 +214,12 @@ class HFServer:
             raise RuntimeError("the rlvr_hf rollout's batcher failed") from self.failure
         budget = self.config.prompt_length + self.config.response_length - len(prompt_ids)
         max_new = max(1, min(self.config.response_length, budget))
-        request = _Request(list(prompt_ids), _Sampling.of(sampling_params, self.config, max_new, len(prompt_ids)))
+        sampling = _Sampling.of(sampling_params, self.config, max_new, len(prompt_ids))
+        occurrence = self.seen.get(str(request_id), 0)
+        self.seen[str(request_id)] = occurrence + 1
+        base = sampling_params.get("seed")
+        seed = row_seed(self.config.seed if base is None else int(base), self.global_steps, str(request_id), occurrence)
+        request = _Request(list(prompt_ids), sampling, seed=seed)
         self.queue.append(request)
         self.wakeup.set()
         token_ids, log_probs, global_steps = await request.done
@@ -197,7 +251,8 @@ class HFServer:
         try:
             async with self.weights:
                 steps = self.global_steps
-                results: list[Any] = await asyncio.to_thread(self._generate, sampling, [r.prompt_ids for r in requests])
+                results: list[Any] = await asyncio.to_thread(self._generate, sampling, [r.prompt_ids for r in requests],
+                                                             [r.seed for r in requests])
         except Exception as exc:  # every waiting request learns why
             results = [exc] * len(requests)
         for request, result in zip(requests, results):
@@ -209,20 +264,28 @@ class HFServer:
                 request.done.set_result((*result, steps))
 
     @torch.no_grad()
-    def _generate(self, sampling: _Sampling, prompts: list[list[int]]) -> list[tuple[list[int], Optional[list[float]]]]:
+    def _generate(self, sampling: _Sampling, prompts: list[list[int]],
+                  seeds: list[int]) -> list[tuple[list[int], Optional[list[float]]]]:
+        from transformers import LogitsProcessorList
+
         started = time.perf_counter()
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         processed = (self.config.logprobs_mode or LOGPROBS_MODES[0]) == "processed_logprobs"
+        sampler = (_RowSampler(sampling, seeds, self.device, keep=sampling.logprobs and processed)
+                   if sampling.do_sample else None)
+        # Sampling is the sampler's (after the repetition penalty, which transformers applies
+        # to greedy decoding too): `generate` itself only takes the argmax.
         out = self.model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=sampling.max_new_tokens, do_sample=sampling.do_sample,
-            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            input_ids=ids, attention_mask=mask, max_new_tokens=sampling.max_new_tokens, do_sample=False,
+            logits_processor=LogitsProcessorList([sampler] if sampler else []),
             repetition_penalty=sampling.repetition_penalty, eos_token_id=sorted(self.eos_ids),
             pad_token_id=self.pad_id, return_dict_in_generate=True,
-            output_scores=sampling.logprobs and processed, output_logits=sampling.logprobs and not processed)
+            output_scores=sampling.logprobs and processed and sampler is None,
+            output_logits=sampling.logprobs and not processed)
         new = out.sequences[:, width:].tolist()
-        steps = out.scores if processed else out.logits
+        steps = (sampler.log_probs if sampler else out.scores) if processed else out.logits
         results = []
         for row, tokens in enumerate(new):
             end = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens))
@@ -259,7 +322,7 @@ class HFServer:
             self.model.load_state_dict(state, strict=False)
             self.version += 1
             if global_steps is not None:
-                self.global_steps = global_steps
+                self.global_steps, self.seen = global_steps, {}
         if self.log_path:
             # The copies transformers ties and leaves out of a saved checkpoint, when tied here.
             declared = getattr(self.model, "_tied_weights_keys", None) or ()
@@ -273,7 +336,7 @@ class HFServer:
                 handle.write(json.dumps(row) + "\n")
 
     async def set_global_steps(self, global_steps: int) -> None:
-        self.global_steps = global_steps
+        self.global_steps, self.seen = global_steps, {}
 
     # verl's control calls: the copy stays in memory and requests are never aborted.
     async def wake_up(self, tags: Optional[list[str]] = None) -> None:
