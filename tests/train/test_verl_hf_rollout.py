@@ -47,18 +47,19 @@ async def main():
     again = await asyncio.gather(*[server.generate(p, dict(greedy_params), f"s{i}") for i, p in enumerate(prompts)])
     logged = await asyncio.gather(*[server.generate(p, {"temperature": 1.0, "logprobs": True}, f"t{i}")
                                     for i, p in enumerate(prompts[:4])])
-    # A sample is its request's: the same id in the same step draws the same alone or in any batch
-    # (a rerun of the step: the step's count of each id starts again), ...
+    # A sample is its request's: the same prompt in the same step draws the same alone or in any
+    # batch, whatever its request id (a rerun of the step: the step's count of each prompt starts
+    # again), ...
     seeded = {"temperature": 1.0, "logprobs": True}
     await server.set_global_steps(7)
     crowd = await asyncio.gather(*[server.generate(p, dict(seeded), f"det-{i}") for i, p in enumerate(prompts)])
     await server.set_global_steps(8)
     await server.set_global_steps(7)
-    alone = await server.generate(prompts[3], dict(seeded), "det-3")
+    alone = await server.generate(prompts[3], dict(seeded), "det-99")
     facts["seeded_alone_as_in_a_batch"] = (alone.token_ids == crowd[3].token_ids and all(
         abs(a - b) < 1e-4 for a, b in zip(alone.log_probs, crowd[3].log_probs)))
     facts["seeded_ids_differ"] = len({tuple(crowd[i].token_ids) for i in (3, 7, 11)}) > 1
-    # ... and the n samples of a prompt, which verl sends under one id, are n draws, not one.
+    # ... and the n samples of a prompt (verl sends them under one id) are n draws, not one.
     await server.set_global_steps(9)
     group = await asyncio.gather(*[server.generate(prompts[3], dict(seeded), "det-0") for _ in range(4)])
     facts["one_id_n_draws"] = len({tuple(o.token_ids) for o in group}) > 1

@@ -19,11 +19,11 @@ model's logits. verl's rollout correction (TIS) compares them with the actor's.
 
 A sampled answer depends on its request alone, never on which requests shared its batch (which
 is down to arrival timing): each row draws from its own generator, seeded by the rollout's seed
-(a request's own `seed` first, as vLLM's), the weights' step, the request id and how many
-requests of that id the step has seen before it. Under verl's `rollout.full_determinism` the
-request ids are the prompts' indices (`det-<i>`, shared by the n samples of a prompt: the count
-tells them apart), so two runs of a study sample the same groups; otherwise the ids are random and
-so are the samples.
+(a request's own `seed` first, as vLLM's), the weights' step, the prompt's tokens and how many
+requests of that prompt the step has seen before it (the n samples of a prompt are n draws). Not
+the request id: verl's v1 trainer hands a step's prompts to the agent loop in an order that
+varies between runs, and under `rollout.full_determinism` the ids are positions (`det-<i>`), so
+keyed by id the same prompt would draw other tokens in another run.
 """
 
 from __future__ import annotations
@@ -110,10 +110,14 @@ class _Request:
     done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-def row_seed(seed: int, global_steps: Optional[int], request_id: str, occurrence: int) -> int:
-    """The seed of one request's generator: the `occurrence`-th request of an id in a step draws
-    the same in every run."""
-    text = f"{seed}|{global_steps}|{request_id}|{occurrence}".encode()
+def prompt_key(prompt_ids: list[int]) -> str:
+    return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()
+
+
+def row_seed(seed: int, global_steps: Optional[int], prompt: str, occurrence: int) -> int:
+    """The seed of one request's generator: the `occurrence`-th request of a prompt (`prompt_key`)
+    in a step draws the same in every run."""
+    text = f"{seed}|{global_steps}|{prompt}|{occurrence}".encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
 
 
@@ -170,7 +174,7 @@ class HFServer:
         self.wakeup: Optional[asyncio.Event] = None
         self.weights: Optional[asyncio.Lock] = None  # a sync never lands in the middle of a batch
         self.log_path = os.environ.get(LOG_ENV)
-        self.seen: dict[str, int] = {}  # requests of each id since the step was set (`row_seed`)
+        self.seen: dict[str, int] = {}  # requests of each prompt since the step was set (`row_seed`)
 
     async def launch_server(self) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -215,10 +219,11 @@ class HFServer:
         budget = self.config.prompt_length + self.config.response_length - len(prompt_ids)
         max_new = max(1, min(self.config.response_length, budget))
         sampling = _Sampling.of(sampling_params, self.config, max_new, len(prompt_ids))
-        occurrence = self.seen.get(str(request_id), 0)
-        self.seen[str(request_id)] = occurrence + 1
+        key = prompt_key(list(prompt_ids))
+        occurrence = self.seen.get(key, 0)
+        self.seen[key] = occurrence + 1
         base = sampling_params.get("seed")
-        seed = row_seed(self.config.seed if base is None else int(base), self.global_steps, str(request_id), occurrence)
+        seed = row_seed(self.config.seed if base is None else int(base), self.global_steps, key, occurrence)
         request = _Request(list(prompt_ids), sampling, seed=seed)
         self.queue.append(request)
         self.wakeup.set()
