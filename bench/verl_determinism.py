@@ -23,13 +23,16 @@ from engine.runs.pipeline import run_spec
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "verl-cpu.yaml"
 # Wall-clock figures differ between any two runs and say nothing about the numbers; so does the
-# judge cache's hit rate (`cached`), which depends on which run judged a program first.
-TIMING = ("timing_s/", "timing_per_token_ms/", "perf/", "time/", "throughput", "_s", "seconds", "wall", "cached",
-          "cache_hit")
+# judge cache's hit rate, which depends on which run judged a program first. Matched by prefix
+# or suffix: `reward_std` or `exec_success` are numbers.
+TIMING_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/", "time/")
+TIMING_SUFFIXES = ("_s", "_seconds", "throughput", "wall", "cached/mean@1", "cache_hit_rate")
 
 
 def _timing(name: str) -> bool:
-    return any(part in name for part in TIMING)
+    last = name.rsplit("/", 1)[-1]
+    return (name.startswith(TIMING_PREFIXES) or any(f"/{p}" in name for p in TIMING_PREFIXES)
+            or name.endswith(TIMING_SUFFIXES) or last.startswith("judge_s") or "/cached/" in name)
 
 
 def figures(runs_dir: Path) -> dict[str, float]:

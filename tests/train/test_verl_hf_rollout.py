@@ -55,10 +55,14 @@ async def main():
     crowd = await asyncio.gather(*[server.generate(p, dict(seeded), f"det-{i}") for i, p in enumerate(prompts)])
     await server.set_global_steps(8)
     await server.set_global_steps(7)
-    alone = await server.generate(prompts[3], dict(seeded), "det-99")
-    facts["seeded_alone_as_in_a_batch"] = (alone.token_ids == crowd[3].token_ids and all(
-        abs(a - b) < 1e-4 for a, b in zip(alone.log_probs, crowd[3].log_probs)))
-    facts["seeded_ids_differ"] = len({tuple(crowd[i].token_ids) for i in (3, 7, 11)}) > 1
+    # prompts[0] is the shortest: left-padded in the crowd, alone not
+    alone = await server.generate(prompts[0], dict(seeded), "det-99")
+    facts["seeded_alone_as_in_a_batch"] = (alone.token_ids == crowd[0].token_ids and all(
+        abs(a - b) < 1e-4 for a, b in zip(alone.log_probs, crowd[0].log_probs)))
+    facts["same_prompt_draws_differ"] = len({tuple(crowd[i].token_ids) for i in (3, 7, 11)}) > 1
+    # top_k 1 leaves one token to draw: the greedy answer
+    top1 = await server.generate(prompts[2], {"temperature": 1.0, "top_k": 1}, "k1")
+    facts["top_k_1_is_greedy"] = top1.token_ids == first[2].token_ids
     # ... and the n samples of a prompt (verl sends them under one id) are n draws, not one.
     await server.set_global_steps(9)
     group = await asyncio.gather(*[server.generate(prompts[3], dict(seeded), "det-0") for _ in range(4)])
@@ -93,7 +97,8 @@ def test_concurrent_requests_are_batched_and_sampling_and_syncs_are_honoured(tmp
     assert facts == {"greedy": [False, None, 1.0], "sampled": [True, 0.7, 0.9, None, True], "lengths_ok": True,
                      "same_prompt_same_greedy_answer": True, "greedy_repeats": True, "logprobs": True,
                      "no_logprobs_unasked": True, "version_after_sync": 1, "synced_weights_used": True,
-                     "seeded_alone_as_in_a_batch": True, "seeded_ids_differ": True, "one_id_n_draws": True}
+                     "seeded_alone_as_in_a_batch": True, "same_prompt_draws_differ": True, "one_id_n_draws": True,
+                     "top_k_1_is_greedy": True}
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     batches = [r for r in rows if r["event"] == "batch"]
     # 12 + 12 + 4 requests sent at once: three generate calls, not 28.

@@ -23,7 +23,11 @@ is down to arrival timing): each row draws from its own generator, seeded by the
 requests of that prompt the step has seen before it (the n samples of a prompt are n draws). Not
 the request id: verl's v1 trainer hands a step's prompts to the agent loop in an order that
 varies between runs, and under `rollout.full_determinism` the ids are positions (`det-<i>`), so
-keyed by id the same prompt would draw other tokens in another run.
+keyed by id the same prompt would draw other tokens in another run. The replica's rank is in the
+seed too: verl's load balancer spreads a prompt's n requests over the replicas, each counting on
+its own, and without it their first draws would be one draw (a group of copies has no advantage).
+So a rerun draws the same with one replica (the CPU default); with several, which replica gets
+which request is verl's random choice.
 """
 
 from __future__ import annotations
@@ -114,10 +118,10 @@ def prompt_key(prompt_ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(prompt_ids).encode()).hexdigest()
 
 
-def row_seed(seed: int, global_steps: Optional[int], prompt: str, occurrence: int) -> int:
+def row_seed(seed: int, replica: int, global_steps: Optional[int], prompt: str, occurrence: int) -> int:
     """The seed of one request's generator: the `occurrence`-th request of a prompt (`prompt_key`)
-    in a step draws the same in every run."""
-    text = f"{seed}|{global_steps}|{prompt}|{occurrence}".encode()
+    in a step on a replica draws the same in every run."""
+    text = f"{seed}|{replica}|{global_steps}|{prompt}|{occurrence}".encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
 
 
@@ -223,7 +227,8 @@ class HFServer:
         occurrence = self.seen.get(key, 0)
         self.seen[key] = occurrence + 1
         base = sampling_params.get("seed")
-        seed = row_seed(self.config.seed if base is None else int(base), self.global_steps, key, occurrence)
+        seed = row_seed(self.config.seed if base is None else int(base), self.replica_rank, self.global_steps, key,
+                        occurrence)
         request = _Request(list(prompt_ids), sampling, seed=seed)
         self.queue.append(request)
         self.wakeup.set()
@@ -327,7 +332,7 @@ class HFServer:
             self.model.load_state_dict(state, strict=False)
             self.version += 1
             if global_steps is not None:
-                self.global_steps, self.seen = global_steps, {}
+                self._set_step(global_steps)
         if self.log_path:
             # The copies transformers ties and leaves out of a saved checkpoint, when tied here.
             declared = getattr(self.model, "_tied_weights_keys", None) or ()
@@ -341,7 +346,14 @@ class HFServer:
                 handle.write(json.dumps(row) + "\n")
 
     async def set_global_steps(self, global_steps: int) -> None:
-        self.global_steps, self.seen = global_steps, {}
+        self._set_step(global_steps)
+
+    def _set_step(self, global_steps: int) -> None:
+        # The count starts again with a new step only: verl re-syncs the same step's weights after
+        # a validation batch in some set-ups, and a restarted count would redraw its samples.
+        if global_steps != self.global_steps:
+            self.seen = {}
+        self.global_steps = global_steps
 
     # verl's control calls: the copy stays in memory and requests are never aborted.
     async def wake_up(self, tags: Optional[list[str]] = None) -> None:
