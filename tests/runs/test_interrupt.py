@@ -50,6 +50,15 @@ def _wait(predicate, what: str, timeout_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def _pid(runs: Path, run_id: str):
+    """The pid its launch script wrote first thing, or None before it has (a loaded machine can
+    be slower to start the script than the runner is to record the run as running)."""
+    try:
+        return int((runs / "t" / run_id / "pid").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def _start(tmp_path: Path):
     runs = tmp_path / "runs"
     jobs = _jobs(runs)
@@ -59,7 +68,8 @@ def _start(tmp_path: Path):
     reader = subprocess.Popen(["head", "-n", "100"], stdin=runner.stdout, stdout=subprocess.DEVNULL)
     runner.stdout.close()  # the reader's alone: when it goes, the runner's writes fail
     _wait(lambda: list(_states(runs).values()).count(S.running) == 3, "three runs running")
-    pids = [int((runs / "t" / r / "pid").read_text()) for r in ("long1", "long2")]
+    _wait(lambda: all(_pid(runs, r) for r in ("long1", "long2", "short")), "three launch scripts started")
+    pids = [_pid(runs, r) for r in ("long1", "long2")]
     return runs, runner, reader, pids
 
 
@@ -99,7 +109,7 @@ def test_a_runner_killed_outright_shows_as_gone_in_status_at_once(tmp_path):
         assert all(why and why.startswith("runner gone (last heartbeat") for why in gone.values()), gone
     finally:
         reader.kill()
-        for pid in pids + [int((runs / "t" / "short" / "pid").read_text())]:
+        for pid in pids + [_pid(runs, "short")]:
             try:
                 os.killpg(pid, signal.SIGKILL)  # the dead runner's children: each its own session
             except ProcessLookupError:
