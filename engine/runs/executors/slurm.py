@@ -44,6 +44,7 @@ from engine.errors import UserError
 from engine.runs.executors import slurm_commands as slurm
 from engine.runs.executors.base import LOG_DIR, Job, Started, run_environment
 from engine.runs.executors.slurm_commands import JobState, SlurmUnreachable
+from engine.runs.executors.slurm_jobs import cancel_confirmed, job_name_of, live_jobs_of, named_job
 from engine.runs.executors.slurm_script import GROUPED, batch_script, exit_file_name
 from engine.runs.lineage import RunRecord, now_iso, parse_iso
 
@@ -159,7 +160,7 @@ class SlurmExecutor:
         for wait in (0.0, 1.0, 2.0):  # the controller may list a job it just took a moment later
             time.sleep(wait)
             try:
-                found = self._named(job, attempt)
+                found = named_job(job, attempt)
             except SlurmUnreachable as exc:
                 raise SlurmUnreachable(f"{answer.failure()}; looking for the job by name failed too ({exc}): "
                                        f"if Slurm queued it all the same, `squeue -n {name}` shows it: scancel it "
@@ -237,41 +238,12 @@ class SlurmExecutor:
     def stop(self, running: list[Started], *, grace_s: float) -> None:
         """scancel the jobs, checked: a job still alive after it (or whose fate the controller would
         not tell) is said in its attempt's `detail`, so its run's reason does not claim it ended."""
-        survivors = self._cancel_confirmed(sorted({s.handle.job_id for s in running}), grace_s)
+        survivors = cancel_confirmed(sorted({s.handle.job_id for s in running}), grace_s)
         for started in running:
             job_id = started.handle.job_id
             if job_id in survivors:
                 started.detail = f"Slurm job {job_id} {survivors[job_id]}: `scancel {job_id}` it"
             self._tracked.pop(job_id, None)
-
-    def _cancel_confirmed(self, ids: list[str], grace_s: float) -> dict[str, str]:
-        """scancel `ids` (tried again while it fails), then watch them end for up to `grace_s`,
-        asking again halfway; what is left, by id, in words ("still RUNNING after scancel")."""
-        if not ids:
-            return {}
-        try:
-            slurm.cancel(ids)
-        except SlurmUnreachable as exc:
-            return {i: f"may still run: {exc}" for i in ids}
-        deadline, asked_again = time.monotonic() + grace_s, False
-        while True:
-            try:
-                states = slurm.job_states(ids)
-            except SlurmUnreachable as exc:
-                return {i: f"may still run: after scancel, squeue failed ({exc})" for i in ids}
-            # COMPLETING: Slurm is ending it (its processes get SIGKILL after KillWait)
-            ids = [i for i in ids if i in states and not states[i].ended and states[i].state != "COMPLETING"]
-            if not ids:
-                return {}
-            if time.monotonic() >= deadline:
-                return {i: f"still {states[i].describe()} after scancel" for i in ids}
-            if not asked_again and time.monotonic() >= deadline - grace_s / 2:
-                asked_again = True
-                try:
-                    slurm.cancel(ids)
-                except SlurmUnreachable:
-                    pass
-            time.sleep(0.2)
 
     def reattach(self, record: RunRecord, job: Job, *, log_path: Path) -> Optional[Started]:
         try:
@@ -279,7 +251,7 @@ class SlurmExecutor:
                 state = slurm.job_states([record.job_id]).get(record.job_id)
                 job_id = record.job_id
             else:  # died between sbatch and lineage: the name was fixed before submission
-                state = self._named(job, record.attempt)
+                state = named_job(job, record.attempt)
                 job_id = state.job_id if state else None
         except SlurmUnreachable as exc:
             raise UserError(f"run {record.id} was left running on Slurm, whose controller does not answer "
@@ -297,11 +269,11 @@ class SlurmExecutor:
         attempts in its run directory), and see them end: nothing else may write there meanwhile.
         How many were cancelled; a job that survives is a UserError (nothing is submitted)."""
         try:
-            live = self._live_jobs_of(record)
+            live = live_jobs_of(record)
         except SlurmUnreachable as exc:
             raise UserError(f"run {record.id} may still have a Slurm job, and the controller does not answer "
                             f"({exc}); start the runner again once it does") from exc
-        survivors = self._cancel_confirmed(sorted(live), max(grace_s, 30.0))
+        survivors = cancel_confirmed(sorted(live), max(grace_s, 30.0))
         if survivors:
             said = "; ".join(f"job {i} {why}" for i, why in survivors.items())
             raise UserError(f"run {record.id}'s earlier Slurm job would write its run directory beside a new one: "
@@ -309,30 +281,7 @@ class SlurmExecutor:
                             f"{','.join(survivors)}` shows it ended, and run again")
         return len(live)
 
-    def _live_jobs_of(self, record: RunRecord) -> list[str]:
-        """The run's jobs Slurm still runs or queues: the one lineage recorded, and those named after
-        any of its attempts whose directory is the run's (a job whose id never reached lineage)."""
-        live = []
-        if record.job_id and record.job_id.isdigit():
-            live += [i for i, st in slurm.job_states([record.job_id]).items() if not st.ended]
-        if record.run_dir and record.attempt:
-            here = Path(record.run_dir).resolve()
-            names = ",".join(job_name_of(record.id, n) for n in range(1, record.attempt + 1))
-            live += [i for i, st in slurm.job_states(name=names).items()
-                     if not st.ended and st.work_dir and Path(st.work_dir).resolve() == here and i not in live]
-        return live
-
     # ------------------------------------------------------------ helpers
-    def _named(self, job: Job, attempt: int) -> Optional[JobState]:
-        """This run directory's job of that attempt, found by its name. The name alone is not
-        enough: the same study in another runs directory (a colleague's, a second copy) has jobs
-        of the same run ids and attempts, and squeue lists every user's."""
-        found = slurm.job_states(name=job_name_of(job.id, attempt))
-        here = job.run_dir.resolve()
-        mine = sorted((s for s in found.values() if s.work_dir and Path(s.work_dir).resolve() == here),
-                      key=lambda s: int(s.job_id) if s.job_id.isdigit() else 0)
-        return mine[-1] if mine else None
-
     def _options(self, job: Job, name: str, log_path: Path) -> list[str]:
         options = [f"--job-name={name}", f"--output={log_path}", "--open-mode=append", f"--chdir={job.run_dir}",
                    "--nodes=1", "--ntasks=1", f"--cpus-per-task={max(job.cpus, 1)}", "--no-requeue"]
@@ -393,9 +342,6 @@ def submit_environment(environ: Mapping[str, str]) -> dict[str, str]:
     memory and task settings would otherwise leak into every job it submits."""
     return {k: v for k, v in run_environment(environ).items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
 
-
-def job_name_of(run_id: str, attempt: int) -> str:
-    return f"rlvr-{run_id}-a{attempt}"
 
 
 def _exit_code(tracked: _Tracked) -> tuple[Optional[int], bool, Optional[str]]:
