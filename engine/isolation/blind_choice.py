@@ -17,7 +17,8 @@ from engine.data.dataset import LoadedDataset
 from engine.errors import UserError
 from engine.isolation.public import public_view
 from engine.prompts.templates import PromptChoice
-from engine.spec.model import PhaseFields, PhaseKind
+from engine.spec.model import PhaseKind
+from engine.spec.phases import PhaseFields
 from engine.spec.refs import overlay
 from engine.spec.validated import RuleReport, ValidatedSpec
 

@@ -12,7 +12,8 @@ from typing import Iterable, Iterator, Optional
 
 from engine.errors import Diagnostic
 from engine.spec.flywheel import flywheel, harvested, overlay
-from engine.spec.model import PhaseFields, PhaseKind, Role, Waiver
+from engine.spec.model import PhaseKind, Role, Waiver
+from engine.spec.phases import PhaseFields
 from engine.spec.resolve import find_file
 from engine.spec.validated import AppliedWaiver, RuleReport, ValidatedSpec
 

@@ -53,12 +53,14 @@ from engine.plan.units import Unit, resolve_units, unit_flywheel, unit_order
 from engine.spec.flywheel import Flywheel, harvested
 from engine.spec.model import (
     EvalSchedule,
-    FailuresSpec,
-    PairsSpec,
     PhaseKind,
     ProtocolSpec,
-    Resources,
     Spec,
+)
+from engine.spec.phases import (
+    FailuresSpec,
+    PairsSpec,
+    Resources,
 )
 from engine.spec.registry import Registry
 from engine.spec.validated import ValidatedSpec, frozen_protocol

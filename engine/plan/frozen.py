@@ -23,11 +23,13 @@ from engine.files import atomic_write
 from engine.judge.config import JudgeConfig, protocol_tests
 from engine.spec.model import (
     DatasetSpec,
-    EarlyStopSpec,
     JudgeSpec,
     ModelRef,
-    PairsSpec,
     TrackingSpec,
+)
+from engine.spec.phases import (
+    EarlyStopSpec,
+    PairsSpec,
 )
 from engine.spec.registry import DatasetSource, PromptEntry, Registry, find_registry, load_registry
 from engine.verify.declared import apply_verified

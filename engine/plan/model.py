@@ -20,7 +20,8 @@ from typing import Any, Iterable, Optional
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from engine.plan.key import RunKey
-from engine.spec.model import TRAINED_KINDS, PhaseKind, ProtocolSpec, Resources
+from engine.spec.model import TRAINED_KINDS, PhaseKind, ProtocolSpec
+from engine.spec.phases import Resources
 from engine.spec.validated import PRICING_ONLY, AppliedWaiver
 
 ID_LEN = 12

@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from engine.errors import UserError
 from engine.plan.model import BASE
 from engine.spec.flywheel import Flywheel, flywheel
-from engine.spec.model import PhaseFields, PhaseKind, Spec
+from engine.spec.model import PhaseKind, Spec
+from engine.spec.phases import PhaseFields
 
 
 @dataclass(kw_only=True)

@@ -15,8 +15,8 @@ from pydantic import Field, model_validator
 
 from engine.errors import UserError
 from engine.resources import shipped
+from engine.spec.base import StrictModel
 from engine.spec.load import load_model_file
-from engine.spec.model import StrictModel
 
 HARDWARE_FILE = "hardware.yaml"
 Z90 = 1.2815515655446004  # the standard normal's 90th percentile

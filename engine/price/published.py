@@ -18,8 +18,8 @@ from engine.price.forecast import DRAWS, RNG_SEED, context
 from engine.price.kinds import run_cost
 from engine.price.profiles import NAMES, Profile
 from engine.price.shapes import RunShape, StudyShape
+from engine.spec.base import StrictModel
 from engine.spec.load import load_model_file
-from engine.spec.model import StrictModel
 
 PUBLISHED_FILE = "published.yaml"
 STEP_PARTS = ("generate", "prefill", "judge", "logprob", "update", "overhead")

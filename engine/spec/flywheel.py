@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from engine.spec.model import FailuresSpec, PhaseFields, PhaseKind, Spec
+from engine.spec.model import PhaseKind, Spec
+from engine.spec.phases import FailuresSpec, PhaseFields
 
 # Where a unit's runs leave judged samples of their own training problems, and from which field's
 # dataset: rollout traces (grpo, repair), the samples its pairs came from (dpo), raft's cycles.

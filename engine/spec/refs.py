@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from engine.errors import Diagnostic
 from engine.spec.flywheel import HARVESTABLE, flywheel, overlay, unit_fields
-from engine.spec.model import TRAINED_KINDS, ExecutorKind, FailuresSpec, PhaseFields, PhaseKind, Spec, Transfer
+from engine.spec.model import TRAINED_KINDS, ExecutorKind, PhaseKind, Spec, Transfer
+from engine.spec.phases import FailuresSpec, PhaseFields
 from engine.spec.schema_errors import did_you_mean
 
 Key = str | int

@@ -16,8 +16,9 @@ from pydantic import Field, model_validator
 
 from engine.errors import UserError
 from engine.resources import shipped
+from engine.spec.base import StrictModel
 from engine.spec.load import ParsedYaml, load_model_file
-from engine.spec.model import ProtocolSpec, ResponsePrior, Role, StrictModel
+from engine.spec.model import ProtocolSpec, ResponsePrior, Role
 
 LocalFormat = Literal["jsonl", "json", "parquet"]
 

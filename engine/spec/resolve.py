@@ -17,7 +17,8 @@ from typing import Optional
 from engine.errors import Diagnostic
 from engine.files import exists
 from engine.spec.load import LoadedSpec
-from engine.spec.model import DatasetSpec, ModelRef, PhaseKind, ProtocolSpec, Spec, VariantSpec
+from engine.spec.model import DatasetSpec, ModelRef, PhaseKind, ProtocolSpec, Spec
+from engine.spec.phases import VariantSpec
 from engine.spec.refs import PROTOCOL_USES
 from engine.spec.registry import DatasetSource, Registry
 from engine.spec.schema_errors import did_you_mean

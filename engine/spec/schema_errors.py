@@ -14,7 +14,8 @@ from typing import Annotated, Any, Iterable, Literal, Union, get_args, get_origi
 
 from pydantic import BaseModel, ValidationError
 
-from engine.spec.model import SPEC_ADVICE, Spec
+from engine.spec.base import SPEC_ADVICE
+from engine.spec.model import Spec
 
 Key = str | int
 # (key path, message, fix, whether to point at the value rather than the key)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from engine.spec.model import EarlyStopSpec
+from engine.spec.phases import EarlyStopSpec
 from engine.train.outcome import TrainingOutcome
 from engine.train.select_metric import metric_value
 

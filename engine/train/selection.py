@@ -28,7 +28,7 @@ from typing import Any, Optional
 from transformers import TrainerCallback
 
 from engine.evaluate.score import score_model
-from engine.spec.model import EarlyStopSpec
+from engine.spec.phases import EarlyStopSpec
 from engine.train.early_stop import early_stop_reason
 from engine.train.outcome import CheckpointScore, Chosen, TrainingOutcome, write_outcome
 from engine.train.select_metric import metric_name, metric_value

@@ -41,7 +41,7 @@ from typing import Any, Callable, Optional
 from engine.files import read_jsonl
 from engine.judge.reward import REWARD_RECORDS, rollout_key
 from engine.plan.frozen import FrozenRun, read_frozen_run
-from engine.spec.model import EarlyStopSpec
+from engine.spec.phases import EarlyStopSpec
 from engine.train.early_stop import judge_fault_reason, stalled, timeout_reason
 from engine.train.select_metric import MissingMetric
 from engine.train.verl_finish import STOP_FILE, headline, ranking, validated_checkpoints

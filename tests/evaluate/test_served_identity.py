@@ -110,7 +110,7 @@ def test_a_mismatch_says_drift_when_only_late_tokens_of_a_probe_moved():
 def test_a_spec_pins_a_fingerprint_a_revision_or_a_weights_hash_and_nothing_else():
     from pydantic import ValidationError
 
-    from engine.spec.model import EndpointSpec
+    from engine.spec.phases import EndpointSpec
 
     for pin in ("0123456789abcdef", "revision:policy-step-40", "sha256:" + "ab" * 32):
         assert EndpointSpec(base_url="http://h:8000/v1", model="policy", fingerprint=pin).fingerprint == pin

@@ -11,7 +11,7 @@ import pytest
 
 from engine.errors import SpecError
 from engine.runs.preflight import preflight
-from engine.spec.model import EarlyStopSpec
+from engine.spec.phases import EarlyStopSpec
 from engine.train.early_stop import early_stop_reason
 from engine.train.outcome import CheckpointScore, TrainingOutcome
 from engine.train.select_metric import MissingMetric, metric_value

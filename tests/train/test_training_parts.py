@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.spec.model import EarlyStopSpec
+from engine.spec.phases import EarlyStopSpec
 from engine.train.curves import curves
 from engine.train.outcome import (
     CheckpointScore,
