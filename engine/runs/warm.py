@@ -1,0 +1,334 @@
+"""A warm interpreter for local launch scripts: torch and transformers imported once, forked per command.
+
+Most of a small evaluation or trl run on a CPU is starting Python and importing torch,
+transformers and trl (seconds), not its work. The local executor starts one `WarmServer`
+per runner; its launch scripts' `"$RLVR_PYTHON" -m engine.<module> ...` then reach it
+through `engine.runs.warm_client`, and it forks a child that becomes that command: the
+client's stdin/stdout/stderr, argv, environment and working directory, its own session
+(process group), `runpy` of the module as `__main__`, and Python's own exit (non-daemon
+threads joined, atexit handlers run). The server reports each child's exit status (or the
+signal that killed it) to its client and kills what the child left in its group, as the
+executor does for a script's group.
+
+What keeps a fork the same command as a cold start:
+- the server preloads only imports; it runs no torch op (no OpenMP pool, no CUDA), and it
+  refuses to serve when an import left a Python thread running (a fork would copy a lock it
+  might hold). The native threads torch and pyarrow start at import (a signal thread,
+  jemalloc's background thread) are fork-safe by their own atfork handlers, as torch's
+  DataLoader relies on when it forks workers;
+- a request whose environment differs from the server's in anything but the per-run
+  variables (`_PER_RUN`) is refused, because libraries read theirs at import time; the
+  client then runs cold;
+- the child reseeds Python's and numpy's global generators from the OS (a fork would share
+  them) and takes its thread counts from its own OMP_NUM_THREADS / MKL_NUM_THREADS;
+- the client forwards SIGTERM/SIGINT/SIGHUP to the child's group, and a client that dies
+  (SIGKILL of the script's group) takes the child's group with it.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import gc
+import importlib
+import importlib.util
+import io
+import json
+import os
+import selectors
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from engine.runs.executors.base import run_environment
+
+# Imported once in the server: the heavy part of every eval and trl command's start.
+PRELOAD = ("torch", "transformers", "engine.cli", "engine.cli.evaluate", "engine.evaluate.backends.hf",
+           "engine.train.sft", "engine.train.grpo", "engine.train.dpo", "engine.train.raft", "engine.train.repair")
+# Set per run by the executor or the launch script; nothing imported reads them at import time.
+_PER_RUN = frozenset({"OMP_NUM_THREADS", "MKL_NUM_THREADS", "PWD", "OLDPWD", "SHLVL", "_"})
+OFF_ENV = "RLVR_WARM"  # "0": every command starts cold
+CLIENT = Path(__file__).with_name("warm_client.py")
+
+
+def _differs(env: dict[str, str], base: dict[str, str]) -> list[str]:
+    names = set(env) | set(base)
+    return sorted(n for n in names if env.get(n) != base.get(n) and n not in _PER_RUN and not n.startswith("RLVR_"))
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    fds = array.array("i")
+    data, ancdata, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(3 * fds.itemsize))
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if len(data) < 8:
+        raise ValueError("short request")
+    size = int.from_bytes(data[:8], "big")
+    body = bytearray(data[8:])
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise ValueError("request cut short")
+        body += chunk
+    return json.loads(body), list(fds)
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _exit_code(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _watch_client(conn: socket.socket) -> None:
+    """In the child: a forwarded signal goes to its whole group; the client's end closing
+    (its script's group was killed) kills the group."""
+    buf = b""
+    while True:
+        try:
+            chunk = conn.recv(64)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            os.killpg(0, signal.SIGKILL)
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, _, buf = buf.partition(b"\n")
+            with contextlib.suppress(ValueError, OSError):
+                os.killpg(0, int(line))
+
+
+def _become(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the child: turn into the client's command, then leave through Python's own exit."""
+    os.setsid()
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    import random
+
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        sys.modules["torch"].set_num_threads(int(threads))
+    threading.Thread(target=_watch_client, args=(conn,), daemon=True, name="rlvr-warm-client").start()
+    module, *args = request["argv"]
+    sys.path[0] = request["cwd"]  # what `python -m` puts first (the server's was its empty folder)
+    if importlib.util.find_spec(module) is None:
+        print(f"{sys.executable}: No module named {module}", file=sys.stderr)
+        raise SystemExit(1)
+    sys.argv = [module, *args]
+    import runpy
+
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _print_failure(err: BaseException) -> None:
+    """The traceback python would print: the command's frames, not this server's."""
+    import traceback
+
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    traceback.print_exception(type(err), err, tb)
+    sys.stderr.flush()
+
+
+def _leave(code: object) -> None:
+    """In the child: Python's exit without its teardown of everything the server imported
+    (seconds, for torch and trl): non-daemon threads joined and atexit handlers run as at any
+    exit, every file the command left open flushed (what a teardown's deallocation would do),
+    then the exit status as `sys.exit(code)` gives it."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code & 0xFF
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what interpreter exit calls first
+        atexit._run_exitfuncs()
+        # After the server's gc.freeze(), these are only the objects the command made.
+        for obj in gc.get_objects():
+            if isinstance(obj, io.IOBase) and not obj.closed:
+                with contextlib.suppress(Exception):
+                    obj.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
+def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
+    """The server's process: bind first (clients queue while the imports run), preload, serve
+    until stdin closes (the runner is gone), then wait for the children still running."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    refused: Optional[str] = None
+    base = dict(os.environ)
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    except Exception as err:  # noqa: BLE001 - any failure only means cold starts, said to each client
+        refused = f"the warm server could not import {name}: {type(err).__name__}: {err}"
+    if refused is None and threading.active_count() > 1:
+        refused = "the warm server's imports started a Python thread; a fork could copy a lock it holds"
+    # What the imports set in the environment (torch's KMP_* and inductor cache folder): a cold
+    # start's imports set them too, so each child gets them on top of its own.
+    imported_env = {name: value for name, value in os.environ.items() if base.get(name) != value}
+    children: dict[int, socket.socket] = {}
+    gc.freeze()  # the imports' objects: never scanned again, so a child does not copy their pages
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(wake_r, selectors.EVENT_READ, "child")
+    selector.register(sys.stdin, selectors.EVENT_READ, "runner")
+    serving = True
+    while serving or children:
+        for key, _ in selector.select(timeout=5.0):
+            if key.data == "runner":
+                if not os.read(sys.stdin.fileno(), 4096):
+                    serving = False
+                    selector.unregister(sys.stdin)
+                    selector.unregister(listener)
+                    listener.close()
+                    shutil.rmtree(Path(path).parent, ignore_errors=True)  # the socket and the shim
+            elif key.data == "accept" and serving:
+                conn, _ = listener.accept()
+                pid = _accept(conn, base, imported_env, refused, listener, children, wake_r, wake_w)
+                if pid is None:
+                    conn.close()
+                else:
+                    children[pid] = conn
+            elif key.data == "child":
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+        _reap(children)
+
+
+def _accept(conn: socket.socket, base: dict, imported_env: dict, refused: Optional[str], listener: socket.socket,
+            children: dict[int, socket.socket], wake_r: int, wake_w: int) -> Optional[int]:
+    """Fork the child for one request; None when refused (the client then starts cold)."""
+    fds: list[int] = []
+    try:
+        conn.settimeout(10.0)
+        request, fds = _recv_request(conn)
+        conn.settimeout(None)
+        why = refused
+        if why is None and len(fds) != 3:
+            why = "stdin/stdout/stderr not received"
+        if why is None and (names := _differs(request["env"], base)):
+            why = f"its environment differs from the warm server's in {', '.join(names[:5])}"
+        if why is not None:
+            _send(conn, {"refused": why})
+            return None
+        pid = os.fork()
+        if pid == 0:
+            code: object = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                listener.close()
+                for other in children.values():
+                    other.close()
+                os.close(wake_r)
+                os.close(wake_w)
+                request["env"] = {**imported_env, **request["env"]}
+                mine, fds = fds, []  # the child's now: never closed again by the `finally` below
+                _become(conn, request, mine)
+                code = 0
+            except SystemExit as done:
+                code = done.code
+            except BaseException as err:  # noqa: BLE001 - the command's own failure, shown as python would
+                _print_failure(err)
+            _leave(code)
+        _send(conn, {"pid": pid})
+        return pid
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        _send(conn, {"refused": f"bad request: {err}"})
+        return None
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _reap(children: dict[int, socket.socket]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        # What the command left running in its group goes, as with a script's group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        if conn is not None:
+            _send(conn, {"exit": _exit_code(status)})
+            conn.close()
+
+
+class WarmServer:
+    """One warm server for this runner's local launch scripts; `python` is their RLVR_PYTHON.
+    It serves `-m` of the modules under `prefixes` and imports `preload` first (tests: less)."""
+
+    def __init__(self, *, prefixes: tuple[str, ...] = ("engine.",), preload: tuple[str, ...] = PRELOAD) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="rlvr-warm-"))  # 0700: only this user connects
+        socket_path = self._dir / "socket"
+        self.python = str(self._dir / "python")
+        shim = f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(CLIENT))} " \
+               f"{shlex.quote(str(socket_path))} {shlex.quote(','.join(prefixes))} \"$@\"\n"
+        Path(self.python).write_text(shim)
+        os.chmod(self.python, 0o700)
+        # Its own session: the runner's Ctrl-C reaches the runner, which stops the scripts; the
+        # server then outlives them only to report their ends. Its stdin is its lifeline.
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "engine.runs.warm", str(socket_path), *preload],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # No GPU, ever: a CUDA driver started before a fork is unusable after it; only the
+            # executor's CPU-only jobs (CUDA_VISIBLE_DEVICES="") come here.
+            env={**run_environment(os.environ), "CUDA_VISIBLE_DEVICES": ""}, start_new_session=True, cwd=self._dir,
+        )
+        # Bound before its imports: from then on a client queues instead of starting cold.
+        deadline = time.monotonic() + 30.0
+        while not socket_path.exists() and self._process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Stop serving (the children still running report their ends; the server then exits)."""
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+
+
+def enabled() -> bool:
+    return os.environ.get(OFF_ENV, "1") != "0" and sys.platform == "linux"
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], tuple(sys.argv[2:]))
