@@ -4,28 +4,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rich.text import Text
 
 from engine.cli.views import RunProgress, console, describe_plan, err_console, print_results
 from engine.errors import UserError
-from engine.plan.model import Run
-from engine.report.generate import write_reports
-from engine.runs.lineage import FINISHED
-from engine.runs.pipeline import (
-    Event,
-    Executing,
-    Planned,
-    Resuming,
-    RunChanged,
-    UnmetResources,
-    UnverifiedData,
-    Validating,
-    run_spec,
-)
+from engine.runs.runlock import RunLock
+
+if TYPE_CHECKING:
+    from engine.plan.model import Run
+    from engine.runs.pipeline import Event, Planned
 
 UNMET_SHOWN = 8
 
@@ -77,6 +69,13 @@ def command(args: argparse.Namespace) -> int:
         raise UserError(f"--price {args.price:g}: the cost of one GPU-hour is a finite number >= 0 (e.g. --price 2.5)")
     if args.currency is not None and not args.currency.strip():
         raise UserError("--currency is empty: name what --price is in (e.g. --currency USD) or leave it out")
+    if not args.dry_run and Path(args.runs_dir).is_dir():
+        # Another runner is said at once: before the validation, the plan and even the imports
+        # behind them (seconds); `run_spec` takes the lock for good before writing anything.
+        RunLock(Path(args.runs_dir)).acquire().release()
+    from engine.report.generate import write_reports
+    from engine.runs.pipeline import run_spec
+
     view = _View(args.runs_dir, quiet=args.json)
     try:
         outcome = run_spec(args.spec, runs_dir=args.runs_dir, dry_run=args.dry_run, gpus=args.gpus,
@@ -130,11 +129,14 @@ def _print_dry_run(args: argparse.Namespace, outcome, planned: Optional[Planned]
 
 
 def fix_for(exc: UserError) -> Optional[str]:
-    if isinstance(exc, UnmetResources):
+    pipeline = sys.modules.get("engine.runs.pipeline")
+    if pipeline is None:  # not imported: the error is none of its (a busy runs folder, a bad flag)
+        return None
+    if isinstance(exc, pipeline.UnmetResources):
         need = max(r.resources.gpus for r in exc.runs)
         return (f"pass --gpus {need} on a machine that has them, run the spec on a cluster, or pass --skip-unmet "
                 "to run the rest (these runs are then failed and their descendants blocked)")
-    if isinstance(exc, UnverifiedData):
+    if isinstance(exc, pipeline.UnverifiedData):
         return ("make the datasets loadable here (connect to the Hugging Face Hub once — problems are cached — "
                 "or set RLVR_RUN_DATA_MIRROR to a folder of the raw files), then run again; "
                 "`rlvr-run validate SPEC` shows the reasons")
@@ -150,6 +152,8 @@ def unmet_lines(unmet: list[Run], gpus: int) -> str:
 
 
 def unmet_warning(unmet: list[Run], gpus: int) -> list[Text]:
+    from engine.runs.pipeline import UnmetResources
+
     return [Text("warning: ", style="yellow") + Text(unmet_lines(unmet, gpus)),
             Text(f"fix: {fix_for(UnmetResources(unmet, gpus))}")]
 
@@ -166,6 +170,9 @@ class _View:
         self.pages = _Pages(runs_dir)
 
     def on_event(self, event: Event) -> None:
+        from engine.runs.lineage import FINISHED
+        from engine.runs.pipeline import Executing, Planned, Resuming, RunChanged, Validating
+
         if isinstance(event, Validating):
             self.status.update(Text(f"validating: {event.step}"))
         elif isinstance(event, Planned):
@@ -211,4 +218,6 @@ class _Pages:
         if self.spec is None or time.monotonic() - self.last < self.REFRESH_S:
             return
         self.last = time.monotonic()
+        from engine.report.generate import write_reports
+
         write_reports(self.runs_dir, self.spec, failures=False)

@@ -44,17 +44,11 @@ from engine.isolation.neardup import (
     find_matches,
 )
 from engine.isolation.overlap import overlap_matches
+from engine.isolation.pair_cache import PairCache
 from engine.isolation.rules import AppliedWaiver, RuleReport
 from engine.spec.flywheel import flywheel, pairs_dataset
-from engine.isolation.semantic import (
-    Encoder,
-    SemanticNotInstalled,
-    SemanticUnavailable,
-    VectorCache,
-    load_encoder,
-    problem_vectors,
-    semantic_leaks,
-)
+from engine.isolation.semantic import (Encoder, SemanticNotInstalled, SemanticUnavailable, VectorCache, load_encoder,
+                                       problem_vectors, semantic_leaks)
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec, Role, Spec, Waiver
 from engine.spec.validated import Confirmation, Leak, ValidatedSpec
@@ -71,6 +65,7 @@ Confirmer = Callable[[ValidatedSpec, Sequence[tuple[Problem, Problem]]], list[Co
 
 
 ROWS_PER_UPDATE = 1000  # a streamed CodeContests split takes minutes: say how far it got
+
 
 @dataclass(kw_only=True)
 class PairCheck:
@@ -212,7 +207,7 @@ def check_leakage(
     for train, evaluation in compared:
         if on_step:
             on_step(f"comparing {train} × {evaluation}")
-        pair = _check_pair(validated, train, evaluation, sketches, failures)
+        pair = _check_pair(validated, train, evaluation, sketches, failures, PairCache(cache.root), report.fingerprints)
         if pair.unchecked is None and vectors and (train, evaluation) in by_meaning:
             if on_step:
                 on_step(f"confirming {train} × {evaluation} by execution")
@@ -295,17 +290,17 @@ def _where(validated: ValidatedSpec, name: str) -> str:
     return f"{validated.loaded.path}:{line}:{col}"
 
 
-def _check_pair(
-    validated: ValidatedSpec, train: str, evaluation: str, sketches: dict[str, Sketch], failures: dict[str, str]
-) -> PairCheck:
-    pair = PairCheck(
-        train=train, evaluation=evaluation, train_at=_where(validated, train), eval_at=_where(validated, evaluation)
-    )
+def _check_pair(validated: ValidatedSpec, train: str, evaluation: str, sketches: dict[str, Sketch],
+                failures: dict[str, str], found: PairCache, fingerprints: dict[str, str]) -> PairCheck:
+    pair = PairCheck(train=train, evaluation=evaluation, train_at=_where(validated, train),
+                     eval_at=_where(validated, evaluation))
     missing = [f"{name}: {failures[name]}" for name in (train, evaluation) if name in failures]
     if missing:
         pair.unchecked = "; ".join(missing)
-    else:
-        pair.leaks = leaks_between(sketches[train], sketches[evaluation], validated.spec.leakage)
+        return pair
+    leakage = validated.spec.leakage
+    pair.leaks = found.leaks(fingerprints[train], fingerprints[evaluation], leakage,
+                             lambda: leaks_between(sketches[train], sketches[evaluation], leakage))
     return pair
 
 

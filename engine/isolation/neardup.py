@@ -17,10 +17,9 @@ import os
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Iterable, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Literal, Optional, Sequence
 
 import numpy as np
-from datasketch import LeanMinHash, MinHashLSH
 
 from engine.data.cache import cache_root
 from engine.isolation.normalize import (
@@ -31,6 +30,9 @@ from engine.isolation.normalize import (
     statement_chunks,
 )
 from engine.problem import Problem
+
+if TYPE_CHECKING:
+    from datasketch import LeanMinHash
 
 _P = np.uint64(0x100000001B3)  # odd multiplier of the rolling shingle hash
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -285,12 +287,18 @@ def candidate_threshold(threshold: float) -> float:
 
 
 def _lean(signature: np.ndarray, seed: int) -> LeanMinHash:
+    from datasketch import LeanMinHash
+
     # LSH only bands the values and checks that both sides declare the same scheme;
     # ours are 32-bit affine hashes like datasketch's own "affine32".
     return LeanMinHash(seed=seed, hashvalues=signature, scheme="affine32")
 
 
 def _lsh_candidates(left: Sketch, right: Sketch, threshold: float, seed: int) -> Iterable[tuple[int, int]]:
+    # datasketch (through scipy, most of a second to import) only when two sets are compared:
+    # a validation whose comparisons are all cached (`engine.isolation.pair_cache`) never loads it
+    from datasketch import MinHashLSH
+
     num_perm = left.signatures.shape[1]
     lsh = MinHashLSH(threshold=candidate_threshold(threshold), num_perm=num_perm, weights=(0.3, 0.7))
     for j in range(len(right)):

@@ -29,11 +29,14 @@ in half the benchmark.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from engine.isolation.neardup import Match, Sketch
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 MIN_SHINGLES = 8  # a shorter statement is left to the exact hash: a five-word sentence is "contained" anywhere
 MIN_EXAMPLE_SHINGLES = 4  # at 2, HumanEval/56 and /61 (the same examples once brackets are dropped) match
@@ -71,6 +74,10 @@ class Overlap:
 
 
 def _incidence(offsets: np.ndarray, columns: np.ndarray, width: int) -> sparse.csr_matrix:
+    # scipy (most of a second to import) only when two sets are compared: a validation whose
+    # comparisons are all cached (`engine.isolation.pair_cache`) never loads it
+    from scipy import sparse
+
     ones = np.ones(len(columns), dtype=np.float64)
     return sparse.csr_matrix((ones, columns, offsets), shape=(len(offsets) - 1, width))
 

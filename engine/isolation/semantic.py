@@ -32,6 +32,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from engine.data.cache import cache_root
+from engine.files import atomic_write
 from engine.isolation.normalize import fingerprint_parts, without_examples
 from engine.problem import Problem
 from engine.spec.model import LeakageSpec
@@ -60,6 +62,7 @@ PINNED = {
 MAX_TOKENS = 128
 PROSE_VERSION = 1  # bump when `prose` changes what it returns: it keys the vector cache
 BATCH = 32
+RACY_S = 2.0  # a weights file changed less than this long ago is not remembered as verified
 INSTALL_HINT = "install the optional extra: pip install 'rlvr-run[semantic]'"
 
 # A contest statement's worked examples and their notes start at a heading of their own.
@@ -163,6 +166,39 @@ def verify_files(folder: Path) -> str:
     return PINNED["model.safetensors"]
 
 
+def verified_files(folder: Path) -> str:
+    """`verify_files`, remembered per file state: hashing the 90 MB of weights is most of what a
+    cached validation spends on this stage. A file is hashed again unless its size, inode and
+    modification and change times (the kernel sets ctime on every write; no call sets it back)
+    are those recorded when it last hashed to the pinned value."""
+    memo = cache_root() / "leakage" / "verified-model.json"
+    state = {name: _file_state(folder / name) for name in PINNED}
+    try:
+        if None not in state.values() and json.loads(memo.read_text()) == {"folder": str(folder), "files": state,
+                                                                            "pinned": PINNED}:
+            return PINNED["model.safetensors"]
+    except (OSError, ValueError):
+        pass
+    weights = verify_files(folder)
+    # A file changed within the file system's clock tick of its last write could keep its ctime
+    # (as git's "racy" entries): a file written that recently is hashed again next time too.
+    if any(time.time_ns() - s[4] < RACY_S * 1e9 for s in state.values() if s is not None):
+        return weights
+    try:
+        atomic_write(memo, json.dumps({"folder": str(folder), "files": state, "pinned": PINNED}))
+    except OSError:
+        pass  # a read-only cache: the next run hashes again
+    return weights
+
+
+def _file_state(path: Path) -> Optional[list[int]]:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
+
+
 @functools.lru_cache(maxsize=1)
 def load_encoder() -> Encoder:
     """The verified model, loaded once per process when first needed; never touches the network.
@@ -170,7 +206,7 @@ def load_encoder() -> Encoder:
     What decides whether the stage can run is checked here, before any vector is read: the
     extra's files (their sha256) and sentence-transformers being installed."""
     folder = model_dir()
-    weights = verify_files(folder)
+    weights = verified_files(folder)
     if importlib.util.find_spec("sentence_transformers") is None:
         raise SemanticNotInstalled(f"sentence-transformers is not installed (No module named "
                                    f"'sentence_transformers'); {INSTALL_HINT}")

@@ -342,3 +342,41 @@ def test_cli_lists_every_leak_with_both_ids(tmp_path, real, datasets_dir, capsys
     assert "rule: 3:" in captured.err
     saved = json.loads(out_json.read_text())
     assert saved["unchecked_pairs"] == [] and len(saved["errors"]) == 1
+
+
+def test_a_second_run_reuses_a_comparison_only_while_nothing_it_depends_on_changed(tmp_path, real, datasets_dir,
+                                                                                      monkeypatch):
+    """Comparisons are cached by both datasets' content, the settings and the matchers' code: a
+    training set edited after a clean validation is compared afresh and its leak refused."""
+    from engine.isolation import content
+
+    path = _write_spec(tmp_path, real, datasets_dir)
+    cache = SketchCache(root=tmp_path / "cache")
+    clean = check_leakage(validate_spec(path, content=False), cache=cache)
+    assert clean.errors == [] and len(list((tmp_path / "cache" / "leakage-pairs").glob("*.json"))) == 2
+    compared = []
+    monkeypatch.setattr(content, "leaks_between", lambda *a: compared.append(a) or leaks_between(*a))
+    again = check_leakage(validate_spec(path, content=False), cache=cache)
+    assert compared == [] and [p.leaks for p in again.pairs] == [p.leaks for p in clean.pairs]
+    _write_spec(tmp_path, real, datasets_dir, train_extra=_leaky(real))  # train.jsonl gains a copy
+    leaky = check_leakage(validate_spec(path, content=False), cache=cache)
+    assert len(compared) == 2  # both pairs with mix_train compared afresh
+    (diag,) = leaky.errors
+    assert diag.path == "datasets.he_test" and "planted/reorder/HumanEval/0 ≈ HumanEval/0" in diag.message
+
+
+def test_a_cached_comparison_is_keyed_by_every_setting_and_a_torn_entry_is_recompared(tmp_path):
+    from engine.isolation.pair_cache import PairCache, pair_key
+    from engine.spec.validated import Leak
+
+    leak = Leak(train_id="a/1", eval_id="b/2", kind="near", similarity=0.8, scores={"jaccard": 0.8})
+    cache = PairCache(tmp_path)
+    assert cache.leaks("t" * 64, "e" * 64, DEFAULT, lambda: [leak]) == [leak]
+    assert cache.leaks("t" * 64, "e" * 64, DEFAULT, lambda: pytest.fail("compared again")) == [leak]
+    keys = {pair_key("t" * 64, "e" * 64, DEFAULT), pair_key("u" * 64, "e" * 64, DEFAULT),
+            pair_key("t" * 64, "f" * 64, DEFAULT), pair_key("e" * 64, "t" * 64, DEFAULT),
+            pair_key("t" * 64, "e" * 64, LeakageSpec(threshold=0.7)), pair_key("t" * 64, "e" * 64, LeakageSpec(ngram=4))}
+    assert len(keys) == 6
+    (entry,) = (tmp_path / "leakage-pairs").glob("*.json")
+    entry.write_text('{"key": "')
+    assert cache.leaks("t" * 64, "e" * 64, DEFAULT, lambda: []) == []  # torn: compared again, never trusted

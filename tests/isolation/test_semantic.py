@@ -326,3 +326,33 @@ def test_loading_the_model_leaves_the_hub_as_it_was_for_the_runs_this_process_st
         assert "HF_HUB_OFFLINE" not in os.environ
     finally:
         semantic.load_encoder.cache_clear()
+
+
+def test_the_weights_are_hashed_again_whenever_a_file_changed(tmp_path, monkeypatch):
+    """The pinned hashes are remembered per file state (size, inode, mtime, ctime): a rewritten
+    file, whatever its times, is hashed again and refused."""
+    import hashlib
+    import time
+
+    for name in semantic.PINNED:
+        (tmp_path / "m" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "m" / name).write_bytes(name.encode())
+    pinned = {name: hashlib.sha256(name.encode()).hexdigest() for name in semantic.PINNED}
+    monkeypatch.setattr(semantic, "PINNED", pinned)
+    monkeypatch.setenv("RLVR_RUN_CACHE_DIR", str(tmp_path / "cache"))
+    assert semantic.RACY_S > 0  # files written this recently are not remembered...
+    hashed_now = semantic.verified_files(tmp_path / "m")
+    assert hashed_now == pinned["model.safetensors"] and not (tmp_path / "cache").exists()
+    monkeypatch.setattr(semantic, "RACY_S", 0.0)  # ...which the rest of this test cannot wait for
+    hashed = []
+    monkeypatch.setattr(semantic, "verify_files", lambda folder, real=semantic.verify_files: hashed.append(1) or real(folder))
+    assert semantic.verified_files(tmp_path / "m") == pinned["model.safetensors"]
+    assert semantic.verified_files(tmp_path / "m") == pinned["model.safetensors"] and len(hashed) == 1
+    weights = tmp_path / "m" / "model.safetensors"
+    time.sleep(0.05)  # past the file system's clock tick
+    before = weights.stat()
+    weights.write_bytes(b"other weights, same size"[: before.st_size].ljust(before.st_size, b"!"))
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))  # even with its old times put back
+    with pytest.raises(SemanticUnavailable, match="not the pinned"):
+        semantic.verified_files(tmp_path / "m")
+    assert len(hashed) == 2
