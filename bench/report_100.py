@@ -4,9 +4,11 @@ for a ~1,000-run one (target < 20 s).
     .venv/bin/python bench/report_100.py [--seeds 8] [--problems 100] [--baseline DIR]
 
 Builds a real lineage file with per-problem records (tests/report/synthetic.py), then times
-`write_reports` once with every figure drawn (cold), again with the figures whose data did not
-change kept (regenerated), and without the failure-case page (the one that runs the judge),
-against the time to only read the study from lineage (the floor). Each figure is wall seconds
+`write_reports` once with every figure drawn (cold: the first in its process, so it also parses
+the registry and compiles the templates), again with the figures whose data did not change kept
+and the per-problem values of unchanged records kept (regenerated, as `rlvr-run run` does after
+each run), and without the failure-case page (the one that runs the judge: the refresh while a
+study runs), against the time to only read the study from lineage (the floor). Each figure is wall seconds
 and, in brackets, CPU seconds of the process: on a machine shared with other work the CPU
 seconds are the steadier figure. Everything runs in a fresh interpreter per source tree; with
 `--baseline DIR` (another source tree, e.g. `git archive <commit> | tar -x -C DIR`) that tree

@@ -1,14 +1,19 @@
 """The forecast on the pages: the study's price as the dry run gives it (index), and each
 finished run's duration beside its forecast (cost). Both recomputed from lineage's frozen
-configs, on the default profile (cpu when no run needs a GPU, else h100) and slots."""
+configs, on the default profile (cpu when no run needs a GPU, else h100) and slots; `Priced`
+computes both once for the index and the cost page."""
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
+from engine.errors import UserError
 from engine.price.forecast import Forecast, Quantiles
 from engine.price.study import Versus, forecast_records, spec_registry, versus
 from engine.report.study import Study
-from engine.runs.lineage import run_times
 from engine.report.tables import Table
+from engine.runs.lineage import run_times
+from engine.spec.registry import Registry
 
 PAGE_DRAWS = 60  # pages refresh while a study runs: a coarser band, the same median
 COMMAND = "rlvr-run price SPEC"
@@ -26,9 +31,14 @@ def _band(q: Quantiles, fmt=_duration) -> str:
     return f"{fmt(q.p50)} [{fmt(q.p10)}–{fmt(q.p90)}]"
 
 
-def study_forecast(study: Study) -> Forecast:
+def study_registry(study: Study) -> Registry:
+    """The registry nearest the study's spec: read once for its forecast and the actual beside it."""
+    return spec_registry(study.spec.path if study.spec else None)
+
+
+def study_forecast(study: Study, registry: Optional[Registry] = None) -> Forecast:
     return forecast_records(study.name, study.runs, study.datasets, run_times(study.events, study.attempts),
-                            registry=spec_registry(study.spec.path if study.spec else None), draws=PAGE_DRAWS)
+                            registry=registry or study_registry(study), draws=PAGE_DRAWS)
 
 
 def forecast_tables(f: Forecast) -> tuple[Table, list[str]]:
@@ -74,6 +84,59 @@ def versus_tables(v: Versus) -> tuple[Table, Table, str]:
     return kinds, runs, whole
 
 
-def study_versus(study: Study, fc: Forecast) -> Versus:
-    return versus(study.name, study.runs, study.datasets, run_times(study.events, study.attempts), registry=spec_registry(study.spec.path if study.spec else None),
-                  fc=fc)
+def study_versus(study: Study, fc: Forecast, registry: Optional[Registry] = None) -> Versus:
+    return versus(study.name, study.runs, study.datasets, run_times(study.events, study.attempts),
+                  registry=registry or study_registry(study), fc=fc)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no reason given"
+
+
+class Priced:
+    """The study's forecast and how it went, computed once for the index and the cost page."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self._forecast: Optional[Forecast] = None
+        self._versus: Optional[Versus] = None
+        self._error = ""  # why there is no forecast
+        self._versus_error = ""  # why a forecast there is was not set against the actual
+        registry = None
+        try:
+            registry = study_registry(study)
+            self._forecast = study_forecast(study, registry)
+        except UserError as exc:  # an uncalibrated or unknown profile: the rest of the pages stand
+            self._error = f"No forecast: {_first_line(exc)}"
+        except Exception:  # partial data must not take the other pages down; the page names no exception
+            self._error = f"No forecast: the recorded runs could not be priced (`{COMMAND}` shows why)."
+        if self._forecast is None:
+            self._versus_error = self._error
+            return
+        try:
+            self._versus = study_versus(study, self._forecast, registry)
+        except Exception:  # the forecast stands; only its comparison with the actual is missing
+            self._versus_error = ("Actual: not set against the forecast: the recorded durations could not be read "
+                                  f"(`{COMMAND}` shows why).")
+
+    def two_lines(self) -> list[str]:
+        if self._forecast is None:
+            return [self._error]
+        return [forecast_line(self._forecast),
+                actual_line(self._versus) if self._versus is not None else self._versus_error]
+
+    def forecast(self) -> dict[str, Any]:
+        if self._forecast is None:
+            return {"forecast": "", "forecast_lines": [self._error]}
+        table, lines = forecast_tables(self._forecast)
+        return {"forecast": table.markdown(), "forecast_lines": lines}
+
+    def versus(self) -> dict[str, Any]:
+        if self._versus is None:
+            return {"versus_kinds": "", "versus_runs": "", "versus_whole": self._versus_error,
+                    "versus_command": COMMAND}
+        kinds, runs, whole = versus_tables(self._versus)
+        return {"versus_kinds": kinds.markdown(), "versus_runs": runs.markdown(), "versus_whole": whole,
+                "versus_command": COMMAND}
+

@@ -152,11 +152,8 @@ class ProblemMatrix:
 def problem_values(cell: Cell, metric: str = PRIMARY_METRIC) -> Optional[dict[str, float]]:
     """The metric's per-problem values on the cell's first-round samples; None when the metric has
     no per-problem form or a problem has too few samples for it (pass@k). Computed once per cell
-    and metric; callers only read it."""
-    key = f"problem_values:{metric}"
-    if key not in cell.memo:
-        cell.memo[key] = _problem_values(cell, metric)
-    return cell.memo[key]
+    and metric (and per content of its records, `Cell.kept`); callers only read it."""
+    return cell.kept(f"problem_values:{metric}", lambda c: _problem_values(c, metric))
 
 
 def _problem_values(cell: Cell, metric: str) -> Optional[dict[str, float]]:

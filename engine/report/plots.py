@@ -59,12 +59,17 @@ def styles(names: Sequence[str], units: Sequence[str] = ()) -> dict[str, tuple[s
     return {name: style(order.index(name)) for name in names}
 
 
+# What draws the figures: this module and matplotlib. Part of every figure's stamp, so a figure
+# drawn by another version of either is drawn again, never kept as if it were this one's.
+DRAWN_BY = hashlib.sha256(Path(__file__).read_bytes() + matplotlib.__version__.encode()).hexdigest()
+
+
 def _draw(path: Path, data: tuple, figure: Callable[[], "plt.Figure"]) -> Path:
-    """`path` drawn by `figure()`, unless it was drawn from exactly this `data`: pages regenerate
-    after every run, and most figures have not changed since the last time (drawing one costs
-    ~0.2 s). The stamp is written only once the figure is: a drawing that failed or was cut short
-    leaves no stamp by which an older figure would pass for this data's."""
-    digest = hashlib.sha256(repr(data).encode()).hexdigest()
+    """`path` drawn by `figure()`, unless it was drawn from exactly this `data` by this code: pages
+    regenerate after every run, and most figures have not changed since the last time (drawing one
+    costs ~0.2 s). The stamp is written only once the figure is: a drawing that failed or was cut
+    short leaves no stamp by which an older figure would pass for this data's."""
+    digest = hashlib.sha256((DRAWN_BY + repr(data)).encode()).hexdigest()
     stamp = path.with_name(f".{path.name}.sha256")
     if path.is_file() and stamp.is_file() and stamp.read_text() == digest:
         return path

@@ -8,6 +8,7 @@ seed and problem variation, not the luck of a split.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -31,9 +32,18 @@ def mean_std(values: Sequence[float]) -> tuple[float, Optional[float]]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+KEPT_SHAPES = 16  # shapes (seeds × problems) whose draws and counts are kept: a study has a few
+
+
+@functools.lru_cache(maxsize=KEPT_SHAPES)
 def _draws(seeds: int, problems: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed draws for a seeds × problems matrix (the same every call: one RNG seed), made once
+    per shape; read-only, since every caller shares them."""
     rng = np.random.default_rng(RNG_SEED)
-    return rng.integers(0, seeds, size=(REPS, seeds)), rng.integers(0, problems, size=(REPS, problems))
+    out = rng.integers(0, seeds, size=(REPS, seeds)), rng.integers(0, problems, size=(REPS, problems))
+    for draw in out:
+        draw.setflags(write=False)
+    return out
 
 
 BOOT_CELLS = 1 << 20  # resampled entries held at once: a few MB, whatever the study's size
@@ -43,7 +53,11 @@ def _boot(matrix: np.ndarray, seed_draw: np.ndarray, problem_draw: np.ndarray) -
     """REPS bootstrap means of a seeds × problems matrix: draw r's mean over
     matrix[seed_draw[r, i], problem_draw[r, j]] for every (i, j). Gathered a block of draws at
     a time, so a big study's matrix never becomes one REPS × seeds × problems array in memory;
-    each draw's mean is the same reduction either way, so the numbers are the same to the bit."""
+    each draw's mean is the same reduction either way, so the numbers are the same to the bit.
+    A matrix whose sums are exact (accepted 0/1, the pages' commonest) is counted instead
+    (`_counted`): the same bits, without the gather that was most of a page set's statistics."""
+    if _exact_sums(matrix):
+        return _counted(matrix, seed_draw, problem_draw)
     seeds, problems = matrix.shape
     block = max(1, BOOT_CELLS // max(1, seeds * problems))
     means = np.empty(seed_draw.shape[0])
@@ -51,6 +65,61 @@ def _boot(matrix: np.ndarray, seed_draw: np.ndarray, problem_draw: np.ndarray) -
         rows, cols = seed_draw[start:start + block], problem_draw[start:start + block]
         means[start:start + block] = matrix[rows[:, :, None], cols[:, None, :]].mean(axis=(1, 2))
     return means
+
+
+# A matrix of multiples of 2**-GRAIN (accepted 0/1, their paired differences, quarters) whose every
+# partial sum stays below 2**53 grains is summed exactly, in any order: its bootstrap means can be
+# counted instead of gathered, to the same bits.
+GRAIN = 30
+
+
+def _exact_sums(matrix: np.ndarray) -> bool:
+    if matrix.size == 0 or not np.isfinite(matrix).all():
+        return False
+    grains = matrix * float(2 ** GRAIN)
+    return bool((grains == np.rint(grains)).all()) and float(np.abs(grains).max()) * matrix.size < 2.0 ** 53
+
+
+def _counted(matrix: np.ndarray, seed_draw: np.ndarray, problem_draw: np.ndarray) -> np.ndarray:
+    """`_boot` of an exactly summed matrix: draw r's sum is Σ_s (times seed s was drawn) ×
+    Σ_p (times problem p was drawn) × matrix[s, p], each term and partial sum exact, so the sum
+    (and the mean, the one rounding of sum / cells) is the gathered one's to the bit, without the
+    REPS × seeds × problems gather. The counts are made a block of draws at a time, as the gather."""
+    seeds, problems = matrix.shape
+    block = max(1, BOOT_CELLS // max(1, seeds + problems))
+    means = np.empty(seed_draw.shape[0])
+    for start in range(0, seed_draw.shape[0], block):
+        seed_counts, problem_counts = _counts(seed_draw, problem_draw, start, block, seeds, problems)
+        # draws × seeds: each seed's sum over the drawn problems (einsum's own loop: a BLAS product
+        # would wake a thread pool that spins on every core for a few milliseconds after each call)
+        per_seed = np.einsum("rp,sp->rs", problem_counts, matrix)
+        means[start:start + block] = (seed_counts * per_seed).sum(axis=1) / (seeds * problems)
+    return means
+
+
+_COUNTED: dict[tuple, tuple] = {}  # the counts of the shared draws (`_draws`), which never change
+
+
+def _counts(seed_draw: np.ndarray, problem_draw: np.ndarray, start: int, block: int, seeds: int,
+            problems: int) -> tuple[np.ndarray, np.ndarray]:
+    """How many times each seed and each problem was drawn, per draw of the block; kept for the
+    read-only draws `_draws` shares when one block holds them all (held here with them, so a
+    kept entry is of the very arrays it counted)."""
+    key = (id(seed_draw), id(problem_draw), start, block, seeds, problems)
+    kept = _COUNTED.get(key)
+    if kept is not None and kept[0] is seed_draw and kept[1] is problem_draw:
+        return kept[2], kept[3]
+    rows, cols = seed_draw[start:start + block], problem_draw[start:start + block]
+    n = rows.shape[0]
+    offsets = np.arange(n)[:, None]
+    seed_counts = np.bincount((offsets * seeds + rows).ravel(), minlength=n * seeds).reshape(n, seeds).astype(float)
+    problem_counts = np.bincount((offsets * problems + cols).ravel(),
+                                 minlength=n * problems).reshape(n, problems).astype(float)
+    if n == seed_draw.shape[0] and not seed_draw.flags.writeable and not problem_draw.flags.writeable:
+        if len(_COUNTED) >= KEPT_SHAPES:
+            _COUNTED.clear()
+        _COUNTED[key] = (seed_draw, problem_draw, seed_counts, problem_counts)
+    return seed_counts, problem_counts
 
 
 def estimate(per_seed: Sequence[float], matrix: Optional[np.ndarray]) -> Estimate:

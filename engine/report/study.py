@@ -7,10 +7,15 @@ context that decides whether two numbers may stand side by side.
 
 from __future__ import annotations
 
+import copy
+import functools
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ruamel.yaml import YAML
 
@@ -40,6 +45,9 @@ class Context:
     judge_version: str
 
 
+SOURCE, READ_AS_DIGESTED = "source", "read as digested"  # `Cell.memo` keys of `Cell.kept`
+
+
 @dataclass
 class Cell:
     """One evaluation run's numbers on one dataset."""
@@ -62,7 +70,77 @@ class Cell:
             keys = _keys(outputs / METRICS_FILE, self.dataset)
             self._samples = [r for r in read(outputs / "samples" / f"{self.dataset}.jsonl", SampleRecord, keys)  # type: ignore[misc]
                              if r.judge_version == self.context.judge_version] if keys else []
+            if self.memo.get(SOURCE):  # what was read is what `kept` digested before: only then keep values
+                self.memo[READ_AS_DIGESTED] = self._source() == self.memo[SOURCE]
         return self._samples
+
+    def kept(self, name: str, compute: Callable[["Cell"], Optional[dict[str, float]]]) -> Optional[dict[str, float]]:
+        """`compute(self)` (values its samples give, per problem id; callers only read them), once per
+        cell, and once per process for the same content of the files `samples()` reads: pages are
+        regenerated while a study runs, and reading every finished run's records again was most of
+        that. The content is digested before the samples are read and again after; values are kept
+        only when the two agree, so they are never filed under content they were not computed from."""
+        if name in self.memo:
+            return self.memo[name]
+        if SOURCE not in self.memo:  # samples already given or read: no digest of theirs to key by
+            self.memo[SOURCE] = self._source() if self._samples is None else None
+        source = self.memo[SOURCE]
+        found = _KEPT.get((source, name)) if source else None
+        if found is not None:
+            value = dict(found[0]) if found[0] is not None else None
+        else:
+            value = compute(self)
+            if source and self.memo.get(READ_AS_DIGESTED):
+                _KEPT.put((source, name), (dict(value) if value is not None else None,))
+        self.memo[name] = value
+        return value
+
+    def _source(self) -> Optional[str]:
+        """A digest of everything `samples()` reads: the run's metrics file (its records' keys), its
+        records file, the dataset and the judge version; None when a file cannot be read."""
+        outputs = Path(self.run.run_dir or "/nonexistent") / "outputs"
+        digest = hashlib.sha256()
+        try:
+            for part in (self.dataset.encode(), self.context.judge_version.encode(), (outputs / METRICS_FILE).read_bytes(),
+                         (outputs / "samples" / f"{self.dataset}.jsonl").read_bytes()):
+                digest.update(len(part).to_bytes(8, "little") + part)
+        except OSError:
+            return None
+        return digest.hexdigest()
+
+
+class _Kept:
+    """Values computed from run records, by the digest of the records' content (`Cell.kept`):
+    the least recently used go once more than KEPT_VALUES numbers are held."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+        self._entries: OrderedDict[tuple[str, str], tuple[Optional[dict[str, float]]]] = OrderedDict()
+        self._lock = threading.Lock()  # pages may be written from more than one thread
+
+    def get(self, key: tuple[str, str]) -> Optional[tuple[Optional[dict[str, float]]]]:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, str], entry: tuple[Optional[dict[str, float]]]) -> None:
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = entry
+            self.held += _size(entry)
+            while self.held > self.limit and self._entries:
+                self.held -= _size(self._entries.popitem(last=False)[1])
+
+
+def _size(entry: tuple[Optional[dict[str, float]]]) -> int:
+    return 1 + len(entry[0] or ())
+
+
+KEPT_VALUES = 1_000_000  # numbers kept across regenerations: tens of MB, a 1,000-run study's several times over
+_KEPT = _Kept(KEPT_VALUES)
 
 
 def _keys(path: Path, dataset: str) -> Optional[Keys]:
@@ -94,13 +172,8 @@ class Study:
 
     @property
     def spec_data(self) -> dict[str, Any]:
-        if self.spec is None:
-            return {}
-        try:
-            data = YAML(typ="safe").load(self.spec.text)
-        except Exception:  # a recorded spec always parsed once; never let the report die on it
-            return {}
-        return data if isinstance(data, dict) else {}
+        """The recorded spec's data: parsed once per text (every page asks), each caller its own copy."""
+        return copy.deepcopy(_spec_data(self.spec.text)) if self.spec is not None else {}
 
     def unit(self, run: RunRecord) -> str:
         return run.phase + (f"/{run.variant}" if run.variant else "")
@@ -141,6 +214,15 @@ class Study:
                 key = m.name if m.dataset == "train" else f"{m.dataset}/{m.name}"
                 out.setdefault(key, {})[m.step] = m.value
         return out
+
+
+@functools.lru_cache(maxsize=8)
+def _spec_data(text: str) -> dict[str, Any]:
+    try:
+        data = YAML(typ="safe").load(text)
+    except Exception:  # a recorded spec always parsed once; never let the report die on it
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def load_study(lineage: Lineage, name: str) -> Study:

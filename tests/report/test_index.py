@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.report.generate import INDEX_FAILED, write_reports
+from engine.report.contexts import INDEX_FAILED
+from engine.report.generate import write_reports
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pagecheck import check_page  # noqa: E402  (tests/report/pagecheck.py)
@@ -167,7 +168,7 @@ def test_a_study_whose_semantic_stage_did_not_run_says_so_on_the_index(tmp_path)
 def test_machine_paths_are_rewritten_only_as_whole_paths(tmp_path):
     """A folder the study knows is replaced only where it stands as a whole path: never inside a
     longer path that merely contains it (`/mnt/root/x` when home is `/root`)."""
-    from engine.report.generate import Places
+    from engine.report.places import Places
     from engine.report.study import load_study
     from engine.runs.lineage import open_lineage
 
@@ -203,12 +204,12 @@ def test_the_failures_page_shows_answers_and_tests_as_they_were(tmp_path):
 def test_a_forecast_whose_comparison_with_the_actual_failed_is_still_shown(tmp_path, monkeypatch):
     """The index never says "No forecast" for a study that has one: when only setting it against
     what the runs took fails, the forecast's line stands and the actual's says why it is missing."""
-    from engine.report import generate
+    from engine.report import forecast
 
     def broken(*_args, **_kwargs):
         raise ValueError("a run's times are unreadable")
 
-    monkeypatch.setattr(generate, "study_versus", broken)
+    monkeypatch.setattr(forecast, "study_versus", broken)
     build(tmp_path, seeds=1, problems=3, phases=("sft",))
     [report] = write_reports(tmp_path, failures=False)
     index = (report.dir / "index.md").read_text()
@@ -223,7 +224,7 @@ def test_a_forecast_whose_comparison_with_the_actual_failed_is_still_shown(tmp_p
 def test_a_study_whose_folders_are_all_the_root_is_written_as_it_is(monkeypatch):
     """Home `/` (a container's user) and no run folder recorded: nothing to rewrite, and the
     pages are written, not refused over an empty pattern."""
-    from engine.report.generate import Places
+    from engine.report.places import Places
     from engine.report.study import Study
 
     monkeypatch.setattr(Path, "home", lambda: Path("/"))
