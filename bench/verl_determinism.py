@@ -31,8 +31,10 @@ TIMING_SUFFIXES = ("_s", "_seconds", "throughput", "wall", "cached/mean@1", "cac
 
 def _timing(name: str) -> bool:
     last = name.rsplit("/", 1)[-1]
+    # A seconds figure reduced by verl (`…/judge_wall_s/mean@1`) is a timing at any depth.
+    seconds = any(part.endswith("_s") for part in name.split("/")[:-1])
     return (name.startswith(TIMING_PREFIXES) or any(f"/{p}" in name for p in TIMING_PREFIXES)
-            or name.endswith(TIMING_SUFFIXES) or last.startswith("judge_s") or "/cached/" in name)
+            or name.endswith(TIMING_SUFFIXES) or last.startswith("judge_s") or "/cached/" in name or seconds)
 
 
 def figures(runs_dir: Path) -> dict[str, float]:
