@@ -6,7 +6,7 @@ per runner; its launch scripts' `"$RLVR_PYTHON" -m engine.<module> ...` then rea
 through `engine.runs.warm_client`, and it forks a child that becomes that command: the
 client's stdin/stdout/stderr, argv, environment and working directory, its own session
 (process group), `runpy` of the module as `__main__`, and Python's own exit (non-daemon
-threads joined, atexit handlers run). The server reports each child's exit status (or the
+threads joined, atexit handlers run, open files flushed). The server reports each child's exit status (or the
 signal that killed it) to its client and kills what the child left in its group, as the
 executor does for a script's group.
 
@@ -20,9 +20,12 @@ What keeps a fork the same command as a cold start:
   variables (`_PER_RUN`) is refused, because libraries read theirs at import time; the
   client then runs cold;
 - the child reseeds Python's and numpy's global generators from the OS (a fork would share
-  them) and takes its thread counts from its own OMP_NUM_THREADS / MKL_NUM_THREADS;
-- the client forwards SIGTERM/SIGINT/SIGHUP to the child's group, and a client that dies
-  (SIGKILL of the script's group) takes the child's group with it.
+  them) and sizes torch's and every native thread pool from its own OMP_NUM_THREADS;
+- the server alone (one thread, never blocked by a child) acts on a client: it forks only on
+  the client's `go` (a client that gave up waiting ran cold), sends its forwarded
+  SIGTERM/SIGINT/SIGHUP to the child's group, and kills that group when the client's
+  connection closes (SIGKILL of the script's group); a child dies with the server, and the
+  server's children with the runner.
 """
 
 from __future__ import annotations
@@ -46,13 +49,14 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from engine.runs.executors.base import run_environment
 
 # Imported once in the server: the heavy part of every eval and trl command's start.
-PRELOAD = ("torch", "transformers", "engine.cli", "engine.cli.evaluate", "engine.evaluate.backends.hf",
+PRELOAD = ("threadpoolctl", "torch", "transformers", "engine.cli", "engine.cli.evaluate", "engine.evaluate.backends.hf",
            "engine.train.sft", "engine.train.grpo", "engine.train.dpo", "engine.train.raft", "engine.train.repair")
 # Set per run by the executor or the launch script; nothing imported reads them at import time.
 _PER_RUN = frozenset({"OMP_NUM_THREADS", "MKL_NUM_THREADS", "PWD", "OLDPWD", "SHLVL", "_"})
@@ -92,28 +96,10 @@ def _exit_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def _watch_client(conn: socket.socket) -> None:
-    """In the child: a forwarded signal goes to its whole group; the client's end closing
-    (its script's group was killed) kills the group."""
-    buf = b""
-    while True:
-        try:
-            chunk = conn.recv(64)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            os.killpg(0, signal.SIGKILL)
-            return
-        buf += chunk
-        while b"\n" in buf:
-            line, _, buf = buf.partition(b"\n")
-            with contextlib.suppress(ValueError, OSError):
-                os.killpg(0, int(line))
-
-
-def _become(conn: socket.socket, request: dict, fds: list[int]) -> None:
+def _become(request: dict, fds: list[int]) -> None:
     """In the child: turn into the client's command, then leave through Python's own exit."""
     os.setsid()
+    _die_with_server()
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
     for fd in fds:
@@ -129,17 +115,36 @@ def _become(conn: socket.socket, request: dict, fds: list[int]) -> None:
         sys.modules["numpy"].random.seed()
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
-        sys.modules["torch"].set_num_threads(int(threads))
-    threading.Thread(target=_watch_client, args=(conn,), daemon=True, name="rlvr-warm-client").start()
+        # The pools the server's imports sized from its own environment: torch's, and every
+        # native one (OpenBLAS, OpenMP, MKL) threadpoolctl knows, e.g. numpy's BLAS.
+        from threadpoolctl import threadpool_limits
+
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))
+        threadpool_limits(int(threads))
     module, *args = request["argv"]
     sys.path[0] = request["cwd"]  # what `python -m` puts first (the server's was its empty folder)
     if importlib.util.find_spec(module) is None:
         print(f"{sys.executable}: No module named {module}", file=sys.stderr)
         raise SystemExit(1)
     sys.argv = [module, *args]
+    # Preloaded under its own name, it would run as `__main__` beside that copy (runpy warns):
+    # a cold start has only the `__main__` one.
+    sys.modules.pop(module, None)
     import runpy
 
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _die_with_server() -> None:
+    """A child outlives neither the server nor, through it, the runner (Linux's parent-death
+    signal): nobody else could report its end or kill it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the server died before the call took hold
+        os._exit(1)
 
 
 def _print_failure(err: BaseException) -> None:
@@ -153,11 +158,11 @@ def _print_failure(err: BaseException) -> None:
     sys.stderr.flush()
 
 
-def _leave(code: object) -> None:
+def _leave(code: object, *, signum: Optional[int] = None) -> None:
     """In the child: Python's exit without its teardown of everything the server imported
     (seconds, for torch and trl): non-daemon threads joined and atexit handlers run as at any
     exit, every file the command left open flushed (what a teardown's deallocation would do),
-    then the exit status as `sys.exit(code)` gives it."""
+    then the exit status as `sys.exit(code)` gives it (with `signum`: killed by that signal)."""
     if code is None:
         status = 0
     elif isinstance(code, int):
@@ -176,12 +181,15 @@ def _leave(code: object) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
+        if signum is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
         os._exit(status)
 
 
 def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     """The server's process: bind first (clients queue while the imports run), preload, serve
-    until stdin closes (the runner is gone), then wait for the children still running."""
+    until stdin closes (the runner is gone), then kill and reap what still runs."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -197,101 +205,171 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     # What the imports set in the environment (torch's KMP_* and inductor cache folder): a cold
     # start's imports set them too, so each child gets them on top of its own.
     imported_env = {name: value for name, value in os.environ.items() if base.get(name) != value}
-    children: dict[int, socket.socket] = {}
     gc.freeze()  # the imports' objects: never scanned again, so a child does not copy their pages
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, "accept")
-    selector.register(wake_r, selectors.EVENT_READ, "child")
-    selector.register(sys.stdin, selectors.EVENT_READ, "runner")
-    serving = True
-    while serving or children:
-        for key, _ in selector.select(timeout=5.0):
-            if key.data == "runner":
-                if not os.read(sys.stdin.fileno(), 4096):
+    _Server(listener, base, imported_env, refused).run()
+    shutil.rmtree(Path(path).parent, ignore_errors=True)  # the socket and the shim
+
+
+@dataclass
+class _Client:
+    conn: socket.socket
+    request: dict
+    fds: list[int]
+    pid: Optional[int] = None  # its command's, once forked
+    buf: bytes = b""
+
+
+class _Server:
+    """One thread, one selector: clients are accepted, told `ready`, forked on their `go` (a
+    client that gave up waiting has gone cold and closed instead: nothing runs twice), their
+    forwarded signals sent to their command's group, their command's group killed when they
+    vanish, and each command's end reported to its client."""
+
+    def __init__(self, listener: socket.socket, base: dict, imported_env: dict, refused: Optional[str]) -> None:
+        self.listener, self.base, self.imported_env, self.refused = listener, base, imported_env, refused
+        self.clients: dict[socket.socket, _Client] = {}
+        self.running: dict[int, _Client] = {}
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "child")
+        self.selector.register(sys.stdin, selectors.EVENT_READ, "runner")
+
+    def run(self) -> None:
+        serving = True
+        while serving or self.running:
+            for key, _ in self.selector.select(timeout=5.0):
+                if key.data == "runner" and not os.read(sys.stdin.fileno(), 4096):
                     serving = False
-                    selector.unregister(sys.stdin)
-                    selector.unregister(listener)
-                    listener.close()
-                    shutil.rmtree(Path(path).parent, ignore_errors=True)  # the socket and the shim
-            elif key.data == "accept" and serving:
-                conn, _ = listener.accept()
-                pid = _accept(conn, base, imported_env, refused, listener, children, wake_r, wake_w)
-                if pid is None:
-                    conn.close()
-                else:
-                    children[pid] = conn
-            elif key.data == "child":
-                with contextlib.suppress(BlockingIOError):
-                    os.read(wake_r, 4096)
-        _reap(children)
+                    self._stop()
+                elif key.data == "accept" and serving:
+                    self._accept()
+                elif key.data == "child":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_r, 4096)
+                elif isinstance(key.data, _Client):
+                    self._read(key.data)
+            self._reap()
 
+    def _stop(self) -> None:
+        """The runner is gone: no command of its outlives it (its scripts are reaped and rerun)."""
+        self.selector.unregister(sys.stdin)
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        for client in list(self.clients.values()):
+            if client.pid is None:
+                self._drop(client)
+            else:
+                _kill(client.pid, signal.SIGKILL)
 
-def _accept(conn: socket.socket, base: dict, imported_env: dict, refused: Optional[str], listener: socket.socket,
-            children: dict[int, socket.socket], wake_r: int, wake_w: int) -> Optional[int]:
-    """Fork the child for one request; None when refused (the client then starts cold)."""
-    fds: list[int] = []
-    try:
-        conn.settimeout(10.0)
-        request, fds = _recv_request(conn)
-        conn.settimeout(None)
-        why = refused
-        if why is None and len(fds) != 3:
-            why = "stdin/stdout/stderr not received"
-        if why is None and (names := _differs(request["env"], base)):
-            why = f"its environment differs from the warm server's in {', '.join(names[:5])}"
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        fds: list[int] = []
+        try:
+            conn.settimeout(10.0)
+            request, fds = _recv_request(conn)
+            conn.settimeout(None)
+            why = self.refused
+            if why is None and len(fds) != 3:
+                why = "stdin/stdout/stderr not received"
+            if why is None and (names := _differs(request["env"], self.base)):
+                why = f"its environment differs from the warm server's in {', '.join(names[:5])}"
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            why = f"bad request: {err}"
         if why is not None:
             _send(conn, {"refused": why})
-            return None
+            _close(conn, fds)
+            return
+        client = _Client(conn=conn, request=request, fds=fds)
+        self.clients[conn] = client
+        self.selector.register(conn, selectors.EVENT_READ, client)
+        _send(conn, {"ready": True})
+
+    def _read(self, client: _Client) -> None:
+        try:
+            chunk = client.conn.recv(4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            # Its client is gone: before `go`, nothing ran; after, its script's group was killed.
+            if client.pid is None:
+                self._drop(client)
+            else:
+                self.selector.unregister(client.conn)
+                _kill(client.pid, signal.SIGKILL)
+            return
+        client.buf += chunk
+        while b"\n" in client.buf:
+            line, _, client.buf = client.buf.partition(b"\n")
+            if client.pid is None:
+                if line == b"go":
+                    self._fork(client)
+            elif line.isdigit():
+                _kill(client.pid, int(line))
+
+    def _fork(self, client: _Client) -> None:
         pid = os.fork()
         if pid == 0:
             code: object = 1
             try:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                listener.close()
-                for other in children.values():
-                    other.close()
-                os.close(wake_r)
-                os.close(wake_w)
-                request["env"] = {**imported_env, **request["env"]}
-                mine, fds = fds, []  # the child's now: never closed again by the `finally` below
-                _become(conn, request, mine)
+                for fd in (self.listener.fileno(), self.wake_r, self.wake_w, self.selector.fileno(),
+                           *(c.fileno() for c in self.clients)):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                request = {**client.request, "env": {**self.imported_env, **client.request["env"]}}
+                _become(request, client.fds)
                 code = 0
             except SystemExit as done:
                 code = done.code
             except BaseException as err:  # noqa: BLE001 - the command's own failure, shown as python would
                 _print_failure(err)
+                if isinstance(err, KeyboardInterrupt):
+                    _leave(1, signum=signal.SIGINT)  # python's exit on Ctrl-C: killed by SIGINT
             _leave(code)
-        _send(conn, {"pid": pid})
-        return pid
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        _send(conn, {"refused": f"bad request: {err}"})
-        return None
-    finally:
-        for fd in fds:
+        client.pid = pid
+        self.running[pid] = client
+        for fd in client.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        client.fds = []
+        _send(client.conn, {"pid": pid})
+
+    def _drop(self, client: _Client) -> None:
+        self.clients.pop(client.conn, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(client.conn)
+        _close(client.conn, client.fds)
+
+    def _reap(self) -> None:
+        while self.running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            client = self.running.pop(pid, None)
+            _kill(pid, signal.SIGKILL)  # what the command left in its group goes, as with a script's
+            if client is not None:
+                _send(client.conn, {"exit": _exit_code(status)})
+                self._drop(client)
 
 
-def _reap(children: dict[int, socket.socket]) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = children.pop(pid, None)
-        # What the command left running in its group goes, as with a script's group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        if conn is not None:
-            _send(conn, {"exit": _exit_code(status)})
-            conn.close()
+def _kill(group: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(group, sig)
+
+
+def _close(conn: socket.socket, fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    conn.close()
 
 
 class WarmServer:
@@ -301,13 +379,16 @@ class WarmServer:
     def __init__(self, *, prefixes: tuple[str, ...] = ("engine.",), preload: tuple[str, ...] = PRELOAD) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="rlvr-warm-"))  # 0700: only this user connects
         socket_path = self._dir / "socket"
+        if len(os.fsencode(socket_path)) > 107:  # a Unix socket's path limit
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise OSError(f"the warm server's socket path is too long: {socket_path}")
         self.python = str(self._dir / "python")
         shim = f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(CLIENT))} " \
                f"{shlex.quote(str(socket_path))} {shlex.quote(','.join(prefixes))} \"$@\"\n"
         Path(self.python).write_text(shim)
         os.chmod(self.python, 0o700)
-        # Its own session: the runner's Ctrl-C reaches the runner, which stops the scripts; the
-        # server then outlives them only to report their ends. Its stdin is its lifeline.
+        # Its own session: the runner's Ctrl-C reaches the runner, which stops the scripts (their
+        # commands with them). Its stdin is its lifeline: closed, it kills what still runs and exits.
         self._process = subprocess.Popen(
             [sys.executable, "-m", "engine.runs.warm", str(socket_path), *preload],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -321,7 +402,7 @@ class WarmServer:
             time.sleep(0.02)
 
     def close(self) -> None:
-        """Stop serving (the children still running report their ends; the server then exits)."""
+        """Stop serving: what still runs is killed (the executor has ended its scripts by then)."""
         if self._process.stdin is not None:
             self._process.stdin.close()
 

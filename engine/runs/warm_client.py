@@ -48,9 +48,10 @@ def main():
     if _module(argv, prefixes) is None:
         _cold(argv)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    reply, buf = None, b""
     try:
-        conn.connect(path)
         conn.settimeout(_READY_S)
+        conn.connect(path)
         header = json.dumps({"argv": argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         fds = array.array("i", (0, 1, 2)).tobytes()
         data = len(header).to_bytes(8, "big") + header
@@ -58,14 +59,22 @@ def main():
         if sent < len(data):  # (an empty send to a server that already answered would fail)
             conn.sendall(data[sent:])
         reply, buf = _read_line(conn, b"")
-        conn.settimeout(None)
-    except (OSError, ValueError):
-        reply, buf = None, b""
+        if reply and reply.get("ready"):
+            # From here this client waits, whatever it takes: the server forks only on this `go`,
+            # so a client that gave up before it (and ran cold) never has its command run twice.
+            conn.settimeout(None)
+            conn.sendall(b"go\n")
+            reply, buf = _read_line(conn, buf)
+            if not reply or "pid" not in reply:
+                _no_status(None)
+    except (OSError, ValueError) as err:
+        why = f"the warm server did not answer: {type(err).__name__}: {err}"
+        reply = {"refused": why}
     if not reply or "pid" not in reply:
         # Nothing was forked: running cold is the same run, only slower.
         conn.close()
-        if reply and reply.get("refused"):
-            print(f"rlvr-run: cold start ({reply['refused']})", file=sys.stderr, flush=True)
+        why = (reply or {}).get("refused") or "the warm server closed the connection"
+        print(f"rlvr-run: cold start ({why})", file=sys.stderr, flush=True)
         _cold(argv)
 
     def forward(signum, _frame):
@@ -78,9 +87,7 @@ def main():
         signal.signal(signum, forward)
     status, _ = _read_line(conn, buf)  # (a forwarded signal does not interrupt it: PEP 475)
     if status is None or "exit" not in status:
-        print(f"rlvr-run: the warm process {reply['pid']} of this command ended without an exit status "
-              "(the runner's warm server was killed?)", file=sys.stderr, flush=True)
-        sys.exit(1)
+        _no_status(reply["pid"])
     code = status["exit"]
     if code < 0:
         for signum in _FORWARDED:
@@ -88,6 +95,12 @@ def main():
         os.kill(os.getpid(), -code)
         code = 128 - code
     sys.exit(code)
+
+
+def _no_status(pid):
+    print(f"rlvr-run: the warm process {pid} of this command ended without an exit status "
+          "(the runner's warm server was killed?)", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

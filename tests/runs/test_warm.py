@@ -54,6 +54,15 @@ PROBE = textwrap.dedent('''
             time.sleep(0.5)
             open("thread-done", "w").write("1")
         threading.Thread(target=late).start()
+    if what == "hold-gil":  # one C call that never lets the GIL go: only the server can kill it
+        import re
+        open("pid", "w").write(str(os.getpid()))
+        re.match(r"(a+)+$", "a" * 40 + "b")
+    if what == "ctrl-c":
+        raise KeyboardInterrupt
+    if what == "blas":
+        import threadpoolctl
+        print(sorted({pool["num_threads"] for pool in threadpoolctl.threadpool_info()}))
     if what == "random":
         import random
         print(random.random())
@@ -141,6 +150,23 @@ def test_a_killed_client_takes_the_command_with_it(server, probe):
     client.kill()
     client.wait()
     assert not psutil.wait_procs([command], timeout=20)[1]
+
+
+def test_a_command_holding_the_gil_still_dies_with_its_client(server, probe):
+    client = subprocess.Popen([server.python, "-m", "warmprobe", "hold-gil"], cwd=probe, env=env())
+    pid = int(wait_for(probe / "pid"))
+    command = psutil.Process(pid)
+    client.kill()
+    client.wait()
+    assert not psutil.wait_procs([command], timeout=10)[1]
+
+
+def test_ctrl_c_and_thread_counts_read_as_a_cold_start(server, probe):
+    done = subprocess.run(["bash", "-c", f'"{server.python}" -m warmprobe ctrl-c; echo "rc=$?"'],
+                          cwd=probe, env=env(), capture_output=True, text=True, timeout=120)
+    assert "rc=130" in done.stdout and "KeyboardInterrupt" in done.stderr  # killed by SIGINT, as python is
+    blas = run(server, probe, "blas", OMP_NUM_THREADS="1")
+    assert blas.stdout.strip() == "[1]" and "cold start" not in blas.stderr  # every native pool, numpy's too
 
 
 def test_what_the_command_leaves_is_flushed_joined_and_killed(server, probe):

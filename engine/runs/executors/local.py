@@ -57,6 +57,7 @@ class LocalExecutor:
     _free_gpus: list[str] = field(init=False, repr=False)
     _free_cpus: int = field(init=False, repr=False)
     _warm: Optional[WarmServer] = field(default=None, init=False, repr=False)
+    _warm_failed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.cpus < 1:
@@ -81,6 +82,7 @@ class LocalExecutor:
     def start(self, job: Job, *, attempt: int, log_path: Path, also: Sequence[Job] = ()) -> Started:
         if not self.fits(job):
             raise RuntimeError(f"{job.id} started without free slots")
+        python = self._python_for(job)  # before any slot is taken: it may start the warm server
         cpus = self._cpus_for(job)
         gpu_ids, self._free_gpus = self._free_gpus[: job.gpus], self._free_gpus[job.gpus :]
         self._free_cpus -= cpus
@@ -93,7 +95,7 @@ class LocalExecutor:
             # each spend their time thrashing (measured: 3x slower generation).
             "OMP_NUM_THREADS": str(cpus),
             "MKL_NUM_THREADS": str(cpus),
-            "RLVR_PYTHON": self._python_for(job),
+            "RLVR_PYTHON": python,
             # Always set, so a CPU-only job cannot grab a GPU another job holds.
             "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids),
             GROUP_ENV: " ".join(j.id for j in also),
@@ -123,7 +125,7 @@ class LocalExecutor:
         """The interpreter its script's `"$RLVR_PYTHON"` names: the warm server's for a CPU-only
         job that runs the project's own modules (it then skips the torch and transformers imports);
         the real one otherwise."""
-        if job.gpus or not warm.enabled():
+        if job.gpus or not warm.enabled() or self._warm_failed:
             return sys.executable
         try:
             needs = f'"$RLVR_PYTHON" -m engine.' in job.launch_script.read_text()
@@ -132,7 +134,11 @@ class LocalExecutor:
         if not needs:
             return sys.executable
         if self._warm is None:
-            self._warm = warm.WarmServer()
+            try:
+                self._warm = warm.WarmServer()
+            except OSError:  # e.g. a full or unwritable TMPDIR: every script then starts cold
+                self._warm_failed = True
+                return sys.executable
             weakref.finalize(self, self._warm.close)
         return self._warm.python
 
