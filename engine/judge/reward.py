@@ -38,9 +38,12 @@ training on rewards from programs that could read their tests, or on zeros.
 
 With `run_config` (a run's reward), every verdict is also a line of the run's
 `traces/verl_rewards.jsonl` (`REWARD_RECORDS`), keyed by the rollout (`rollout_key`:
-its ground truth and response): verl 0.9.1's default trainer dumps a step's rollouts
-without the reward's extra fields, and the run's watcher (`engine.train.verl_watch`)
-joins the two to see each step's verdicts, so a step of judge faults fails the run.
+its ground truth and response) and carrying verl's step of the rollout (`step`, from
+`engine.train.verl_reward_manager`), the weights' version it was generated with (`weights`)
+and whether it was a validation rollout (`validate`, see `_validating`): verl 0.9.1's default
+trainer dumps a step's rollouts without the reward's extra fields, and the run's watcher
+(`engine.train.verl_watch`) joins the two on step and key to see each step's verdicts, so a
+step of judge faults fails the run.
 
 Calls that arrive together — verl's reward loop scores a step's samples as
 concurrent calls — are judged as one stream (`_Batcher`); `compute_score_batch`
@@ -54,6 +57,7 @@ import functools
 import hashlib
 import json
 import logging
+import numbers
 import os
 import threading
 import time
@@ -169,6 +173,10 @@ _JUDGES = _Judges()
 STATS = {"calls": 0, "internal_errors": 0}  # process-wide counters, for logs and tests
 
 REWARD_RECORDS = "traces/verl_rewards.jsonl"  # in the run directory, beside its config.yaml
+# The step of the rollout a verl call scores, in its extra_info (`engine.train.verl_reward_manager`
+# puts it there); `global_steps` there is verl's version of the weights the rollout was generated with.
+ROLLOUT_STEP = "rollout_step"
+WEIGHTS_STEP = "global_steps"
 _RECORDS_LOCK = threading.Lock()
 
 
@@ -184,8 +192,10 @@ def _note(kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]], gr
     if not kwargs.get("run_config"):
         return scored
     info = extra_info or {}
+    step, weights = _step(info.get(ROLLOUT_STEP)), _step(info.get(WEIGHTS_STEP))
     row = {"key": rollout_key(ground_truth, response), "verdict": scored["verdict"], "score": scored["score"],
-           "dataset": info.get("dataset"), "id": info.get("id"), "attempt": os.environ.get("RLVR_ATTEMPT"),
+           "dataset": info.get("dataset"), "id": info.get("id"), "step": step, "weights": weights,
+           "validate": _validating(step, weights), "attempt": os.environ.get("RLVR_ATTEMPT"),
            "pid": os.getpid(), "t": round(time.time(), 3)}
     path = Path(str(kwargs["run_config"])).parent / REWARD_RECORDS
     with _RECORDS_LOCK:
@@ -193,6 +203,20 @@ def _note(kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]], gr
         with open(path, "a", encoding="utf-8") as handle:  # one short line per write: appends do not interleave
             handle.write(json.dumps(row) + "\n")
     return scored
+
+
+def _step(value: Any) -> Optional[int]:
+    """A step as JSON writes it (verl's may be a numpy integer), or None."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else None
+
+
+def _validating(step: Optional[int], weights: Optional[int]) -> Optional[bool]:
+    """Whether a verl call scores a validation rollout: generated with the weights of its own step
+    or later. verl's trainer validates at step k after it synced step k's update to the rollout
+    (and at step 0 on the weights it started from), while step k's training rollouts are generated
+    before that update exists (with step k-1's weights in its sync trainer, older ones off-policy).
+    None where either is unknown."""
+    return None if step is None or weights is None else weights >= step
 
 
 # ---------------------------------------------------------------- the entry points

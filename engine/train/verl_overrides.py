@@ -39,6 +39,7 @@ SDPA = "sdpa"
 FSDP = "fsdp2"
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
+REWARD_MANAGER = "pkg://engine.train.verl_reward_manager"  # imported where the reward is (it imports engine)
 # Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
 LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
 
@@ -234,7 +235,10 @@ def grpo_overrides(run: Run, paths: VerlPaths) -> list[str]:
         "actor_rollout_ref.rollout.val_kwargs.do_sample": False,
         "reward.custom_reward_function.path": str(paths.reward_path),
         "reward.custom_reward_function.name": "compute_score",
-        "reward.reward_manager.name": "naive",
+        # verl's naive manager, passing our reward the step of the rollout it scores.
+        "reward.reward_manager.source": "importlib",
+        "reward.reward_manager.name": "RewardManager",
+        "reward.reward_manager.module.path": REWARD_MANAGER,
         "+reward.custom_reward_function.reward_kwargs.mode": run.config.get("reward") or "dense",
         "+reward.custom_reward_function.reward_kwargs.run_config": str(paths.run_dir / "config.yaml"),
         "trainer.val_before_train": has_valid,

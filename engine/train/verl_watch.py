@@ -9,8 +9,10 @@ verl has no early stopping. The watcher reads what verl writes as it trains:
 - `early_stop.timeout_rate`: the rollouts verl dumps per step under `traces/verl_rollouts/`
   (`trainer.rollout_data_dir`), each with our reward's verdict: in the row (verl's legacy
   trainer dumps the reward's extra fields), else from the reward's own records of the run
-  (`engine.judge.reward.REWARD_RECORDS`), joined on the rollout (its ground truth and response):
-  verl 0.9.1's default trainer dumps only the prompt, response, ground truth and score.
+  (`engine.judge.reward.REWARD_RECORDS`), joined on the step and the rollout (its ground truth
+  and response): verl 0.9.1's default trainer dumps only the prompt, response, ground truth and
+  score. `judged_per_step` counts those records: the rollouts of step k the reward judged, which
+  must be its batch times rollout.n.
 - judge faults, for every RL run: a step whose share of INTERNAL_ERROR verdicts in those
   rollouts passes `early_stop.JUDGE_FAULT_SHARE` is a failure, not an early stop: the
   watcher stops the command the same way, says why on stderr and exits 1, so the launch
@@ -20,23 +22,25 @@ On an early-stop reason it writes outputs/early_stop.json, sends SIGTERM to the 
 script's `timeout` relays it to the trainer's process group), SIGKILL after a grace
 period, and exits 0: the launch script goes on to hand off the best saved step. A signal
 the watcher itself receives is passed on to the command the same way, and on Linux its death
-too: SIGKILL of the launch script's process group (an executor's stop, an OOM kill) reaches
-neither `timeout`, which leads a group of its own, nor verl's Ray processes, so the command
-gets SIGTERM when the watcher dies (and `timeout` relays it to the trainer's group); a resumed
-attempt must never find the killed one still training into the same checkpoints.
+too: SIGKILL of the launch script's process group alone (an OOM kill, a kill by hand; the local
+executor ends every process of a run itself) reaches neither `timeout`, which leads a group of its
+own, nor verl's Ray processes, so the command gets SIGTERM when the watcher dies (and `timeout`
+relays it to the trainer's group); a resumed attempt must never find the killed one still
+training into the same checkpoints.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from engine.files import read_jsonl
 from engine.judge.reward import REWARD_RECORDS, rollout_key
@@ -85,7 +89,8 @@ class Watch:
         for path in sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
             if path.name in self.seen or not path.stem.isdigit():
                 continue
-            verdicts = rollout_verdicts(path, self._reward_verdicts)
+            step = int(path.stem)
+            verdicts = rollout_verdicts(path, functools.partial(self._reward_verdicts, step))
             if verdicts is None:  # verl writes it from a thread: read it on the next poll
                 continue
             self.seen.add(path.name)
@@ -103,10 +108,31 @@ class Watch:
                 return reason
         return None
 
+    def _reward_verdicts(self, step: int) -> dict[str, Any]:
+        """The verdict of every training rollout of `step` the run's reward judged, by `rollout_key`."""
+        return step_verdicts(read_jsonl(self.run_dir / REWARD_RECORDS), step)
 
-    def _reward_verdicts(self) -> dict[str, Any]:
-        """The verdict of every rollout the run's reward judged so far, by `rollout_key`."""
-        return {row.get("key"): row.get("verdict") for row in read_jsonl(self.run_dir / REWARD_RECORDS)}
+
+def step_verdicts(records: Iterable[Mapping[str, Any]], step: int) -> dict[str, Any]:
+    """The verdicts the run's reward recorded for the training rollouts of `step`, by `rollout_key`;
+    a record without a step (verl's legacy trainer passes none) may be any step's."""
+    return {r.get("key"): r.get("verdict") for r in records
+            if r.get("step") is None or (r.get("step") == step and r.get("validate") is False)}
+
+
+def judged_per_step(records: Iterable[Mapping[str, Any]], *, validation: bool = False) -> dict[int, int]:
+    """How many training (with `validation`: validation) rollouts of each step the run's reward
+    judged: each step's calls of the attempt that judged it last, as a resumed attempt redoes the
+    step its predecessor was stopped in. Records that do not say both are left out."""
+    last: dict[int, Any] = {}
+    counts: dict[tuple[int, Any], int] = {}
+    for record in records:
+        step, attempt = record.get("step"), record.get("attempt")
+        if not isinstance(step, int) or record.get("validate") is not validation:
+            continue
+        last[step] = attempt
+        counts[step, attempt] = counts.get((step, attempt), 0) + 1
+    return {step: counts[step, attempt] for step, attempt in sorted(last.items())}
 
 
 def rollout_verdicts(path: Path, records: Any) -> Optional[list[Any]]:

@@ -10,6 +10,7 @@ weights differ from the SFT checkpoint it started from.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import pytest
 from engine.files import read_jsonl
 from engine.judge.reward import REWARD_RECORDS
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
-from engine.train.verl_watch import ROLLOUTS_DIR, rollout_verdicts
+from engine.train.verl_watch import ROLLOUTS_DIR, judged_per_step, rollout_verdicts, step_verdicts
 
 # The study takes 10-15 minutes on 2 free cores, longer beside other tests: well over pytest's
 # default per-test timeout.
@@ -94,12 +95,19 @@ def _every_rollout_of_a_step_is_judged_by_the_projects_reward(study: Path) -> No
         batch = int(config.split("data.train_batch_size=")[1].split()[0])
         n = int(config.split("actor_rollout_ref.rollout.n=")[1].split()[0])
         records = list(read_jsonl(run_dir / REWARD_RECORDS))
-        by_key = {r["key"]: r for r in records}
         dumps = sorted((run_dir / ROLLOUTS_DIR).glob("*.jsonl"), key=lambda p: int(p.stem))
         assert dumps, run_dir
+        # The records alone: every step's rollouts judged, batch x n of them, and no other step's.
+        judged = judged_per_step(records)
+        assert judged == {int(d.stem): batch * n for d in dumps}, (run_dir, judged)
+        # The step's validation told apart from its training (the weights' version, see
+        # engine.judge.reward._validating): validation judged the validation data only.
+        assert {r["dataset"] for r in records if r["validate"] is False} == {"toy_train"}
+        assert {r["dataset"] for r in records if r["validate"] is True} == {"toy_valid"}
+        assert judged_per_step(records, validation=True), run_dir
         for dump in dumps:
             rows = [json.loads(line) for line in dump.read_text().splitlines()]
-            verdicts = rollout_verdicts(dump, lambda: {k: r["verdict"] for k, r in by_key.items()})
+            verdicts = rollout_verdicts(dump, functools.partial(step_verdicts, records, int(dump.stem)))
             assert len(rows) == batch * n and None not in verdicts, (dump, len(rows), verdicts)
             earned += [r["score"] for r in rows]
         # The rewards as defined: sparse 1[accepted]; dense the pass ratio, 1 only when accepted.

@@ -7,8 +7,10 @@ dumps of `trainer.rollout_data_dir` with our reward's verdicts — and marks how
 VALIDATION and RATES: comma-separated values, one per step (empty: none that step); RATES is
 the share of each step's rollouts given VERDICT (default TIMEOUT; INTERNAL_ERROR: judge faults).
 VERDICT `judged`: each of those rollouts is scored by the real `engine.reward.compute_score` with
-the run's config.yaml (as verl's reward loop calls it) and dumped as verl 0.9.1's default trainer
-dumps it: prompt, response, ground truth and score, without the reward's verdict.
+the run's config.yaml (as verl's reward loop calls it through `engine.train.verl_reward_manager`:
+the rollout's step, and the weights' version of a training rollout of verl's sync trainer, the
+step before) and dumped as verl 0.9.1's default trainer dumps it: prompt, response, ground truth
+and score, without the reward's verdict.
 """
 
 import json
@@ -52,7 +54,9 @@ def _judged(run_dir: Path, step: int, index: int) -> dict:
     truth = RewardTests(problem_id="p", kind="stdio", stdio_tests=[{"input": "", "output": "1\n"}]).model_dump_json()
     output = f"```python\nprint({index})\n```"
     scored = compute_score(data_source="toy", solution_str=output, ground_truth=truth,
-                           extra_info={"dataset": "toy_train", "id": "p"}, run_config=str(run_dir / "config.yaml"))
+                           extra_info={"dataset": "toy_train", "id": "p", "rollout_step": step,
+                                       "global_steps": step - 1},
+                           run_config=str(run_dir / "config.yaml"))
     return {"step": step, "input": "p", "output": output, "gts": truth, "score": scored["score"], "uid": f"u_{index}"}
 
 

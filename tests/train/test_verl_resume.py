@@ -23,7 +23,7 @@ from engine.judge.reward import REWARD_RECORDS, rollout_key
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.train.outcome import logged_steps, read_outcome
 from engine.train.verl_finish import STOP_FILE
-from engine.train.verl_watch import ROLLOUTS_DIR
+from engine.train.verl_watch import ROLLOUTS_DIR, judged_per_step
 
 FAKE = Path(__file__).resolve().parent / "fake_verl_trainer.py"
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,10 +138,12 @@ def test_a_sigkilled_verl_grpo_run_resumes_from_its_checkpoint_and_an_early_stop
     outcome = read_outcome(run_dir)
     assert outcome.stopped_early == reason and second[-1] < 6 and (run_dir / "model").is_dir()
 
-    # The reward's records carry the attempt, not verl's step: an attempt also leaves the rewards
+    # The reward's records carry the attempt and verl's step: an attempt also leaves the rewards
     # of the step it was killed or stopped in, which the next attempt redoes (or nobody trains).
-    # So each trained step's rollouts are the records of the attempt that trained it, and an
+    # So each trained step's rollouts are the records of the attempt that judged it last, and an
     # attempt's records are its logged steps' and at most one step's more.
+    judged = judged_per_step(read_jsonl(run_dir / REWARD_RECORDS))
+    assert all(judged.get(step) == BATCH * N for step in first + second), judged
     records = [r for r in read_jsonl(run_dir / REWARD_RECORDS) if r["dataset"] == "toy_train"]
     for attempt, logged in (("1", first), ("2", second)):
         mine = [r for r in records if r["attempt"] == attempt]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from engine.train.outcome import read_outcome
 from engine.train.verl_finish import finish
+from engine.train.verl_watch import judged_per_step, step_verdicts
 
 FAKE = Path(__file__).resolve().parent / "fake_verl_trainer.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -93,3 +94,32 @@ def test_judge_faults_seen_through_the_rewards_own_records_fail_the_run(tmp_path
     assert dumped and all("verdict" not in line for line in dumped)
     records = list(read_jsonl(run_dir / REWARD_RECORDS))
     assert len(records) == len(dumped) and {r["verdict"] for r in records} == {"INTERNAL_ERROR"}
+    assert {(r["step"], r["weights"], r["validate"]) for r in records} == {(2, 1, False)}
+    assert judged_per_step(records) == {2: len(dumped)} and judged_per_step(records, validation=True) == {}
+
+
+def _record(step, validate, attempt="1", key="k", verdict="ACCEPTED"):
+    return {"key": key, "verdict": verdict, "step": step, "validate": validate, "attempt": attempt}
+
+
+def test_the_rewards_records_count_each_steps_rollouts_of_the_attempt_that_judged_it_last():
+    records = [
+        *[_record(0, True) for _ in range(3)],  # validation before training
+        *[_record(1, False) for _ in range(8)],
+        *[_record(1, True) for _ in range(3)],
+        *[_record(2, False) for _ in range(5)],  # attempt 1 stopped in step 2 ...
+        *[_record(2, False, attempt="2") for _ in range(8)],  # ... which attempt 2 redid whole
+        _record(3, None), _record(None, None),  # neither step nor validation known: not counted
+    ]
+    assert judged_per_step(records) == {1: 8, 2: 8}
+    assert judged_per_step(records, validation=True) == {0: 3, 1: 3}
+
+
+def test_a_dumps_verdicts_are_the_records_of_its_own_step():
+    """The same rollout (prompt and answer) at two steps, judged differently (a judge fault once):
+    each step's dump gets its own step's verdict, never a validation call's."""
+    records = [_record(1, False, verdict="ACCEPTED"), _record(2, False, verdict="INTERNAL_ERROR"),
+               _record(2, True, key="v", verdict="TIMEOUT")]
+    assert step_verdicts(records, 1) == {"k": "ACCEPTED"}
+    assert step_verdicts(records, 2) == {"k": "INTERNAL_ERROR"}
+    assert step_verdicts([{"key": "k", "verdict": "WRONG_ANSWER"}], 5) == {"k": "WRONG_ANSWER"}  # no step: legacy

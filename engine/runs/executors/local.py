@@ -1,11 +1,15 @@
 """Run launch scripts as subprocesses on this machine, within GPU and CPU slots.
 
-Each script runs in its own session (process group), so stopping a run kills
-everything it spawned (torchrun workers, ray, vllm), not just bash.
+Each script runs in its own session. Ending a run (a stop, its script's exit, a dead runner's
+reap) ends every process of it, not just its script's process group: GNU `timeout` (every verl
+script wraps its trainer in one) leads a group of its own, as Ray's processes may, so a run's
+processes are found by the run id each inherits, by the script's session and by descent, and
+each of their groups is signalled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -25,6 +29,8 @@ from engine.runs import warm
 from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, RUN_ID_ENV, Job, Started, run_environment
 from engine.runs.lineage import RunRecord, now_iso
 from engine.runs.warm import WarmServer
+
+KILL_S = 5.0  # the longest the SIGKILL of a run goes on finding processes of it (a script forking as it dies)
 
 
 @dataclass(kw_only=True)
@@ -146,22 +152,22 @@ class LocalExecutor:
         slots: _Slots = started.handle
         code = slots.popen.poll()
         if code is not None:
-            # The script is done; whatever it left running in its group goes too.
-            _signal_group(started.pid, signal.SIGKILL)
+            # The script is done; whatever it left running goes too.
+            _kill_run(started.job.id, started.pid)
             self._release(slots)
         return code
 
     def stop(self, running: list[Started], *, grace_s: float) -> None:
-        for started in running:
-            _signal_group(started.pid, signal.SIGTERM)
+        asked = [_signal_run(started.job.id, started.pid, signal.SIGTERM) for started in running]
         deadline = time.monotonic() + grace_s
-        for started in running:
+        for started, procs in zip(running, asked):
             slots: _Slots = started.handle
             try:
                 slots.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            _signal_group(started.pid, signal.SIGKILL)
+            _wait_gone(procs, deadline)
+            _kill_run(started.job.id, started.pid, procs)
             slots.popen.wait()
             self._release(slots)
 
@@ -170,14 +176,9 @@ class LocalExecutor:
         return None
 
     def reap(self, record: RunRecord, *, grace_s: float) -> int:
-        procs = _processes_of_run(record.id)
-        groups = {pgid for p in procs if (pgid := _pgid(p.pid)) is not None}
-        for pgid in groups:
-            _signal_group(pgid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=grace_s)
-        for pgid in groups:
-            _signal_group(pgid, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=grace_s)
+        procs = _signal_run(record.id, None, signal.SIGTERM)
+        _wait_gone(procs, time.monotonic() + grace_s)
+        _kill_run(record.id, None, procs)
         return len(procs)
 
     def _release(self, slots: _Slots) -> None:
@@ -194,6 +195,48 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
+def _signal_run(run_id: str, session: Optional[int], sig: signal.Signals,
+                known: Sequence[psutil.Process] = ()) -> list[psutil.Process]:
+    """Send `sig` to every process of `run_id` (its script leads `session`, where known) and to
+    their process groups; the processes signalled. They are found before any is signalled: a
+    child whose parent dies of it is no longer a descendant; `known` (an earlier call's) stay
+    the run's while they live."""
+    procs = _processes_of_run(run_id, session)
+    procs += [p for p in known if _alive(p) and p.pid not in {q.pid for q in procs}]
+    if session is not None:
+        _signal_group(session, sig)  # the script's own group first, before any process it started
+    mine = os.getpgrp()
+    for pgid in {pgid for p in procs if (pgid := _pgid(p.pid)) is not None and pgid != mine}:
+        _signal_group(pgid, sig)
+    for proc in procs:
+        if _pgid(proc.pid) == mine:  # never the runner's own group: that one process alone
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+    return procs
+
+
+def _kill_run(run_id: str, session: Optional[int], known: Sequence[psutil.Process] = (), *,
+              within_s: float = KILL_S) -> None:
+    """SIGKILL every process of the run until none is left: one forked between a scan and its
+    signal is found by the next scan."""
+    deadline = time.monotonic() + within_s
+    while (known := _signal_run(run_id, session, signal.SIGKILL, known)) and time.monotonic() < deadline:
+        _wait_gone(known, min(deadline, time.monotonic() + 0.2))
+
+
+def _wait_gone(procs: list[psutil.Process], deadline: float) -> None:
+    while any(_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running, not a zombie (a killed process whose new parent has not waited for it yet is done)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _pgid(pid: int) -> Optional[int]:
     try:
         return os.getpgid(pid)
@@ -201,14 +244,41 @@ def _pgid(pid: int) -> Optional[int]:
         return None
 
 
-def _processes_of_run(run_id: str) -> list[psutil.Process]:
-    """This user's processes launched for `run_id` (found by the environment every script inherits)."""
-    found = []
+def _processes_of_run(run_id: str, session: Optional[int] = None) -> list[psutil.Process]:
+    """This user's live processes of `run_id`: those whose environment names it (every script's
+    does, and what it starts inherits it), those in `session` (the script's) or in a session one
+    of those leads, and all their descendants (a child that cleared its environment and made a
+    session of its own is still theirs)."""
+    me = os.getpid()
+    procs: dict[int, psutil.Process] = {}
+    children: dict[int, list[int]] = {}
+    found: set[int] = set()
     for proc in psutil.process_iter():
         try:
+            if proc.pid == me or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            procs[proc.pid] = proc
+            children.setdefault(proc.ppid(), []).append(proc.pid)
             env = proc.environ()
-            if proc.pid != os.getpid() and (env.get(RUN_ID_ENV) == run_id or run_id in env.get(GROUP_ENV, "").split()):
-                found.append(proc)
+            if env.get(RUN_ID_ENV) == run_id or run_id in env.get(GROUP_ENV, "").split():
+                found.add(proc.pid)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
-    return found
+    sessions = {session} if session is not None else set()
+    sessions |= {pid for pid in found if _sid(pid) == pid}
+    if sessions:
+        found |= {pid for pid in procs if pid not in found and _sid(pid) in sessions}
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found and child != me:
+                found.add(child)
+                todo.append(child)
+    return [procs[pid] for pid in sorted(found)]
+
+
+def _sid(pid: int) -> Optional[int]:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
