@@ -164,6 +164,10 @@ def user_override_errors(overrides: dict[str, Any]) -> list[str]:
         if bare.startswith(REWARD_KWARGS) and judged in JUDGE_KWARGS:
             errors.append(f"override {key!r} sets the reward's judge apart from the run's: the reward judges "
                           f"with the spec's `judge:` block, as the evaluations do; set `judge: {{{judged}: ...}}`")
+        elif bare.startswith("reward.reward_manager."):
+            errors.append(f"override {key!r} replaces rlvr-run's reward manager (verl's naive one that also "
+                          "passes the project's reward the step of each rollout, engine.train.verl_reward_manager): "
+                          "its records would lose their step and the watcher its count; remove the override")
         elif bare.startswith(LEGACY_PREFIXES):
             errors.append(f"override {key!r} is a legacy key verl 0.9 parses and then ignores; "
                           f"use the reward.* key instead (e.g. reward.{bare})")
