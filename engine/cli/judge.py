@@ -5,16 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TimeElapsedColumn,
-)
-
-from engine.cli.views import console, err_console, judge_tables, text_column
 from engine.errors import UserError
-from engine.judge.batch import judge_file
 from engine.judge.config import JudgeConfig
 
 
@@ -67,6 +58,17 @@ def judge_config(args: argparse.Namespace, *, sparse: bool = False) -> JudgeConf
 
 def command(args: argparse.Namespace) -> int:
     config = judge_config(args, sparse=args.mode == "sparse")
+    if config.backend == "local":
+        # The workers start on the other cores while this process imports what reads the files,
+        # judges and draws (half a second here, as long as the workers' own start).
+        from engine.judge.local.spawn import start_early_for
+
+        start_early_for(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from engine.cli.views import console, err_console, judge_tables, text_column
+    from engine.judge.batch import judge_file
+
     columns = (text_column("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task("judge", total=None)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, Optional, Protocol
 
 from engine.errors import UserError
-from engine.judge.verdict import SampleResult
-from engine.problem import Problem
-from engine.spec.model import JudgeSpec
+
+if TYPE_CHECKING:  # annotations only: the CLI starts its judge's workers before it imports pydantic
+    from engine.judge.verdict import SampleResult
+    from engine.problem import Problem
+    from engine.spec.model import JudgeSpec
 
 # Bumped whenever a verdict can change for the same program and tests: numbers judged by
 # different versions are never put side by side.

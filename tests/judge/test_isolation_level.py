@@ -98,7 +98,7 @@ def test_the_judges_working_directory_and_the_run_directory_are_hidden(tmp_path,
         (d / "tests.jsonl").write_text("the answers\n")
     monkeypatch.chdir(cwd)
     monkeypatch.setenv("RLVR_RUN_DIR", str(run_dir))
-    from engine.judge.local.pool import hidden_dirs
+    from engine.judge.local.spawn import hidden_dirs
 
     assert {str(cwd), str(run_dir)} <= set(hidden_dirs())  # hidden wherever they are, not only under /tmp
     reads = "".join(f"try:\n    open({str(d / 'tests.jsonl')!r}).read()\n    seen.append({str(d)!r})\n"

@@ -13,7 +13,6 @@ is reported as INTERNAL_ERROR (a judge fault, never a model verdict).
 from __future__ import annotations
 
 import collections
-import itertools
 import json
 import os
 import queue
@@ -27,61 +26,23 @@ from typing import Iterable, Iterator, NamedTuple
 
 from engine.judge.cases import CasePlan, function_plan, stdio_plan
 from engine.judge.config import IsolationChanged, JudgeConfig, JudgeJob, given_cpus, test_count
-from engine.judge.local import faults, wire
+from engine.judge.local import spawn, wire
 from engine.judge.local.feed import Feed
-from engine.judge.local.worker import REPO
 from engine.judge.outcome import SLACK_S
 from engine.judge.verdict import SampleResult, TestResult, Verdict
 
-# Imported, not run as a script: a script is compiled from source at every start, and the memory
-# that compiling churns stays in the worker's heap, which every fork copies (≈ 2 MB here).
-WORKER_MAIN = f"import sys; sys.path.insert(0, {REPO!r}); from engine.judge.local.worker import main; main()"
-BASE_UID = 61000  # sandbox uids start here; unused by any account on a normal system
-UID_BLOCKS = 4096  # judges in one machine get different blocks of SLOTS uids (by pid)
-SLOTS = 64
 PLANS, PLAN_BYTES = 512, 64 << 20  # plans a worker holds, least recently used go first
-
-
-_slots = itertools.count()  # every worker of this process gets its own slot (and uid)
-
-
-def sandbox_uid() -> int:
-    """A uid no other live worker shares (unless judge pids collide modulo UID_BLOCKS or one process
-    starts more than SLOTS workers): RLIMIT_NPROC is counted per uid machine-wide, and the
-    no-PID-namespace fallback kills every process of the uid, so two judges (a trainer and an
-    evaluator, say, or two Judge objects in one process) must never share one."""
-    return BASE_UID + (os.getpid() % UID_BLOCKS) * SLOTS + next(_slots) % SLOTS
-
-
-# The run's own directories: a sample must not read the exported training data (its tests) or
-# anything else the run wrote. The judge's working directory is hidden too.
-RUN_DIRS_ENV = ("RLVR_RUN_DIR", "RLVR_RUN_CACHE_DIR", "RLVR_RUN_DATA_MIRROR")
-
-
-def hidden_dirs() -> list[str]:
-    """Directories of this process that its sandboxes must not see, beyond the worker's own list."""
-    return [os.getcwd(), *(os.environ[name] for name in RUN_DIRS_ENV if os.environ.get(name))]
 
 
 def worker_cpus(config: JudgeConfig) -> list[int] | None:
     """The CPU of each worker slot, or None when workers float (see `JudgeConfig.pin_workers`)."""
-    allowed = sorted(os.sched_getaffinity(0))
-    pin = config.pin_workers if config.pin_workers is not None else (
-        given_cpus() is None and config.workers >= len(allowed))
-    return [allowed[slot % len(allowed)] for slot in range(config.workers)] if pin else None
+    return spawn.worker_cpus(config.workers, config.pin_workers, given_cpus())
 
 
 class _WorkerProcess:
     def __init__(self, slot: int, cpu: int | None, python: str) -> None:
         self.slot, self.cpu = slot, cpu
-        # A session of its own: a sample that signals its parent's process group (where no PID
-        # namespace hides it) reaches this worker, never the judge's caller.
-        self.proc = subprocess.Popen(
-            [python, "-I", "-S", "-c", WORKER_MAIN, str(sandbox_uid()), str(-1 if cpu is None else cpu),
-             json.dumps(hidden_dirs())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env(),
-            close_fds=True, start_new_session=True,
-        )
+        self.proc = spawn.take(cpu, python)
         self.plans: collections.OrderedDict[int, int] = collections.OrderedDict()  # held: id → bytes sent
         self.plan_bytes = 0
         hello = wire.receive(self.proc.stdout.fileno())
@@ -127,13 +88,6 @@ class _WorkerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
-
-
-def _worker_env() -> dict[str, str]:
-    env = {"PYTHONHASHSEED": "0", "PATH": os.defpath}
-    if os.environ.get(faults.ENV):  # the judge's own tests inject faults of its machinery
-        env[faults.ENV] = os.environ[faults.ENV]
-    return env
 
 
 # A worker that has not answered a job this long past the time its own guards allow (every test's

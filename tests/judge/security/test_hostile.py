@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from engine.judge.api import Judge, JudgeConfig
-from engine.judge.local.pool import BASE_UID, SLOTS, UID_BLOCKS
+from engine.judge.local.spawn import BASE_UID, SLOTS, UID_BLOCKS
 from engine.judge.local.sandbox import DATA_ROOTS
 from engine.problem import FunctionTests, Problem, StdioTest
 
