@@ -35,6 +35,7 @@ def _load_in_runner(model: Path, quiet: bool) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_a_model_the_runner_loads_prints_no_progress_bar(tiny_model):
     assert "Loading weights" in _load_in_runner(tiny_model, quiet=False)  # what the terminal showed
     assert "Loading weights" not in _load_in_runner(tiny_model, quiet=True)

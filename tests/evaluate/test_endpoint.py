@@ -54,6 +54,7 @@ def test_the_served_model_is_the_run_key_and_its_address_is_not(tiny_model, tmp_
                                       "api_key_env": "RLVR_TEST_ENDPOINT_KEY", "concurrency": 8}
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_an_endpoint_is_evaluated_with_the_key_from_the_environment_only(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_TEST_ENDPOINT_KEY", KEY)
     with Server(latency=lambda prompt: 0.01, served=["coder-7b"]) as server:
@@ -95,6 +96,7 @@ def _killed_halfway(run_dir: Path, keep: int) -> None:
     (run_dir / "outputs" / "metrics.json").unlink()
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_a_served_model_restarted_on_another_port_resumes_and_other_weights_never_do(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_TEST_ENDPOINT_KEY", KEY)
     with Server(served=["coder-7b"]) as first:
@@ -117,6 +119,7 @@ def test_a_served_model_restarted_on_another_port_resumes_and_other_weights_neve
     assert len(keys) == 84 and keys.count(served) == 42  # each weights' answers under their own key
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_a_spec_edited_to_the_restarted_servers_address_resumes_the_same_run(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_TEST_ENDPOINT_KEY", KEY)
     with Server(always_fail=True, served=["coder-7b"]) as down:
@@ -129,6 +132,7 @@ def test_a_spec_edited_to_the_restarted_servers_address_resumes_the_same_run(tin
         assert up.base_url in (tmp_path / "runs" / "hosted" / run.id / "config.yaml").read_text()
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_a_pinned_fingerprint_refuses_other_weights_served_under_the_name(tiny_model, tmp_path, monkeypatch):
     import pytest
 

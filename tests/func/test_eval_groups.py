@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.evaluate.records import SampleRecord, read
 from engine.runs.lineage import LINEAGE_FILE, RunState, open_lineage
 from engine.runs.pipeline import evaluation_group, run_spec
@@ -31,6 +33,7 @@ allow:
 """
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_two_evaluations_of_one_model_share_one_process_and_one_load(tiny_model, tmp_path: Path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(model=tiny_model))

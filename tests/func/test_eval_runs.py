@@ -45,6 +45,7 @@ def write_spec(root: Path, model: Path, tokens: int = 24, extra: str = "") -> Pa
     return spec
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_an_eval_run_records_its_metrics_and_status_shows_them(tiny_model, tmp_path, capsys):
     spec = write_spec(tmp_path, tiny_model)
     outcome = run_spec(spec, runs_dir=tmp_path / "runs")
@@ -65,6 +66,7 @@ def test_an_eval_run_records_its_metrics_and_status_shows_them(tiny_model, tmp_p
     assert row["headline"]["name"] == "accepted@1" and row["headline"]["dataset"] == "toy_valid"
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_a_run_missing_samples_fails_with_the_missing_count(tiny_model, tmp_path):
     spec = write_spec(tmp_path, tiny_model)
     outcome = run_spec(spec, runs_dir=tmp_path / "runs")
@@ -103,6 +105,7 @@ def test_kill_9_mid_generation_then_resume_without_duplicates(tiny_model, tmp_pa
     assert check_completion("eval", run_dir) is None
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_rejudging_never_regenerates(tiny_model, tmp_path):
     spec = write_spec(tmp_path, tiny_model)
     outcome = run_spec(spec, runs_dir=tmp_path / "runs")
@@ -115,6 +118,7 @@ def test_rejudging_never_regenerates(tiny_model, tmp_path):
     assert len(list(read(run_dir / "outputs" / "samples" / "toy_valid.jsonl", SampleRecord))) == 42
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_a_repair_evaluation_records_each_round_and_its_metrics(tiny_model, tmp_path):
     spec = write_spec(tmp_path, tiny_model, tokens=16, extra=", rounds: 2")
     outcome = run_spec(spec, runs_dir=tmp_path / "runs")
@@ -177,6 +181,7 @@ def test_best_of_n_chooses_by_public_tests_and_its_evaluation_scores_the_choice(
     assert metrics["best_of_n/without_public"] == sum(kind == "function" for kind in kinds.values())
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_an_outage_publishes_no_number_and_the_next_run_generates_the_failed_samples(tiny_model, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evaluate"))
     from openai_server import Server  # tests/evaluate/openai_server.py: the tiny model behind real HTTP

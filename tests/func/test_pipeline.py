@@ -142,6 +142,7 @@ def test_unmet_gpu_needs_are_refused_before_anything_starts(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_skip_unmet_runs_the_rest_and_fails_the_oversized(tmp_path):
     spec = write_spec(tmp_path, gpus=8)
     runs = tmp_path / "runs"
@@ -157,6 +158,7 @@ def test_skip_unmet_runs_the_rest_and_fails_the_oversized(tmp_path):
         assert (runs / "tiny" / base.id / "logs" / "attempt-1.log").exists()
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_cli_runs_then_status_reports(tmp_path, capsys):
     spec = write_spec(tmp_path)
     runs = tmp_path / "runs"

@@ -22,6 +22,7 @@ def runs_dir(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_the_smoke_studys_dry_run_prices_it_as_json(capsys):
     assert main([str(REPO / "specs" / "smoke.yaml"), "--dry-run", "--json", "--cpus", "2"]) == 0
     out = json.loads(capsys.readouterr().out)

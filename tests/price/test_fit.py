@@ -105,6 +105,7 @@ def _write_many(registry, prefix: str, count: int) -> None:
         write_profile(registry, f"{prefix}-{i}", entry)
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_two_fits_at_once_both_land(registry):
     context = multiprocessing.get_context("fork")
     workers = [context.Process(target=_write_many, args=(registry, name, 12)) for name in ("a", "b")]

@@ -133,6 +133,7 @@ def test_rl_export_is_what_verl_reads(project: Project, tokenizer, tmp_path: Pat
     assert wrong["score"] == 0.0
 
 
+@pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_manifest_and_idempotent_re_export(project: Project) -> None:
     run_dir = project.runs["grpo"]
     assert _export(run_dir, "verl-rl").returncode == 0
