@@ -815,14 +815,16 @@ def test_a_job_slurm_ended_while_no_runner_watched_is_timed_to_its_own_end_not_t
     # preemption would) while no runner watched; the next runner came back later. The attempt
     # ended when the job did: the time away is no run time (cost, `--fit`, the ETA).
     runs = tmp_path / "runs"
-    job = make_job(runs, "away", 'if [ "$RLVR_ATTEMPT" = 1 ]; then sleep 300; fi')
+    job = make_job(runs, "away", 'if [ "$RLVR_ATTEMPT" = 1 ]; then touch training; sleep 300; fi')
     with open_lineage(runs / LINEAGE_FILE) as lineage:
         _record(lineage, "t", [job])
         lineage.set_state("away", S.queued, "queued")
         lineage.set_state("away", S.running, "attempt 1, queued", attempt=1, queued=True)
         job_id = SlurmExecutor(shared_dir=runs).start(job, attempt=1, log_path=job.run_dir / "logs" / "attempt-1.log").job_id
         lineage.record_launch("away", None, job_id)
-    wait_for(lambda: state_of(job_id) == "RUNNING", what="the job to run")
+    # Its launch.sh runs: the batch script is past its TERM handler (Slurm says RUNNING before the
+    # script starts; a scancel before the handler leaves no exit file, and Slurm's state decides).
+    wait_for(lambda: (job.run_dir / "training").is_file(), what="the job's launch.sh to run")
     began = datetime.now(timezone.utc)
     slurm_commands.cancel([job_id])
     wait_for(lambda: (job.run_dir / "logs" / f"slurm-{job_id}.exit").is_file(), what="the job's exit file")
