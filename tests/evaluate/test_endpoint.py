@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.evaluate.backends.openai import PROBES, OpenAIBackend
 from engine.evaluate.eval_run import Settings, evaluate_run
 from engine.evaluate.records import GenerationRecord, SampleRecord, read
@@ -74,7 +76,6 @@ def test_an_endpoint_is_evaluated_with_the_key_from_the_environment_only(tiny_mo
 
 def test_credentials_in_the_endpoint_url_are_refused(tiny_model, tmp_path):
     """The URL is the run's identity (config.yaml, every record, the logs): a secret in it leaks."""
-    import pytest
 
     from engine.errors import UserError
 
@@ -134,7 +135,6 @@ def test_a_spec_edited_to_the_restarted_servers_address_resumes_the_same_run(tin
 
 @pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it
 def test_a_pinned_fingerprint_refuses_other_weights_served_under_the_name(tiny_model, tmp_path, monkeypatch):
-    import pytest
 
     from engine.errors import UserError
 
