@@ -65,6 +65,7 @@ plan: $(STAMP)
 # Parallel workers (pytest-xdist): every test owns its temporary folders and ports. `loadfile`:
 # each test file runs whole in one worker, so the Slurm executor's tests (one file) share one
 # local cluster. (`loadgroup` would group finer, but xdist 3.8 cannot tag groups under pytest 9.)
+# tests/conftest.py queues the files that take minutes first, longest first (LONG_FILES).
 # `--durations` lists the slowest tests, to find what to mark `slow`.
 WORKERS ?= auto
 test: $(STAMP)

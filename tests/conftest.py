@@ -4,12 +4,43 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_DATASETS = REPO / "tests" / "fixtures" / "datasets"
+
+# The test files that take minutes: their seconds in `make test-all` on 2 busy workers (the slowest
+# tests of CI's last run, summed per file; test_real_data.py's after its reruns were cut, estimated).
+# pytest-xdist's `--dist loadfile` hands whole files to the workers in queue order, and its own
+# order (most tests first) put the one-test verl study 154th of 166 files: begun near the end, a
+# long file runs on while the other worker has nothing left. Queued first, longest first, they
+# start on both workers at once and the short files fill in behind them.
+LONG_FILES = {
+    "tests/func/test_verl_cpu_study.py": 1090,
+    "tests/judge/test_real_data.py": 950,
+    "tests/func/test_smoke_study.py": 760,
+    "tests/train/test_verl_resume.py": 680,
+    "tests/func/test_training_runs.py": 330,
+    "tests/func/test_messy_history.py": 170,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The queue order is the collection's, sorted below; xdist's own reordering would undo it.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long files first, longest first; then, as xdist orders them, the files with most tests."""
+    files = [item.nodeid.split("::", 1)[0] for item in items]
+    count = Counter(files)
+    order = sorted(range(len(items)), key=lambda i: (-LONG_FILES.get(files[i], 0), -count[files[i]]))
+    items[:] = [items[i] for i in order]
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,8 @@
 One study run (minutes), shared by the assertions below: the runner is killed with SIGKILL
 partway, then run again; it must finish without redoing what had finished and without a
 duplicate record, learn (SFT well above the base model on both seeds), write pages that
-parse, and then do nothing on a third invocation. Marked `smoke`: CI runs it after the fast
-tests (`pytest -m smoke`).
+parse, and then do nothing on a third invocation. Marked `smoke`: `make test-all` (CI) runs it,
+among the first files it queues (LONG_FILES in tests/conftest.py).
 """
 
 from __future__ import annotations
