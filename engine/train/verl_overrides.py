@@ -39,6 +39,8 @@ SDPA = "sdpa"
 FSDP = "fsdp2"
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
+OWN_REWARD = ("reward.custom_reward_function.path", "reward.custom_reward_function.name",
+              "reward.custom_reward_function")
 REWARD_MANAGER = "pkg://engine.train.verl_reward_manager"  # imported where the reward is (it imports engine)
 # Parsed but silently ignored by verl 0.9's main_ppo: it no longer migrates the pre-0.8 reward keys.
 LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.", "sandbox_fusion.")
@@ -164,10 +166,14 @@ def user_override_errors(overrides: dict[str, Any]) -> list[str]:
         if bare.startswith(REWARD_KWARGS) and judged in JUDGE_KWARGS:
             errors.append(f"override {key!r} sets the reward's judge apart from the run's: the reward judges "
                           f"with the spec's `judge:` block, as the evaluations do; set `judge: {{{judged}: ...}}`")
-        elif bare.startswith("reward.reward_manager."):
+        elif bare == "reward.reward_manager" or bare.startswith("reward.reward_manager."):
             errors.append(f"override {key!r} replaces rlvr-run's reward manager (verl's naive one that also "
                           "passes the project's reward the step of each rollout, engine.train.verl_reward_manager): "
                           "its records would lose their step and the watcher its count; remove the override")
+        elif bare in OWN_REWARD:
+            errors.append(f"override {key!r} replaces the project's reward (engine/reward.py:compute_score, which "
+                          "judges with the spec's `judge:` block and records every verdict for the watcher); "
+                          "remove the override (the reward's mode is the phase's `reward:` key)")
         elif bare.startswith(LEGACY_PREFIXES):
             errors.append(f"override {key!r} is a legacy key verl 0.9 parses and then ignores; "
                           f"use the reward.* key instead (e.g. reward.{bare})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engine.judge.api import Judge, JudgeConfig
@@ -51,3 +52,17 @@ def test_an_early_worker_no_pool_took_ends_with_the_process():
     # A zombie is gone for every purpose but its parent's (the subprocess has exited).
     with open(f"/proc/{pid}/stat") as fh:
         assert fh.read().rpartition(")")[2].split()[0] == "Z"
+
+
+def test_threads_taking_at_once_each_get_a_worker_of_their_own():
+    spawn.start_early([None] * 4, sys.executable)
+    early = {proc for _, proc in spawn._early}
+    with ThreadPoolExecutor(4) as pool:
+        taken = list(pool.map(lambda _: spawn.take(None, sys.executable), range(4)))
+    try:
+        assert len(set(taken)) == 4 and set(taken) == early and not spawn._early
+    finally:
+        for proc in taken:
+            proc.stdin.close()
+            proc.wait(timeout=10)
+            proc.stdout.close()

@@ -219,6 +219,7 @@ def test_override_typo_fails_at_plan_time_with_its_spec_line(tmp_path: Path) -> 
     ("custom_reward_function.path", "legacy key"),
     ("+reward.custom_reward_function.reward_kwargs.timeout_s", "judge: {timeout_s: ...}"),
     ("reward.reward_manager.name", "replaces rlvr-run's reward manager"),
+    ("reward.custom_reward_function.path", "replaces the project's reward"),
 ])
 def test_undeclared_and_legacy_override_keys_are_refused(tmp_path: Path, key: str, words: str) -> None:
     path = _spec_with(tmp_path, "trainer: {save_freq: 20}", f"trainer: {{save_freq: 20}}, '{key}': 1")

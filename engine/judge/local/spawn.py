@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from engine.judge.local import faults
@@ -80,6 +81,8 @@ def start(cpu: int | None, python: str) -> subprocess.Popen:
 
 
 _early: list[tuple[tuple, subprocess.Popen]] = []
+_early_lock = threading.Lock()  # a pool starts its workers from several threads at once
+_at_exit: list[bool] = []
 
 
 def _key(cpu: int | None, python: str) -> tuple:
@@ -88,25 +91,32 @@ def _key(cpu: int | None, python: str) -> tuple:
 
 def start_early(cpus: list[int | None], python: str) -> None:
     """Start one worker per entry of `cpus` now, for the pool this process makes next."""
-    if not _early:
-        atexit.register(close_early)
-    _early.extend((_key(cpu, python), start(cpu, python)) for cpu in cpus)
+    started = [(_key(cpu, python), start(cpu, python)) for cpu in cpus]
+    with _early_lock:
+        if not _at_exit:
+            atexit.register(close_early)
+            _at_exit.append(True)
+        _early.extend(started)
 
 
 def take(cpu: int | None, python: str) -> subprocess.Popen:
-    """A worker started early for exactly this, else a new one."""
+    """A worker started early for exactly this, else a new one; each early worker is taken once."""
     key = _key(cpu, python)
-    for i, (made_for, proc) in enumerate(_early):
-        if made_for == key and proc.poll() is None:
-            del _early[i]
-            return proc
+    with _early_lock:
+        for entry in list(_early):
+            made_for, proc = entry
+            if made_for == key and proc.poll() is None:
+                _early.remove(entry)
+                return proc
     return start(cpu, python)
 
 
 def close_early() -> None:
     """End the workers no pool took (their stdin closed, a worker exits)."""
-    while _early:
-        _, proc = _early.pop()
+    with _early_lock:
+        left = [proc for _, proc in _early]
+        _early.clear()
+    for proc in left:
         proc.stdin.close()
         try:
             proc.wait(timeout=5)
