@@ -6,7 +6,8 @@ attempt's job writes exit code `LOCKED_EXIT` and does nothing, so two attempts n
 directory, whatever any runner believes. Then it writes the time it began (`slurm-<id>.start`:
 the queue wait before it is no run time), runs launch.sh and writes its exit code
 (`slurm-<id>.exit`), also when Slurm ends the job with SIGTERM (a time limit, a preemption, a
-scancel): the end of an attempt no runner watched is then known from the file's time.
+scancel), before launch.sh started too: the end of an attempt no runner watched is then known
+from the file's time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from engine.runs.executors.base import ALSO_ENV, GROUP_ENV, LOG_DIR, RUN_ID_ENV,
 GROUPED = " group"  # after the exit code in a group's exit files
 ATTEMPT_LOCK = "attempt.lock"  # in each run's logs/: held by the job that runs its attempt
 LOCKED_EXIT = 75  # a job that found its run directory held by another attempt (EX_TEMPFAIL)
+TERM_EXIT = 143  # ended by SIGTERM before launch.sh ran: what bash reports for a TERM-killed launch.sh
 
 
 def exit_file_name(job_id: str) -> str:
@@ -39,13 +41,17 @@ def batch_script(job: Job, attempt: int, also: Sequence[Job], *, python: str) ->
     write_exit = (f'for dir in {exits}; do echo "$code{GROUPED if also else ""}" > "$dir/slurm-$SLURM_JOB_ID.exit.partial" '
                   f'&& mv "$dir/slurm-$SLURM_JOB_ID.exit.partial" "$dir/slurm-$SLURM_JOB_ID.exit"; done')
     lines += [
+        # The exit file's writer, and a TERM handler from the first line on: a scancel (or a time
+        # limit) that lands before launch.sh starts still leaves the job's end in its exit file.
+        f"record_exit() {{ {write_exit}; }}",
+        f"trap 'code={TERM_EXIT}; record_exit; exit {TERM_EXIT}' TERM",
         "began=$(date -u +%Y-%m-%dT%H:%M:%S.%3N+00:00)",
         # One attempt at a time in a run directory, whatever any runner believes: the job holds
         # each run's lock (inherited by launch.sh and everything it starts) while it runs, and
         # a job that finds one held does nothing. flock works across the nodes of a shared mount.
         f'for dir in {exits}; do exec {{lock}}>>"$dir/{ATTEMPT_LOCK}" && flock -n "$lock" || {{ '
         f'echo "another attempt holds the lock of $(dirname "$dir") ($dir/{ATTEMPT_LOCK}): Slurm job '
-        f'$SLURM_JOB_ID does nothing"; code={LOCKED_EXIT}; {write_exit}; exit "$code"; }}; done',
+        f'$SLURM_JOB_ID does nothing"; code={LOCKED_EXIT}; record_exit; exit "$code"; }}; done',
         # Then: the time it began, so that the queue wait before it is no run time.
         f'for dir in {exits}; do echo "$began" > "$dir/slurm-$SLURM_JOB_ID.start.partial" '
         f'&& mv "$dir/slurm-$SLURM_JOB_ID.start.partial" "$dir/slurm-$SLURM_JOB_ID.start"; done',
@@ -58,7 +64,7 @@ def batch_script(job: Job, attempt: int, also: Sequence[Job], *, python: str) ->
         f"bash {shlex.quote(str(job.launch_script))}",
         "code=$?",
         # Written before the job ends, so a runner that comes back after Slurm forgot it still knows.
-        write_exit,
+        "record_exit",
         'exit "$code"',
     ]
     return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ from engine.report.generate import write_reports
 from engine.runs.executors import slurm_commands
 from engine.runs.executors.base import Executor, Job
 from engine.runs.executors.slurm import SlurmExecutor, job_name_of, submit_environment
-from engine.runs.executors.slurm_script import batch_script
+from engine.runs.executors.slurm_script import batch_script, exit_file_name
 from engine.runs.lineage import LINEAGE_FILE, AttemptRecord, Event, PlanRecords, RunRecord, RunState, open_lineage, run_times
 from engine.runs.pipeline import ExecutorChoice, run_spec
 from engine.runs.schedule import execute, recover_dead_runs
@@ -863,3 +863,28 @@ def test_an_earlier_attempts_job_still_running_is_cancelled_before_the_next_atte
             slurm_commands.cancel([first.job_id])
     assert result.states == {"stale": S.succeeded}, rec.reason
     assert rec.attempt == 2 and state_of(first.job_id) in ("CANCELLED", None)
+
+
+def test_a_term_before_launch_sh_starts_still_leaves_the_jobs_exit_file(tmp_path):
+    # Slurm says RUNNING before the batch script reaches launch.sh; a scancel (or a time limit) in
+    # that window must still write the job's end, or a runner that was away would time the attempt
+    # to its own return. The window is held open by a slow `date`; no Slurm is needed for this.
+    job = make_job(tmp_path, "early", "touch ran")
+    (job.run_dir / "logs").mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(batch_script(job, 1, [], python=sys.executable))
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "date").write_text(f"#!/bin/sh\ntouch {tmp_path}/in-date\nsleep 30\n")
+    (shims / "date").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    proc = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True)
+    try:
+        wait_for(lambda: (tmp_path / "in-date").is_file(), timeout_s=30, what="the script to begin")
+        os.killpg(proc.pid, signal.SIGTERM)  # as slurmd signals the job's processes
+        assert proc.wait(timeout=30) == 143
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert (job.run_dir / "logs" / exit_file_name("4242")).read_text().strip() == "143"
+    assert not (job.run_dir / "ran").exists()
