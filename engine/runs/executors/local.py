@@ -3,8 +3,9 @@
 Each script runs in its own session. Ending a run (a stop, its script's exit, a dead runner's
 reap) ends every process of it, not just its script's process group: GNU `timeout` (every verl
 script wraps its trainer in one) leads a group of its own, as Ray's processes may, so a run's
-processes are found by the run id each inherits, by the script's session and by descent, and
-each of their groups is signalled.
+processes are found by the marks each inherits, by the script's session and by descent, and
+each of their groups is signalled. A run id is not such a mark on its own: it is a hash of the
+run's content, so the same run in two studies on one machine has the same id.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import psutil
 
@@ -31,11 +33,36 @@ from engine.runs.lineage import RunRecord, now_iso
 from engine.runs.warm import WarmServer
 
 KILL_S = 5.0  # the longest the SIGKILL of a run goes on finding processes of it (a script forking as it dies)
+# Marks of one launch in the environment of everything it starts. The token tells this runner's
+# launches apart; the directories (resolved, one a line, the run's then each of RLVR_GROUP_RUN_IDS')
+# tell a dead runner's run from the same run id launched from another runs directory. Not
+# RLVR_RUN_DIR: a launch script takes that one as where its run directory is (a Ray job's copy).
+LAUNCH_ENV = "RLVR_LAUNCH"
+LAUNCH_DIRS_ENV = "RLVR_LAUNCH_DIRS"
+
+
+@dataclass(frozen=True)
+class _RunMark:
+    """Which processes are one run's: those of its launch `token` (while its runner lives), else
+    those of `run_id` launched from `run_dir` (a dead runner's; any directory where lineage has none)."""
+
+    token: Optional[str] = None
+    run_id: str = ""
+    run_dir: Optional[str] = None
+
+    def on(self, env: Mapping[str, str]) -> bool:
+        if self.token is not None:
+            return env.get(LAUNCH_ENV) == self.token
+        ids = [env.get(RUN_ID_ENV, ""), *env.get(GROUP_ENV, "").split()]
+        if self.run_dir is None:
+            return self.run_id in ids
+        return (self.run_id, self.run_dir) in zip(ids, env.get(LAUNCH_DIRS_ENV, "").split("\n"))
 
 
 @dataclass(kw_only=True)
 class _Slots:
     popen: subprocess.Popen
+    token: str
     gpu_ids: list[str]
     cpus: int
     released: bool = False
@@ -92,6 +119,7 @@ class LocalExecutor:
         cpus = self._cpus_for(job)
         gpu_ids, self._free_gpus = self._free_gpus[: job.gpus], self._free_gpus[job.gpus :]
         self._free_cpus -= cpus
+        token = uuid.uuid4().hex
         env = {
             **run_environment(os.environ),
             RUN_ID_ENV: job.id,
@@ -106,6 +134,8 @@ class LocalExecutor:
             "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids),
             GROUP_ENV: " ".join(j.id for j in also),
             ALSO_ENV: "\n".join(str(j.run_dir) for j in also),
+            LAUNCH_ENV: token,
+            LAUNCH_DIRS_ENV: "\n".join(str(j.run_dir.resolve()) for j in (job, *also)),
         }
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "xb") as log:  # "x": an earlier attempt's log is never truncated
@@ -124,7 +154,7 @@ class LocalExecutor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        slots = _Slots(popen=popen, gpu_ids=gpu_ids, cpus=cpus)
+        slots = _Slots(popen=popen, token=token, gpu_ids=gpu_ids, cpus=cpus)
         return Started(job=job, attempt=attempt, pid=popen.pid, log_path=log_path, handle=slots)
 
     def _python_for(self, job: Job) -> str:
@@ -150,24 +180,25 @@ class LocalExecutor:
 
     def poll(self, started: Started) -> Optional[int]:
         slots: _Slots = started.handle
-        code = slots.popen.poll()
-        if code is not None:
-            # The script is done; whatever it left running goes too.
-            _kill_run(started.job.id, started.pid)
-            self._release(slots)
-        return code
+        if slots.popen.returncode is not None:
+            return slots.popen.returncode
+        if not _exited(slots.popen.pid):
+            return None
+        # The script is done; whatever it left running goes too. Its zombie, not yet waited for,
+        # holds its pid meanwhile: no new process can lead a session of that number.
+        _note_left(started, _kill_run(_RunMark(slots.token), started.pid))
+        self._release(slots)
+        return slots.popen.wait()
 
     def stop(self, running: list[Started], *, grace_s: float) -> None:
-        asked = [_signal_run(started.job.id, started.pid, signal.SIGTERM) for started in running]
+        asked = [_signal_run(_RunMark(started.handle.token), started.pid, signal.SIGTERM)[0] for started in running]
         deadline = time.monotonic() + grace_s
         for started, procs in zip(running, asked):
             slots: _Slots = started.handle
-            try:
-                slots.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+            while not _exited(slots.popen.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
             _wait_gone(procs, deadline)
-            _kill_run(started.job.id, started.pid, procs)
+            _note_left(started, _kill_run(_RunMark(slots.token), started.pid, procs))
             slots.popen.wait()
             self._release(slots)
 
@@ -176,9 +207,10 @@ class LocalExecutor:
         return None
 
     def reap(self, record: RunRecord, *, grace_s: float) -> int:
-        procs = _signal_run(record.id, None, signal.SIGTERM)
+        mark = _RunMark(run_id=record.id, run_dir=str(Path(record.run_dir).resolve()) if record.run_dir else None)
+        procs, _ = _signal_run(mark, None, signal.SIGTERM)
         _wait_gone(procs, time.monotonic() + grace_s)
-        _kill_run(record.id, None, procs)
+        _kill_run(mark, None, procs)
         return len(procs)
 
     def _release(self, slots: _Slots) -> None:
@@ -188,6 +220,24 @@ class LocalExecutor:
             slots.released = True
 
 
+def _exited(pid: int) -> bool:
+    """Whether this child has exited, without waiting for it (its pid stays taken until it is)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # already waited for
+        return True
+
+
+def _note_left(started: Started, foreign: list[int]) -> None:
+    """Say, in its attempt's detail and log, what of the run could not be killed."""
+    if not foreign:
+        return
+    started.detail = (f"{len(foreign)} process(es) of it run as another user this runner cannot signal "
+                      f"and were left: pid {', '.join(map(str, foreign))}")
+    with contextlib.suppress(OSError), open(started.log_path, "a") as log:
+        log.write(f"# rlvr-run: {started.detail}\n")
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pgid, sig)
@@ -195,14 +245,16 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _signal_run(run_id: str, session: Optional[int], sig: signal.Signals,
-                known: Sequence[psutil.Process] = ()) -> list[psutil.Process]:
-    """Send `sig` to every process of `run_id` (its script leads `session`, where known) and to
-    their process groups; the processes signalled. They are found before any is signalled: a
-    child whose parent dies of it is no longer a descendant; `known` (an earlier call's) stay
-    the run's while they live."""
-    procs = _processes_of_run(run_id, session)
-    procs += [p for p in known if _alive(p) and p.pid not in {q.pid for q in procs}]
+def _signal_run(mark: _RunMark, session: Optional[int], sig: signal.Signals,
+                known: Sequence[psutil.Process] = ()) -> tuple[list[psutil.Process], list[int]]:
+    """Send `sig` to every process of the run (its script leads `session`, where known) and to
+    their process groups; the processes signalled, and the pids of those found that this
+    process may not signal (another user's). They are found before any is signalled: a child
+    whose parent dies of it is no longer a descendant; `known` (an earlier call's) stay the
+    run's while they live."""
+    found = _processes_of_run(mark, session)
+    found += [p for p in known if _alive(p) and p.pid not in {q.pid for q in found}]
+    procs = [p for p in found if _may_signal(p.pid)]
     if session is not None:
         _signal_group(session, sig)  # the script's own group first, before any process it started
     mine = os.getpgrp()
@@ -212,15 +264,28 @@ def _signal_run(run_id: str, session: Optional[int], sig: signal.Signals,
         if _pgid(proc.pid) == mine:  # never the runner's own group: that one process alone
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(sig)
-    return procs
+    return procs, sorted(p.pid for p in found if p not in procs and _alive(p))
 
 
-def _kill_run(run_id: str, session: Optional[int], known: Sequence[psutil.Process] = (), *,
-              within_s: float = KILL_S) -> None:
-    """SIGKILL every process of the run until none is left: one forked between a scan and its
-    signal is found by the next scan."""
+def _may_signal(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return False
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def _kill_run(mark: _RunMark, session: Optional[int], known: Sequence[psutil.Process] = (), *,
+              within_s: float = KILL_S) -> list[int]:
+    """SIGKILL every process of the run until none is left (one forked between a scan and its
+    signal is found by the next scan); the pids of those it may not signal, which it leaves."""
     deadline = time.monotonic() + within_s
-    while (known := _signal_run(run_id, session, signal.SIGKILL, known)) and time.monotonic() < deadline:
+    while True:
+        known, foreign = _signal_run(mark, session, signal.SIGKILL, known)
+        if not known or time.monotonic() >= deadline:
+            return foreign
         _wait_gone(known, min(deadline, time.monotonic() + 0.2))
 
 
@@ -244,11 +309,11 @@ def _pgid(pid: int) -> Optional[int]:
         return None
 
 
-def _processes_of_run(run_id: str, session: Optional[int] = None) -> list[psutil.Process]:
-    """This user's live processes of `run_id`: those whose environment names it (every script's
-    does, and what it starts inherits it), those in `session` (the script's) or in a session one
-    of those leads, and all their descendants (a child that cleared its environment and made a
-    session of its own is still theirs)."""
+def _processes_of_run(mark: _RunMark, session: Optional[int] = None) -> list[psutil.Process]:
+    """The live processes of the run `mark` tells: this user's whose environment bears it (every
+    script's does, and what it starts inherits it), those in `session` (the script's) or in a
+    session one of those leads, and all their descendants (a child that cleared its environment
+    and made a session of its own is still theirs)."""
     me = os.getpid()
     procs: dict[int, psutil.Process] = {}
     children: dict[int, list[int]] = {}
@@ -260,7 +325,7 @@ def _processes_of_run(run_id: str, session: Optional[int] = None) -> list[psutil
             procs[proc.pid] = proc
             children.setdefault(proc.ppid(), []).append(proc.pid)
             env = proc.environ()
-            if env.get(RUN_ID_ENV) == run_id or run_id in env.get(GROUP_ENV, "").split():
+            if mark.on(env):
                 found.add(proc.pid)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
