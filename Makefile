@@ -30,7 +30,11 @@ PIP_SOURCES := import shlex; from pip._internal.commands import create_command a
   print(shlex.join(a))
 # Asked once, when the install recipe runs (the venv's pip exists by then).
 UV_SOURCES = $(eval UV_SOURCES := $(shell $(BIN)/python -c '$(PIP_SOURCES)'))$(UV_SOURCES)
-UV_INSTALL = $(UV) pip install -q --python $(BIN)/python --index-strategy unsafe-best-match $(UV_SOURCES)
+# --compile-bytecode: pip compiles every installed module by default, uv only when asked. Where
+# Python may not write bytecode (PYTHONDONTWRITEBYTECODE, as in many containers and CI images, or
+# a read-only install) every process would otherwise compile torch, transformers and trl from
+# source at each start: importing the three took 12-15 s here without bytecode, 5.5 s with it.
+UV_INSTALL = $(UV) pip install -q --compile-bytecode --python $(BIN)/python --index-strategy unsafe-best-match $(UV_SOURCES)
 EXTRAS := cpu,dev,trl,semantic
 # $(call install,ARGS): uv when there is one, pip when there is none or when uv fails.
 install = $(if $(UV),$(UV_INSTALL) $(1) || { echo "uv failed: pip installs instead" >&2; $(BIN)/pip install -q $(1); },$(BIN)/pip install -q $(1))
@@ -49,6 +53,8 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python $(UV_BOOT)
 	# python-dateutil<3: mlflow's graphene 3.4.3 caps it; without the cap uv takes dateutil 4 and an
 	# older graphene, pip the other way round.
 	$(call install,-e ".[$(EXTRAS)]" "python-dateutil<3")
+	# The project's own modules (an editable install: neither installer compiles them).
+	$(BIN)/python -m compileall -q engine
 	touch $(STAMP)
 
 install: $(STAMP)
