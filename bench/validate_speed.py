@@ -9,8 +9,8 @@ verdicts computed afresh. Warm: the folder the cold run filled (a second validat
 after editing anything but the data). Targets: warm <= 3 s, cold <= 8 s, on an idle machine.
 `lock held`: `rlvr-run SPEC` while this process holds the runs folder's lock; it must be
 refused at once, before validating. `--rerun` runs tests/specs/byo/byo.yaml to the end once
-(a minute or two on 2 cores), then times `rlvr-run SPEC` again, with nothing left to do
-(target <= 3 s).
+(a minute or two on 2 cores; once per tree), then times `rlvr-run SPEC` again, with nothing
+left to do (target <= 3 s).
 
 With `--baseline DIR` (another source tree, e.g. `git archive <commit> | tar -x -C DIR`) the
 same commands run from that tree too, interleaved with this tree's, each tree with its own
@@ -65,6 +65,7 @@ def main() -> None:
 
     trees = {"this tree": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for name, spec in SPECS.items():
@@ -80,12 +81,16 @@ def main() -> None:
                         times.setdefault((tree_name, f"{name} lock held"), []).append(
                             cli(tree, [str(spec), "--runs-dir", str(runs)], cache, expect=2))
         if args.rerun:
-            cache, runs = Path(tmp) / "rerun-cache", Path(tmp) / "rerun-runs"
-            first = cli(ROOT, [str(SPECS["byo"]), "--runs-dir", str(runs)], cache)
-            print(f"byo.yaml run to the end in {first[0]:.0f} s ({first[1]:.0f} s CPU)")
+            for tree_name, tree in trees.items():
+                cache, runs = (Path(tmp) / f"rerun-{tree_name.replace(' ', '-')}-{part}" for part in ("cache", "runs"))
+                first = cli(tree, [str(SPECS["byo"]), "--runs-dir", str(runs)], cache)
+                print(f"{tree_name}: byo.yaml run to the end in {first[0]:.0f} s ({first[1]:.0f} s CPU)")
             for _ in range(args.reps):
-                times.setdefault(("this tree", "byo rerun, nothing to do"), []).append(
-                    cli(ROOT, [str(SPECS["byo"]), "--runs-dir", str(runs)], cache))
+                for tree_name, tree in trees.items():
+                    cache, runs = (Path(tmp) / f"rerun-{tree_name.replace(' ', '-')}-{part}" for part in ("cache", "runs"))
+                    times.setdefault((tree_name, "byo rerun, nothing to do"), []).append(
+                        cli(tree, [str(SPECS["byo"]), "--runs-dir", str(runs)], cache))
+    print("load average at the start {:.1f} {:.1f} {:.1f}, at the end {:.1f} {:.1f} {:.1f}".format(*load, *os.getloadavg()))
     rows = dict.fromkeys(row for _, row in times)
     for row in rows:
         wall, cpu = _median(times[("this tree", row)])

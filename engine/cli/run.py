@@ -93,7 +93,7 @@ def command(args: argparse.Namespace) -> int:
             err_console.print(interrupted_summary(outcome.plan.spec_name, result, args.spec), highlight=False,
                               soft_wrap=True)
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
-        reports = write_reports(args.runs_dir, outcome.plan.spec_name)
+        reports = write_reports(args.runs_dir, outcome.plan.spec_name, settle=True)  # kept by the next rerun
         for report in reports:
             print_results(console, report, markdown=args.markdown)
             console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)

@@ -23,6 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from engine.report import stamp  # noqa: E402
+
 DPI = 90
 COLOURS = tuple(f"C{i}" for i in range(10))  # matplotlib's default cycle (tab10)
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -70,13 +72,12 @@ def _draw(path: Path, data: tuple, figure: Callable[[], "plt.Figure"]) -> Path:
     costs ~0.2 s). The stamp is written only once the figure is: a drawing that failed or was cut
     short leaves no stamp by which an older figure would pass for this data's."""
     digest = hashlib.sha256((DRAWN_BY + repr(data)).encode()).hexdigest()
-    stamp = path.with_name(f".{path.name}.sha256")
-    if path.is_file() and stamp.is_file() and stamp.read_text() == digest:
+    if stamp.current(path, digest):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    stamp.unlink(missing_ok=True)
+    stamp.unseal(path)
     _save(figure(), path)
-    stamp.write_text(digest)
+    stamp.seal(path, digest)
     return path
 
 

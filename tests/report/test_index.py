@@ -89,12 +89,12 @@ def test_every_page_links_back_to_the_index(smoke_sized, tmp_path, monkeypatch):
     _, report = smoke_sized
     for page in report.pages:
         assert "[index](index.md)" in page.read_text(), page.name
-    from engine.report import generate
+    from engine.report import pages
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("a damaged record")
 
-    monkeypatch.setattr(generate, "versus_parent", broken)  # a page that cannot be built links back too
+    monkeypatch.setattr(pages, "versus_parent", broken)  # a page that cannot be built links back too
     build(tmp_path, seeds=1, problems=3, phases=("sft",))
     [partial] = write_reports(tmp_path, failures=False)
     assert "could not be built" in (text := (partial.dir / "results.md").read_text()) and "[index](index.md)" in text

@@ -6,17 +6,21 @@ is made again, to the value a fresh process gives."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
-from engine.report import plots, study as study_module
+from engine.report import pages, plots, stamp, study as study_module
 from engine.report.generate import write_reports
 from engine.report.main_table import column, problem_values
 from engine.report.study import Cell, _Kept, load_study
-from engine.runs.lineage import open_lineage
+from engine.runs.lineage import Metric, RunState, open_lineage
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import build  # noqa: E402  (tests/report/synthetic.py)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cells(root: Path) -> dict[str, Cell]:
@@ -106,3 +110,91 @@ def test_a_figure_drawn_by_other_code_is_drawn_again(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "DRAWN_BY", "another version of the drawing code")
     plots.cost_scatter(tmp_path / "cost.png", points, "t")
     assert len(drawn) == 2
+
+
+def _pages_built(monkeypatch) -> list[str]:
+    built: list[str] = []
+    build_pages = pages.build
+
+    def counted(study, *args, **kwargs):
+        built.append(study.name)
+        return build_pages(study, *args, **kwargs)
+
+    monkeypatch.setattr(pages, "build", counted)
+    return built
+
+
+def _written(report) -> dict[str, tuple[int, bytes]]:
+    """Each page and figure: its inode (an atomic write makes a new one) and bytes."""
+    return {str(p): (p.stat().st_ino, p.read_bytes()) for p in (*report.pages, *report.images)}
+
+
+def test_the_pages_of_an_unchanged_study_are_kept_as_they_are(tmp_path, monkeypatch):
+    monkeypatch.setattr(stamp, "RACY_S", 0.0)  # files written by this test count as settled at once
+    build(tmp_path, seeds=2, problems=6, phases=("sft",))
+    built = _pages_built(monkeypatch)
+    [first] = write_reports(tmp_path)
+    [again] = write_reports(tmp_path)
+    assert built == ["synth"]  # the second time, nothing was built
+    assert _written(again) == _written(first)
+    assert (again.headline, again.headline_table, again.pages, again.images) == \
+        (first.headline, first.headline_table, first.pages, first.images)
+    (first.dir / ".index.md.sha256").unlink()  # what a regeneration writes is what was kept
+    [fresh] = write_reports(tmp_path)
+    assert built == ["synth", "synth"]
+    assert {p: b for p, (_, b) in _written(fresh).items()} == {p: b for p, (_, b) in _written(first).items()}
+
+
+def test_a_changed_record_row_page_or_code_makes_the_pages_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(stamp, "RACY_S", 0.0)
+    build(tmp_path, seeds=2, problems=6, phases=("sft",))
+    built = _pages_built(monkeypatch)
+    [report] = write_reports(tmp_path)
+    _flip_first(next(iter(_cells(tmp_path).values())))  # a record re-judged
+    write_reports(tmp_path)
+    assert len(built) == 2
+    with open_lineage(tmp_path / "lineage.sqlite") as lineage:  # a lineage row: a new metric
+        lineage.record_outputs([Metric(run_id="eval-sft--1-every_phase", dataset="valid",
+                                       protocol="greedy", seed=1, name="exec_success", value=0.1)])
+    write_reports(tmp_path)
+    assert len(built) == 3
+    (report.dir / "runs.md").unlink()  # a page gone
+    write_reports(tmp_path)
+    assert len(built) == 4 and (report.dir / "runs.md").is_file()
+    monkeypatch.setattr(stamp, "code_digest", lambda: "another version of rlvr-run")
+    write_reports(tmp_path)
+    assert len(built) == 5
+    write_reports(tmp_path, failures=False)  # another set of pages than the one kept
+    assert len(built) == 6
+
+
+def test_pages_are_made_again_while_a_file_they_read_is_fresh_or_a_run_is_under_way(tmp_path, monkeypatch):
+    build(tmp_path, seeds=1, problems=4, phases=("sft",), fail_all=True)
+    built = _pages_built(monkeypatch)
+    write_reports(tmp_path)
+    write_reports(tmp_path)  # its records were written a moment ago: within a clock tick of changing again
+    assert len(built) == 2
+    write_reports(tmp_path, settle=True)  # what a study's end does: waits the moment out, then keeps them
+    write_reports(tmp_path)
+    assert len(built) == 3
+    monkeypatch.setattr(stamp, "RACY_S", 0.0)
+    with open_lineage(tmp_path / "lineage.sqlite") as lineage:
+        lineage.set_state("eval-sft--1-every_phase", RunState.queued)  # run again: the time it waits counts
+    write_reports(tmp_path, settle=True)
+    write_reports(tmp_path)
+    assert len(built) == 5
+
+
+def test_kept_pages_are_given_without_importing_the_drawing_code(tmp_path, monkeypatch):
+    monkeypatch.setattr(stamp, "RACY_S", 0.0)
+    build(tmp_path, seeds=1, problems=4, phases=("sft",))
+    [report] = write_reports(tmp_path)
+    probe = ("import json, sys\nfrom engine.report import stamp\nstamp.RACY_S = 0.0\n"
+             "from engine.report.generate import write_reports\n"
+             f"[report] = write_reports({str(tmp_path)!r})\n"
+             "print(json.dumps([report.headline, sorted(sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    headline, modules = json.loads(done.stdout.splitlines()[-1])
+    assert headline == report.headline
+    assert not [m for m in modules if m.split(".")[0] == "matplotlib" or m == "engine.report.pages"]

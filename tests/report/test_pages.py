@@ -103,14 +103,14 @@ def test_the_report_verb(report, tmp_path, capsys):
 
 
 def test_a_page_that_cannot_be_built_fails_the_report_verb(tmp_path, capsys, monkeypatch):
-    from engine.report import generate
+    from engine.report import pages
 
     build(tmp_path)
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("lineage row 7 has no seed")  # what a bug or a damaged record would raise
 
-    monkeypatch.setattr(generate, "versus_parent", broken)
+    monkeypatch.setattr(pages, "versus_parent", broken)
     assert main(["report", "synth", "--runs-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "synth: results.md could not be built: RuntimeError: lineage row 7 has no seed" in err
