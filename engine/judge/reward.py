@@ -40,10 +40,10 @@ With `run_config` (a run's reward), every verdict is also a line of the run's
 `traces/verl_rewards.jsonl` (`REWARD_RECORDS`), keyed by the rollout (`rollout_key`:
 its ground truth and response) and carrying verl's step of the rollout (`step`, from
 `engine.train.verl_reward_manager`), the weights' version it was generated with (`weights`)
-and whether it was a validation rollout (`validate`, see `_validating`): verl 0.9.1's default
-trainer dumps a step's rollouts without the reward's extra fields, and the run's watcher
-(`engine.train.verl_watch`) joins the two on step and key to see each step's verdicts, so a
-step of judge faults fails the run.
+and whether it was a validation rollout (`validate`, see `_validating`: from the data file the
+row is in where that tells): verl 0.9.1's default trainer dumps a step's rollouts without the
+reward's extra fields, and the run's watcher (`engine.train.verl_watch`) joins the two on step
+and key to see each step's verdicts, so a step of judge faults fails the run.
 
 Calls that arrive together — verl's reward loop scores a step's samples as
 concurrent calls — are judged as one stream (`_Batcher`); `compute_score_batch`
@@ -177,6 +177,10 @@ REWARD_RECORDS = "traces/verl_rewards.jsonl"  # in the run directory, beside its
 # puts it there); `global_steps` there is verl's version of the weights the rollout was generated with.
 ROLLOUT_STEP = "rollout_step"
 WEIGHTS_STEP = "global_steps"
+# Which of verl's data files holds a row (`engine.train.export` writes it into each verl RL row's
+# extra_info): data.train_files, data.val_files, or a train file verl validates on as well.
+DATA_FILES = "verl_files"
+TRAIN_FILE, VAL_FILE, TRAIN_AND_VAL_FILE = "train", "val", "train+val"
 _RECORDS_LOCK = threading.Lock()
 
 
@@ -195,7 +199,7 @@ def _note(kwargs: Mapping[str, Any], extra_info: Optional[Mapping[str, Any]], gr
     step, weights = _step(info.get(ROLLOUT_STEP)), _step(info.get(WEIGHTS_STEP))
     row = {"key": rollout_key(ground_truth, response), "verdict": scored["verdict"], "score": scored["score"],
            "dataset": info.get("dataset"), "id": info.get("id"), "step": step, "weights": weights,
-           "validate": _validating(step, weights), "attempt": os.environ.get("RLVR_ATTEMPT"),
+           "validate": _validating(info.get(DATA_FILES), step, weights), "attempt": os.environ.get("RLVR_ATTEMPT"),
            "pid": os.getpid(), "t": round(time.time(), 3)}
     path = Path(str(kwargs["run_config"])).parent / REWARD_RECORDS
     with _RECORDS_LOCK:
@@ -210,12 +214,18 @@ def _step(value: Any) -> Optional[int]:
     return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else None
 
 
-def _validating(step: Optional[int], weights: Optional[int]) -> Optional[bool]:
-    """Whether a verl call scores a validation rollout: generated with the weights of its own step
-    or later. verl's trainer validates at step k after it synced step k's update to the rollout
-    (and at step 0 on the weights it started from), while step k's training rollouts are generated
-    before that update exists (with step k-1's weights in its sync trainer, older ones off-policy).
-    None where either is unknown."""
+def _validating(files: Any, step: Optional[int], weights: Optional[int]) -> Optional[bool]:
+    """Whether a verl call scores a validation rollout. The row's data file says so where it can:
+    only verl's validation reads data.val_files, only its training a train file it does not
+    validate on. A row of a train file verl also validates on (a run without a select or
+    early-stop dataset), or of data exported without the field, says nothing; there the weights
+    tell, in verl's sync trainer only: it validates at step k after it synced step k's update to
+    the rollout (and at step 0 on the weights it started from), while step k's training rollouts
+    are generated before that update exists (with step k-1's weights). An async trainer may
+    generate a training rollout of step k after that update, which this takes for validation.
+    None where neither tells (no step, or a rollout server that reports no weights' version)."""
+    if isinstance(files, str) and files in (VAL_FILE, TRAIN_FILE):
+        return files == VAL_FILE
     return None if step is None or weights is None else weights >= step
 
 

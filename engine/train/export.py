@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from engine.data.loaders import LoadedDataset
 from engine.errors import UserError
+from engine.judge.reward import TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
 from engine.plan.frozen import (
     FrozenDataset,
     FrozenRun,
@@ -73,11 +74,11 @@ def _manifest_entry(out: Path, fmt: str, parts: list[LoadedDataset], rows: int, 
 
 
 def _write_file(parts: list[LoadedDataset], out: Path, fmt: str, choice: PromptChoice,
-                reward: RewardMode) -> dict[str, Any]:
+                reward: RewardMode, files: str) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
     for loaded in parts:
-        rows += build_rows(loaded, fmt, choice, skipped, reward=reward, start=len(rows))
+        rows += build_rows(loaded, fmt, choice, skipped, reward=reward, start=len(rows), files=files)
     if not rows:
         raise UserError(f"nothing to write to {out.name} from {', '.join(d.name for d in parts)} as {fmt}: "
                         f"{skipped[0] if skipped else 'no problems'}")
@@ -143,12 +144,15 @@ def _export_files(run: FrozenRun, fmt: str, layout: RunLayout, registry: Registr
     choice = PromptChoice(registry=registry, template=run.prompt_template(), model=run.base_model)
     data_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    for names, filename in ((train, layout.train), (valid, layout.valid)):
+    # Each RL row says which of verl's files holds it, so the reward tells validation from training
+    # by the data; without a valid file verl validates on the train file (`engine.train.verl_overrides`).
+    train_files = TRAIN_FILE if valid else TRAIN_AND_VAL_FILE
+    for names, filename, files in ((train, layout.train, train_files), (valid, layout.valid, VAL_FILE)):
         if names:
             parts = [load_run_dataset(n, run.datasets[n], registry, run.judge, data_dir.parent) for n in names]
             if filename == layout.train:  # verl reads the rows in file order (data.shuffle=False)
                 parts = ordered(run, data_dir.parent, model, parts)
-            entries.append(_write_file(parts, data_dir / filename, fmt, choice, run.reward or "dense"))
+            entries.append(_write_file(parts, data_dir / filename, fmt, choice, run.reward or "dense", files))
     return entries
 
 

@@ -2,7 +2,8 @@
 
 - `verl-rl`: verl's RL parquet: data_source, prompt (chat list), ability,
   reward_model {style: rule, ground_truth: the tests as `RewardTests` JSON that
-  `engine.reward.compute_score` reads}, extra_info {id, split, index, reward_mode, ...}.
+  `engine.reward.compute_score` reads}, extra_info {id, split, index, reward_mode, ...}; a run's
+  export adds which of verl's data files holds the row (`engine.judge.reward.DATA_FILES`).
 - `verl-sft-messages`: verl 0.8+ `MultiTurnSFTDataset` rows: `messages` with the reference
   solution as the assistant turn, in the answer format the prompt asks for.
 - `trl-sft`: `prompt`/`completion` (conversational for chat models: trl's loss covers the answer only).
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 from engine.data.loaders import LoadedDataset
 from engine.errors import UserError
 from engine.judge.ground_truth import ground_truth_from_problem
+from engine.judge.reward import DATA_FILES
 from engine.problem import Problem
 from engine.prompts.templates import (
     Message,
@@ -76,15 +78,18 @@ def _chat(choice: PromptChoice, problem: Problem, what: str) -> list[dict[str, s
 
 
 def verl_rl_rows(loaded: LoadedDataset, choice: PromptChoice, reward: RewardMode = "dense",
-                 start: int = 0) -> list[dict[str, Any]]:
-    """`start` offsets `index` so rows of several datasets in one file stay distinct."""
+                 start: int = 0, files: Optional[str] = None) -> list[dict[str, Any]]:
+    """`start` offsets `index` so rows of several datasets in one file stay distinct; `files`
+    (a run's export knows it) is which of verl's data files the rows go to, which tells the
+    reward a validation call from a training one."""
+    where = {DATA_FILES: files} if files else {}
     return [{
         "data_source": f"rlvr/{p.source}",
         "prompt": _chat(choice, p, "verl RL data"),
         "ability": "code",
         "reward_model": {"style": "rule", "ground_truth": ground_truth_from_problem(p)},
         "extra_info": {"index": index, "id": p.id, "split": p.split, "dataset": loaded.name,
-                       "reward_mode": reward, "answer": choice.template_for(p).answer},
+                       "reward_mode": reward, "answer": choice.template_for(p).answer, **where},
     } for index, p in enumerate(loaded.problems, start)]
 
 
@@ -160,10 +165,10 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> str:
 
 def build_rows(loaded: LoadedDataset, fmt: str, choice: PromptChoice, skipped: list[str], *,
                reward: RewardMode = "dense", pairs: Optional[Iterable[PreferenceText]] = None,
-               start: int = 0) -> list[dict[str, Any]]:
+               start: int = 0, files: Optional[str] = None) -> list[dict[str, Any]]:
     """`loaded` as rows of `fmt`; problems left out are appended to `skipped` with the reason."""
     if fmt == "verl-rl":
-        rows = verl_rl_rows(loaded, choice, reward, start)
+        rows = verl_rl_rows(loaded, choice, reward, start, files)
     elif fmt in ("verl-sft-messages", "trl-sft"):
         rows = sft_rows(loaded, choice, skipped, split_prompt=fmt == "trl-sft")
         if fmt == "verl-sft-messages" and rows and "messages" not in rows[0]:

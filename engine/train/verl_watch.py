@@ -17,6 +17,11 @@ verl has no early stopping. The watcher reads what verl writes as it trains:
   rollouts passes `early_stop.JUDGE_FAULT_SHARE` is a failure, not an early stop: the
   watcher stops the command the same way, says why on stderr and exits 1, so the launch
   script fails before any hand-off.
+- unjudged rollouts: a dumped rollout of a GRPO run with no verdict in its row and no record of
+  the reward fails the run the same way, naming the step and the count: the rules above cannot
+  see its verdict, and counted as neither fault nor timeout it would only thin their rates (as a
+  judge fault it would blame the judge for what is the records' fault). A repair run's agent loop
+  scores its trajectories itself (`engine.train.verl_repair_loop`), without the reward's records.
 
 On an early-stop reason it writes outputs/early_stop.json, sends SIGTERM to the command (the launch
 script's `timeout` relays it to the trainer's process group), SIGKILL after a grace
@@ -45,6 +50,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 from engine.files import read_jsonl
 from engine.judge.reward import REWARD_RECORDS, rollout_key
 from engine.plan.frozen import FrozenRun, read_frozen_run
+from engine.spec.kinds import PhaseKind
 from engine.spec.phases import EarlyStopSpec
 from engine.train.early_stop import judge_fault_reason, stalled, timeout_reason
 from engine.train.select_metric import MissingMetric
@@ -66,6 +72,7 @@ class Watch:
         self.seen: set[str] = set()  # rollout files already read
         self.steps: list[tuple[int, list[Any]]] = []  # (step, its rollouts' verdicts), as read
         self.fault: Optional[str] = None  # a judge-fault failure, once one step had too many
+        self.recorded = frozen.kind != PhaseKind.repair  # whether every rollout has a reward record
 
     def reason(self) -> Optional[str]:
         """Why to stop now: an early stop, or (`self.fault` set) a failure."""
@@ -94,9 +101,10 @@ class Watch:
             if verdicts is None:  # verl writes it from a thread: read it on the next poll
                 continue
             self.seen.add(path.name)
-            self.steps.append((int(path.stem), verdicts))
+            self.steps.append((step, verdicts))
             rate = sum(v == "INTERNAL_ERROR" for v in verdicts) / max(len(verdicts), 1)
-            self.fault = self.fault or judge_fault_reason(rate, int(path.stem))
+            unjudged = sum(v is None for v in verdicts) if self.recorded else 0
+            self.fault = self.fault or unjudged_reason(unjudged, len(verdicts), step) or judge_fault_reason(rate, step)
 
     def _timeouts(self) -> Optional[str]:
         threshold = self.stop.timeout_rate
@@ -113,11 +121,26 @@ class Watch:
         return step_verdicts(read_jsonl(self.run_dir / REWARD_RECORDS), step)
 
 
+def unjudged_reason(unjudged: int, rollouts: int, step: int) -> Optional[str]:
+    """Why training must fail after a step with `unjudged` of its dumped rollouts unseen by the
+    reward's records, or None."""
+    if not unjudged:
+        return None
+    return (f"{unjudged} of {rollouts} rollouts of step {step} have no reward record in {REWARD_RECORDS} "
+            "(nor a verdict in verl's dump): the judge-fault and timeout rules cannot see their verdicts\n"
+            "  fix: the run's reward (engine/reward.py with reward_kwargs.run_config, as launch.sh names it) "
+            "records every rollout it scores: find in the run's log what scored these instead, or why its "
+            "records were not written (the run directory writable, the disk not full), then re-run to resume "
+            "from the last checkpoint")
+
+
 def step_verdicts(records: Iterable[Mapping[str, Any]], step: int) -> dict[str, Any]:
-    """The verdicts the run's reward recorded for the training rollouts of `step`, by `rollout_key`;
-    a record without a step (verl's legacy trainer passes none) may be any step's."""
+    """The verdicts the run's reward recorded for the training rollouts of `step`, by `rollout_key`.
+    A record without a step (verl's legacy trainer passes none) may be any step's, and one of
+    `step` that does not say whether it validated (`validate` None) is joined by its key: verl
+    dumps training rollouts only, so it is looked up only where a training rollout has its key."""
     return {r.get("key"): r.get("verdict") for r in records
-            if r.get("step") is None or (r.get("step") == step and r.get("validate") is False)}
+            if r.get("step") is None or (r.get("step") == step and r.get("validate") is not True)}
 
 
 def judged_per_step(records: Iterable[Mapping[str, Any]], *, validation: bool = False) -> dict[int, int]:

@@ -100,10 +100,13 @@ def _every_rollout_of_a_step_is_judged_by_the_projects_reward(study: Path) -> No
         # The records alone: every step's rollouts judged, batch x n of them, and no other step's.
         judged = judged_per_step(records)
         assert judged == {int(d.stem): batch * n for d in dumps}, (run_dir, judged)
-        # The step's validation told apart from its training (the weights' version, see
-        # engine.judge.reward._validating): validation judged the validation data only.
+        # The step's validation told apart from its training (by the file each row is in, see
+        # engine.judge.reward._validating): validation judged the validation data only; and
+        # the weights' version, which decides where the row cannot, agrees on verl's sync trainer.
         assert {r["dataset"] for r in records if r["validate"] is False} == {"toy_train"}
         assert {r["dataset"] for r in records if r["validate"] is True} == {"toy_valid"}
+        versioned = [r for r in records if r["weights"] is not None]
+        assert versioned and all(r["validate"] == (r["weights"] >= r["step"]) for r in versioned), run_dir
         assert judged_per_step(records, validation=True), run_dir
         for dump in dumps:
             rows = [json.loads(line) for line in dump.read_text().splitlines()]

@@ -18,6 +18,7 @@ from engine.cli import main as cli_main
 from engine.data.idlist import write_idlist
 from engine.errors import UserError
 from engine.isolation.validate import validate_spec
+from engine.judge.reward import DATA_FILES, TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
 from engine.plan.expand import plan
 from engine.plan.model import Run
 from engine.reward import compute_score
@@ -119,6 +120,8 @@ def test_rl_export_is_what_verl_reads(project: Project, tokenizer, tmp_path: Pat
     regression = {f"mbpp/{r['task_id']}" for r in project.rows["regression"]}
     assert not regression & {r["extra_info"]["id"] for r in train + valid}
     assert {r["extra_info"]["reward_mode"] for r in train + valid} == {"sparse"}
+    # Which of verl's files holds the row: the reward tells validation from training by it.
+    assert [{r["extra_info"][DATA_FILES] for r in rows} for rows in (train, valid)] == [{TRAIN_FILE}, {VAL_FILE}]
 
     config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 4096, "filter_overlong_prompts": True,
                                "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path / "verl-cache")})
@@ -131,6 +134,21 @@ def test_rl_export_is_what_verl_reads(project: Project, tokenizer, tmp_path: Pat
     wrong = compute_score(item["data_source"], "```python\nprint(1)\n```", item["reward_model"]["ground_truth"],
                           item["extra_info"])
     assert wrong["score"] == 0.0
+
+
+def test_without_a_select_dataset_verl_validates_on_the_train_file_and_its_rows_say_so(project: Project) -> None:
+    spec = project.root / "specs" / "plain.yaml"
+    spec.write_text(SPEC.replace("name: exp", "name: plain").replace(
+        "rollout: rollout,\n         select_on: mb_valid}", "rollout: rollout}"))
+    validated = validate_spec(spec, content=False)
+    [run_dir] = [d.path for d in materialize(plan(validated), validated, project.root / "runs")
+                 if d.run.kind.value == "grpo"]
+    proc = _export(run_dir, "verl-rl")
+    assert proc.returncode == 0, proc.stderr
+    data = run_dir / "data"
+    assert _launch_data_files(run_dir) == {data / "train.parquet"} and not (data / "valid.parquet").exists()
+    rows = pq.read_table(data / "train.parquet").to_pylist()
+    assert len(rows) == 12 and {r["extra_info"][DATA_FILES] for r in rows} == {TRAIN_AND_VAL_FILE}
 
 
 @pytest.mark.slow  # tens of seconds (a real study, server or trainer): `make test-all` and CI run it

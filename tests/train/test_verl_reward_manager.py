@@ -1,7 +1,8 @@
 """rlvr-run's verl reward manager, loaded by verl 0.9.1's own loader as the rendered command names it
 (`engine.train.verl_overrides`), scoring rollouts handed over as verl's agent loop hands them to
 its reward loop (`AgentLoopWorker._compute_score`: the rollout's fields, the server's
-`extra_fields` as `tool_extra_fields`). The reward's records then say each call's step."""
+`extra_fields` as `tool_extra_fields`). The reward's records then say each call's step and
+whether it validated."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from engine.files import read_jsonl
 from engine.judge.ground_truth import RewardTests
-from engine.judge.reward import REWARD_RECORDS
+from engine.judge.reward import DATA_FILES, REWARD_RECORDS, TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
 from engine.train import verl_overrides
 
 REWARD_PY = Path(__file__).resolve().parents[2] / "engine" / "reward.py"
@@ -43,7 +44,7 @@ def manager(tmp_path_factory, tiny_model):
     return loaded, run_dir
 
 
-def _rollout(tokenizer, answer: str, *, step=None, weights=None):
+def _rollout(tokenizer, answer: str, *, step=None, weights=None, files=None):
     import torch
     from tensordict import TensorDict
     from verl import DataProto
@@ -59,7 +60,8 @@ def _rollout(tokenizer, answer: str, *, step=None, weights=None):
 
     truth = RewardTests(problem_id="p", kind="stdio", stdio_tests=[{"input": "", "output": "1\n"}]).model_dump_json()
     fields = {"data_source": one("rlvr/toy"), "reward_model": one({"style": "rule", "ground_truth": truth}),
-              "extra_info": one({"index": 0, "id": "p", "dataset": "toy_train"}), "__num_turns__": np.array([2]),
+              "extra_info": one({"index": 0, "id": "p", "dataset": "toy_train", **({DATA_FILES: files} if files else {})}),
+              "__num_turns__": np.array([2]),
               "tool_extra_fields": one({"global_steps": weights, "min_global_steps": weights,
                                         "max_global_steps": weights, "turn_scores": [], "tool_rewards": []})}
     if step is not None:
@@ -72,14 +74,23 @@ def _rollout(tokenizer, answer: str, *, step=None, weights=None):
 
 def test_each_reward_record_carries_its_rollouts_step_and_whether_it_validated(manager):
     loaded, run_dir = manager
-    for answer, step, weights in [("print(1)", 0, 0), ("print(2)", 1, 0), ("print(3)", 1, 1), ("print(4)", None, 3)]:
-        out = loaded.loop.run_until_complete(loaded.run_single(_rollout(loaded.tokenizer, answer, step=step,
-                                                                        weights=weights)))
+    calls = [
+        # The row's file says it: only verl's validation reads data.val_files.
+        ("print(1)", 2, 2, TRAIN_FILE, False),  # generated after step 2's update (an async trainer): trained
+        ("print(2)", 1, 0, VAL_FILE, True),
+        ("print(3)", None, None, VAL_FILE, True),
+        # A train file verl also validates on, or data that does not say: the weights' version
+        # tells, as in verl's sync trainer.
+        ("print(4)", 0, 0, TRAIN_AND_VAL_FILE, True),  # validation before training, on the starting weights
+        ("print(5)", 1, 0, TRAIN_AND_VAL_FILE, False),  # step 1's training rollout, on the weights before its update
+        ("print(6)", 1, 1, None, True),  # validation after step 1's update
+        ("print(7)", None, 3, None, None),  # a rollout verl gave no step (its legacy trainer): neither is claimed
+        ("print(8)", 1, None, TRAIN_AND_VAL_FILE, None),  # a rollout server that reports no weights' version
+    ]
+    for answer, step, weights, files, _ in calls:
+        rollout = _rollout(loaded.tokenizer, answer, step=step, weights=weights, files=files)
+        out = loaded.loop.run_until_complete(loaded.run_single(rollout))
         assert out["reward_extra_info"]["verdict"] == "INTERNAL_ERROR"
     records = list(read_jsonl(run_dir / REWARD_RECORDS))
     assert [(r["step"], r["weights"], r["validate"]) for r in records] == [
-        (0, 0, True),  # validation before training, on the starting weights
-        (1, 0, False),  # step 1's training rollout, on the weights before its update
-        (1, 1, True),  # validation after step 1's update
-        (None, 3, None),  # a rollout verl gave no step (its legacy trainer): neither is claimed
-    ]
+        (step, weights, validate) for _, step, weights, _, validate in calls]

@@ -4,13 +4,18 @@ real hand-off (`engine.train.verl_finish`)."""
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from engine.files import read_jsonl
+from engine.judge.reward import REWARD_RECORDS, rollout_key
+from engine.plan.frozen import read_frozen_run
 from engine.train.outcome import read_outcome
 from engine.train.verl_finish import finish
-from engine.train.verl_watch import judged_per_step, step_verdicts
+from engine.train.verl_watch import ROLLOUTS_DIR, Watch, judged_per_step, step_verdicts
 
 FAKE = Path(__file__).resolve().parent / "fake_verl_trainer.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -72,20 +77,21 @@ def test_judge_faults_in_a_step_fail_the_run_without_a_hand_off(tmp_path):
     assert not (run_dir / "outputs" / "early_stop.json").exists()
 
 
-def test_judge_faults_seen_through_the_rewards_own_records_fail_the_run(tmp_path):
-    """verl 0.9.1's default trainer dumps no verdict: the watcher reads each rollout's from the
-    records the real reward wrote while judging it (here with a sandbox nobody listens on)."""
-    import socket
-
-    from engine.files import read_jsonl
-    from engine.judge.reward import REWARD_RECORDS
-
+def _unjudgeable(tmp_path: Path) -> Path:
+    """A GRPO run whose judge is a sandbox nobody listens on: every call is a judge fault."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     run_dir = _run_dir(tmp_path, "{patience: 3}", "train")
     with (run_dir / "config.yaml").open("a") as fh:
         fh.write(f"judge: {{backend: sandbox_fusion, url: 'http://127.0.0.1:{port}/run_code'}}\n")
+    return run_dir
+
+
+def test_judge_faults_seen_through_the_rewards_own_records_fail_the_run(tmp_path):
+    """verl 0.9.1's default trainer dumps no verdict: the watcher reads each rollout's from the
+    records the real reward wrote while judging it."""
+    run_dir = _unjudgeable(tmp_path)
     done = _watch(run_dir, ",,,,,,,,,,,", "0,1,0,0,0,0,0,0,0,0,0,0", verdict="judged")
     assert done.returncode == 1, done.stderr
     assert "error: judge faults (INTERNAL_ERROR) in 100% of the rewards at step 2" in done.stderr
@@ -96,6 +102,50 @@ def test_judge_faults_seen_through_the_rewards_own_records_fail_the_run(tmp_path
     assert len(records) == len(dumped) and {r["verdict"] for r in records} == {"INTERNAL_ERROR"}
     assert {(r["step"], r["weights"], r["validate"]) for r in records} == {(2, 1, False)}
     assert judged_per_step(records) == {2: len(dumped)} and judged_per_step(records, validation=True) == {}
+
+
+def test_records_that_cannot_say_whether_they_validated_still_give_their_steps_verdicts(tmp_path):
+    """A row that does not say its file, on a rollout server that reports no weights' version:
+    `validate` is unknown, and the dump still joins its step's records by key."""
+    run_dir = _unjudgeable(tmp_path)
+    done = _watch(run_dir, ",,,,,,,,,,,", "0,1,0,0,0,0,0,0,0,0,0,0", verdict="judged-unversioned")
+    assert done.returncode == 1, done.stderr
+    assert "error: judge faults (INTERNAL_ERROR) in 100% of the rewards at step 2" in done.stderr
+    records = list(read_jsonl(run_dir / REWARD_RECORDS))
+    assert records and {(r["step"], r["weights"], r["validate"]) for r in records} == {(2, None, None)}
+
+
+def test_dumped_rollouts_the_reward_never_recorded_fail_the_run(tmp_path):
+    run_dir = _unjudgeable(tmp_path)
+    done = _watch(run_dir, ",,,,,,,,,,,", ",0.75,,,,,,,,,,", verdict="unrecorded")
+    assert done.returncode == 1, done.stderr
+    assert f"error: 3 of 4 rollouts of step 2 have no reward record in {REWARD_RECORDS}" in done.stderr
+    assert "fix: " in done.stderr and "judge faults" not in done.stderr
+    assert (run_dir / "fake_trainer_ended").read_text() == "terminated"
+    assert not (run_dir / "outputs" / "early_stop.json").exists()
+
+
+def _dumped(run_dir: Path, kind: str, recorded: int) -> Watch:
+    """A run of `kind` whose step 1 dumped 4 rollouts without verdicts, `recorded` of them in the
+    reward's records (ACCEPTED)."""
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(f"run_id: r\nkind: {kind}\ntrainer: verl\nbase_model: {{path: m}}\n"
+                                         "hparams: {total_steps: 2}\ndatasets: {}\n")
+    rows = [{"step": 1, "output": f"print({i})", "gts": "t", "score": 1.0} for i in range(4)]
+    (run_dir / ROLLOUTS_DIR).mkdir(parents=True)
+    (run_dir / ROLLOUTS_DIR / "1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / REWARD_RECORDS).write_text("".join(
+        json.dumps(_record(1, False, key=rollout_key("t", r["output"]))) + "\n" for r in rows[:recorded]))
+    return Watch(run_dir, read_frozen_run(run_dir))
+
+
+def test_a_grpo_step_is_seen_whole_or_fails_and_a_repair_step_has_no_records_to_miss(tmp_path):
+    for kind, recorded, fault in [("grpo", 4, None), ("grpo", 3, "1 of 4 rollouts of step 1 have no reward record"),
+                                  ("repair", 0, None)]:
+        watch = _dumped(tmp_path / f"{kind}-{recorded}", kind, recorded)
+        reason = watch.reason()
+        assert reason is None if fault is None else reason.startswith(fault), reason
+        assert watch.steps == [(1, ["ACCEPTED"] * recorded + [None] * (4 - recorded))]
 
 
 def _record(step, validate, attempt="1", key="k", verdict="ACCEPTED"):
@@ -123,3 +173,5 @@ def test_a_dumps_verdicts_are_the_records_of_its_own_step():
     assert step_verdicts(records, 1) == {"k": "ACCEPTED"}
     assert step_verdicts(records, 2) == {"k": "INTERNAL_ERROR"}
     assert step_verdicts([{"key": "k", "verdict": "WRONG_ANSWER"}], 5) == {"k": "WRONG_ANSWER"}  # no step: legacy
+    # Not known whether it validated (no file in the row, no weights' version): joined by its key.
+    assert step_verdicts([_record(3, None, verdict="TIMEOUT"), _record(4, None, key="x")], 3) == {"k": "TIMEOUT"}
