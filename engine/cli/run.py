@@ -93,7 +93,8 @@ def command(args: argparse.Namespace) -> int:
             err_console.print(interrupted_summary(outcome.plan.spec_name, result, args.spec), highlight=False,
                               soft_wrap=True)
         console.print(f"{outcome.plan.spec_name}: {counts}" + (" (interrupted)" if result.interrupted_by else ""))
-        reports = write_reports(args.runs_dir, outcome.plan.spec_name, settle=True)  # kept by the next rerun
+        # kept by the next rerun; an interrupted study does not wait for it
+        reports = write_reports(args.runs_dir, outcome.plan.spec_name, settle=not result.interrupted_by)
         for report in reports:
             print_results(console, report, markdown=args.markdown)
             console.print(f"result pages: {report.dir / 'index.md'}", highlight=False)

@@ -179,18 +179,24 @@ def read_frozen_run(run_dir: Path) -> FrozenRun:
                         "  fix: re-plan the spec (`rlvr-run run SPEC --dry-run`) instead of editing config.yaml") from None
 
 
-def run_registry(run_dir: Path) -> Registry:
-    """The registry of the project that planned the run (next to its spec, as run.json says, else
-    above the run), with the entries frozen into its config.yaml in place of the current ones: the
-    run renders the prompts and reads the sources it was planned with."""
+def run_registry_root(run_dir: Path) -> Path:
+    """The registry folder of the project that planned the run: next to its spec, as run.json
+    says, else above the run."""
     anchor = run_dir
     try:
         spec_path = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("spec_path")
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, AttributeError):
         spec_path = None
-    if spec_path and Path(spec_path).parent.is_dir():
+    if isinstance(spec_path, str) and spec_path and Path(spec_path).parent.is_dir():
         anchor = Path(spec_path).parent
-    registry = load_registry(find_registry(anchor))
+    return find_registry(anchor)
+
+
+def run_registry(run_dir: Path) -> Registry:
+    """The registry of the project that planned the run (`run_registry_root`), with the entries
+    frozen into its config.yaml in place of the current ones: the run renders the prompts and
+    reads the sources it was planned with."""
+    registry = load_registry(run_registry_root(run_dir))
     frozen = read_frozen_run(run_dir).registry if (run_dir / "config.yaml").is_file() else {}
     if not frozen:
         return registry

@@ -97,6 +97,11 @@ class Shown:
 _LOADED: dict[tuple[str, str, Optional[str]], dict[str, Problem]] = {}
 
 
+# Said of a case whose run's problems could not be read (data not yet cached, a mirror away): pages
+# that say it are made again next time, never kept (`generate.write_report`).
+UNREAD = "the run's problems could not be read back"
+
+
 @dataclass(frozen=True)
 class Unreadable:
     """Why a run's problems could not be read back: its cases say so, never "no public test"."""
@@ -164,7 +169,7 @@ def public_case(judge: LazyJudge, run: Union[Shown, Unreadable], problem_id: str
     if verdict == NO_CODE:
         return NOTHING_RAN
     if isinstance(run, Unreadable):
-        return f"public tests unknown: the run's problems could not be read back ({run.reason})"
+        return f"public tests unknown: {UNREAD} ({run.reason})"
     view = run.view(problem_id)
     if view is None:
         return "no public test to show"

@@ -66,13 +66,24 @@ def write_report(study: Study, out: Path, *, failures: bool = True, settle: bool
     from engine.report import pages  # matplotlib, jinja2: only when pages are made
 
     report = pages.build(study, out, Report(spec=study.name, dir=out), PAGES, failures=failures)
-    if digest is not None and not report.failed:
+    if digest is not None and not report.failed and not _unread(out):
         table = report.headline_table
         atomic_write(out / KEPT_FILE, json.dumps({"headline": report.headline, "table": asdict(table) if table else None,
                                                   "images": [str(p.relative_to(out)) for p in report.images]}))
         stamp.seal(index, digest)
     report.seconds = time.perf_counter() - began
     return report
+
+
+def _unread(out: Path) -> bool:
+    """Whether the failures page says a run's problems could not be read: what it reads (a data
+    cache, a mirror, the hub) is outside what the stamp covers, so such pages are made again."""
+    from engine.report.failures import UNREAD
+
+    try:
+        return UNREAD in (out / "failures.md").read_text(encoding="utf-8")
+    except OSError:
+        return False
 
 
 def _kept(study: Study, out: Path) -> Optional[Report]:

@@ -19,6 +19,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from engine.plan.frozen import run_registry_root
 from engine.resources import TEMPLATES, shipped
 from engine.runs.lineage import RunState
 from engine.spec.registry import find_registry
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 RACY_S = 2.0
 # Runs whose pages depend on the clock (time so far, time left): pages of a study with one are made every time.
 UNSETTLED = frozenset({RunState.planned, RunState.queued, RunState.running})
+# What draws and renders the pages beside the project's code, and where runs' data may be found.
+RENDERERS = ("matplotlib", "jinja2", "tabulate", "numpy", "scipy")
+DATA_PLACES = ("RLVR_RUN_CACHE_DIR", "RLVR_RUN_DATA_MIRROR", "HF_HOME", "HF_DATASETS_CACHE")
 
 
 def _stamp(path: Path) -> Path:
@@ -59,7 +63,7 @@ def seal(path: Path, digest: str) -> None:
 def code_digest() -> str:
     """What makes the pages: rlvr-run's own code, the report templates and matplotlib's version (a
     page shows numbers computed anywhere in the package, so all of it counts)."""
-    digest = hashlib.sha256(version("matplotlib").encode())
+    digest = hashlib.sha256(" ".join(version(name) for name in RENDERERS).encode())
     for root in (Path(__file__).resolve().parents[1], TEMPLATES / "report"):
         for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".j2")):
             digest.update(f"\0{path.relative_to(root)}\0".encode() + path.read_bytes())
@@ -85,16 +89,20 @@ def pages_digest(study: "Study", out: Path, *, failures: bool, settle: bool = Fa
     registries = {shipped("registry")}
     if study.spec is not None and study.spec.path:
         registries.add(find_registry(Path(study.spec.path).parent))
-    paths = sorted({*_files(sorted(folders)), *(p for r in registries if r.is_dir() for p in r.iterdir())})
+    # a run shared with another study reads the registry of the study that planned it
+    registries |= {run_registry_root(Path(r.run_dir)) for r in study.runs if r.run_dir}
+    paths = sorted({*_files(sorted(folders)), *_files(sorted(r for r in registries if r.is_dir()))})
     states, newest = _states(paths)
     wait = RACY_S - (time.time_ns() - newest) / 1e9
-    if wait > 0 and settle:
+    if 0 < wait <= RACY_S and settle:
         time.sleep(wait)
         states, newest = _states(paths)
         wait = RACY_S - (time.time_ns() - newest) / 1e9
-    if wait > 0:
+    if wait > 0:  # changed just now, or dated in the future (a copied tree, a server's clock): never kept
         return None
-    digest.update("".join(states).encode())
+    # Where the failures page finds the runs' data (a cache, a mirror) is outside the run folders.
+    places = "\0".join(f"{name}={os.environ.get(name, '')}" for name in DATA_PLACES)
+    digest.update(("".join(states) + places).encode())
     return digest.hexdigest()
 
 

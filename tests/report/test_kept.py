@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from engine.report import pages, plots, stamp, study as study_module
+import pytest
+
+from engine.report import generate, pages, plots, stamp, study as study_module
 from engine.report.generate import write_reports
 from engine.report.main_table import column, problem_values
 from engine.report.study import Cell, _Kept, load_study
@@ -21,6 +24,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import build  # noqa: E402  (tests/report/synthetic.py)
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def readable(monkeypatch):
+    """The synthetic runs freeze no data, so the failures page cannot read their problems back,
+    and pages that say so are never kept (the last test here): the others take them as readable."""
+    monkeypatch.setattr(generate, "_unread", lambda out: False)
 
 
 def _cells(root: Path) -> dict[str, Cell]:
@@ -198,3 +208,47 @@ def test_kept_pages_are_given_without_importing_the_drawing_code(tmp_path, monke
     headline, modules = json.loads(done.stdout.splitlines()[-1])
     assert headline == report.headline
     assert not [m for m in modules if m.split(".")[0] == "matplotlib" or m == "engine.report.pages"]
+
+
+def test_a_file_dated_in_the_future_is_never_waited_for_nor_kept(tmp_path, monkeypatch):
+    # A copied tree, or an NFS server whose clock runs ahead: its times are no sign of being settled.
+    build(tmp_path, seeds=1, problems=4, phases=("sft",))
+    record = next(tmp_path.rglob("*.jsonl"))
+    ahead = record.stat().st_mtime + 3600
+    os.utime(record, (ahead, ahead))
+
+    def no_sleep(seconds):
+        raise AssertionError(f"the study's end waited {seconds:.0f} s")
+
+    monkeypatch.setattr(stamp.time, "sleep", no_sleep)
+    built = _pages_built(monkeypatch)
+    write_reports(tmp_path, settle=True)
+    write_reports(tmp_path)
+    assert len(built) == 2
+
+
+def test_a_file_in_a_registry_subfolder_makes_the_pages_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(stamp, "RACY_S", 0.0)
+    shutil.copytree(ROOT / "registry", tmp_path / "registry")  # the study's own registry, beside its spec
+    build(tmp_path, seeds=1, problems=4, phases=("sft",))
+    built = _pages_built(monkeypatch)
+    write_reports(tmp_path)
+    write_reports(tmp_path)
+    assert len(built) == 1
+    (tmp_path / "registry" / "idlists").mkdir(exist_ok=True)
+    (tmp_path / "registry" / "idlists" / "edited.txt").write_text("toy/plus_k_12\n")
+    write_reports(tmp_path)
+    assert len(built) == 2
+
+
+def test_pages_that_could_not_read_a_runs_problems_are_made_again(tmp_path, monkeypatch):
+    # Where the failures page reads a run's problems (a data cache, a mirror, the hub) is outside
+    # the stamp: once the data is there the page must say what it now can.
+    monkeypatch.undo()
+    monkeypatch.setattr(stamp, "RACY_S", 0.0)
+    build(tmp_path, seeds=1, problems=4, phases=("sft",))
+    built = _pages_built(monkeypatch)
+    [report] = write_reports(tmp_path)
+    assert "could not be read back" in (report.dir / "failures.md").read_text()
+    write_reports(tmp_path)
+    assert len(built) == 2

@@ -97,11 +97,14 @@ def test_a_script_that_exits_leaves_nothing_of_its_run_running(tmp_path, cleanup
     assert _survivors(pids, job.id) == []
 
 
-def _dead_runners_script(run_dir: Path, run_id: str, also: tuple[tuple[str, Path], ...] = ()) -> subprocess.Popen:
+def _dead_runners_script(run_dir: Path, run_id: str, also: tuple[tuple[str, Path], ...] = (), *,
+                         older: bool = False) -> subprocess.Popen:
     """The script of a runner that is gone: started as the executor starts one (doing the runs
-    `also` names too), but not its child."""
-    env = {**os.environ, RUN_ID_ENV: run_id, GROUP_ENV: " ".join(i for i, _ in also),
-           LAUNCH_DIRS_ENV: "\n".join(str(d.resolve()) for d in (run_dir, *(d for _, d in also)))}
+    `also` names too), but not its child; `older`: as a runner from before launches named their
+    directories did."""
+    env = {**os.environ, RUN_ID_ENV: run_id, GROUP_ENV: " ".join(i for i, _ in also)}
+    if not older:
+        env[LAUNCH_DIRS_ENV] = "\n".join(str(d.resolve()) for d in (run_dir, *(d for _, d in also)))
     return subprocess.Popen(["bash", "launch.sh"], cwd=run_dir, env=env, start_new_session=True,
                             stdin=subprocess.DEVNULL)
 
@@ -120,6 +123,19 @@ def test_reaping_a_dead_runners_run_ends_what_its_script_started(tmp_path, clean
     found = _reap(run_dir, "train")
     script.wait(timeout=5)
     assert found >= 4  # the script, `timeout`, the trainer's shell and its sleep at least
+    assert _survivors(pids, "train") == []
+
+
+def test_reaping_a_run_an_older_runner_launched_still_ends_it(tmp_path, cleanup):
+    # Its runner died, rlvr-run was upgraded: the new runner's recovery must still end the old
+    # trainer, or a new attempt would write the run directory beside it.
+    run_dir = _run_dir(tmp_path, ALL, "wait")
+    script = _dead_runners_script(run_dir, "train", older=True)
+    cleanup.append(script.pid)
+    pids = _started_pids(run_dir, ALL)
+    cleanup.extend(pids)
+    assert _reap(run_dir, "train") >= 4
+    script.wait(timeout=5)
     assert _survivors(pids, "train") == []
 
 

@@ -105,7 +105,11 @@ def take(cpu: int | None, python: str) -> subprocess.Popen:
     with _early_lock:
         for entry in list(_early):
             made_for, proc = entry
-            if made_for == key and proc.poll() is None:
+            if proc.poll() is not None:  # died before any pool took it
+                _early.remove(entry)
+                proc.stdin.close()
+                proc.stdout.close()
+            elif made_for == key:
                 _early.remove(entry)
                 return proc
     return start(cpu, python)

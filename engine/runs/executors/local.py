@@ -44,7 +44,8 @@ LAUNCH_DIRS_ENV = "RLVR_LAUNCH_DIRS"
 @dataclass(frozen=True)
 class _RunMark:
     """Which processes are one run's: those of its launch `token` (while its runner lives), else
-    those of `run_id` launched from `run_dir` (a dead runner's; any directory where lineage has none)."""
+    those of `run_id` launched from `run_dir` (a dead runner's; any directory where lineage has none,
+    or where the launch's runner, an older one, named no directories: then by the id alone)."""
 
     token: Optional[str] = None
     run_id: str = ""
@@ -54,7 +55,7 @@ class _RunMark:
         if self.token is not None:
             return env.get(LAUNCH_ENV) == self.token
         ids = [env.get(RUN_ID_ENV, ""), *env.get(GROUP_ENV, "").split()]
-        if self.run_dir is None:
+        if self.run_dir is None or LAUNCH_DIRS_ENV not in env:  # a launch by a runner that set no dirs
             return self.run_id in ids
         return (self.run_id, self.run_dir) in zip(ids, env.get(LAUNCH_DIRS_ENV, "").split("\n"))
 
