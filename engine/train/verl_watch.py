@@ -69,7 +69,9 @@ class Watch:
         self.run_dir, self.ranking = run_dir, ranking(frozen)
         self.stop: EarlyStopSpec = frozen.early_stop or EarlyStopSpec()
         self.on_metric = bool(frozen.uses("early_stop"))
-        self.seen: set[str] = set()  # rollout files already read
+        # rollout files already read, as they were then: verl rewrites a step's file when a resumed
+        # attempt trains that step again, and the step's verdicts are then the new file's
+        self.seen: dict[str, tuple[int, int]] = {}
         self.steps: list[tuple[int, list[Any]]] = []  # (step, its rollouts' verdicts), as read
         self.fault: Optional[str] = None  # a judge-fault failure, once one step had too many
         self.recorded = frozen.kind != PhaseKind.repair  # whether every rollout has a reward record
@@ -94,14 +96,20 @@ class Watch:
         if not folder.is_dir():
             return
         for path in sorted(folder.glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
-            if path.name in self.seen or not path.stem.isdigit():
+            if not path.stem.isdigit():
+                continue
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if self.seen.get(path.name) == (st.st_mtime_ns, st.st_size):
                 continue
             step = int(path.stem)
             verdicts = rollout_verdicts(path, functools.partial(self._reward_verdicts, step))
             if verdicts is None:  # verl writes it from a thread: read it on the next poll
                 continue
-            self.seen.add(path.name)
-            self.steps.append((step, verdicts))
+            self.seen[path.name] = (st.st_mtime_ns, st.st_size)
+            self.steps = [(s, v) for s, v in self.steps if s != step] + [(step, verdicts)]
             rate = sum(v == "INTERNAL_ERROR" for v in verdicts) / max(len(verdicts), 1)
             unjudged = sum(v is None for v in verdicts) if self.recorded else 0
             self.fault = self.fault or unjudged_reason(unjudged, len(verdicts), step) or judge_fault_reason(rate, step)

@@ -148,6 +148,21 @@ def test_a_grpo_step_is_seen_whole_or_fails_and_a_repair_step_has_no_records_to_
         assert watch.steps == [(1, ["ACCEPTED"] * recorded + [None] * (4 - recorded))]
 
 
+def test_a_step_a_resumed_attempt_trains_again_is_judged_by_its_new_dump(tmp_path):
+    watch = _dumped(tmp_path / "run", "grpo", 4)
+    assert watch.reason() is None and watch.steps == [(1, ["ACCEPTED"] * 4)]
+    # attempt 2 resumed before step 1's checkpoint: verl trains step 1 again and rewrites its dump
+    dump = tmp_path / "run" / ROLLOUTS_DIR / "1.jsonl"
+    rows = [{"step": 1, "output": f"again({i})", "gts": "t", "score": 0.0} for i in range(5)]
+    dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with open(tmp_path / "run" / REWARD_RECORDS, "a") as fh:
+        fh.write(json.dumps(_record(1, False, attempt="2", key=rollout_key("t", rows[0]["output"]),
+                                    verdict="INTERNAL_ERROR")) + "\n")
+    reason = watch.reason()
+    assert watch.steps == [(1, ["INTERNAL_ERROR"] + [None] * 4)]
+    assert reason is not None and reason.startswith("4 of 5 rollouts of step 1 have no reward record")
+
+
 def _record(step, validate, attempt="1", key="k", verdict="ACCEPTED"):
     return {"key": key, "verdict": verdict, "step": step, "validate": validate, "attempt": attempt}
 
