@@ -18,6 +18,12 @@ from engine.problem import FunctionTests, Problem, StdioTest
 
 SCHEMA_VERSION = 1
 
+# Which of verl's data files holds a row, in its extra_info (`engine.train.export` writes it; the
+# reward reads it to tell a validation call from a training one): data.train_files,
+# data.val_files, or a train file verl validates on as well.
+DATA_FILES = "verl_files"
+TRAIN_FILE, VAL_FILE, TRAIN_AND_VAL_FILE = "train", "val", "train+val"
+
 
 class RewardTests(BaseModel):
     model_config = ConfigDict(extra="forbid")

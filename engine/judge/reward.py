@@ -67,7 +67,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from engine.judge.api import Judge, UnsandboxedJudge
 from engine.judge.config import IsolationChanged
-from engine.judge.ground_truth import RewardTests
+from engine.judge.ground_truth import DATA_FILES, TRAIN_FILE, VAL_FILE, RewardTests
 from engine.judge.reward_settings import Mode, RewardSettings
 from engine.judge.verdict import SampleResult, Verdict
 from engine.problem import Problem
@@ -177,10 +177,6 @@ REWARD_RECORDS = "traces/verl_rewards.jsonl"  # in the run directory, beside its
 # puts it there); `global_steps` there is verl's version of the weights the rollout was generated with.
 ROLLOUT_STEP = "rollout_step"
 WEIGHTS_STEP = "global_steps"
-# Which of verl's data files holds a row (`engine.train.export` writes it into each verl RL row's
-# extra_info): data.train_files, data.val_files, or a train file verl validates on as well.
-DATA_FILES = "verl_files"
-TRAIN_FILE, VAL_FILE, TRAIN_AND_VAL_FILE = "train", "val", "train+val"
 _RECORDS_LOCK = threading.Lock()
 
 

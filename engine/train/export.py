@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from engine.data.loaders import LoadedDataset
 from engine.errors import UserError
-from engine.judge.reward import TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
+from engine.judge.ground_truth import TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
 from engine.plan.frozen import (
     FrozenDataset,
     FrozenRun,

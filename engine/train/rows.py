@@ -3,7 +3,7 @@
 - `verl-rl`: verl's RL parquet: data_source, prompt (chat list), ability,
   reward_model {style: rule, ground_truth: the tests as `RewardTests` JSON that
   `engine.reward.compute_score` reads}, extra_info {id, split, index, reward_mode, ...}; a run's
-  export adds which of verl's data files holds the row (`engine.judge.reward.DATA_FILES`).
+  export adds which of verl's data files holds the row (`engine.judge.ground_truth.DATA_FILES`).
 - `verl-sft-messages`: verl 0.8+ `MultiTurnSFTDataset` rows: `messages` with the reference
   solution as the assistant turn, in the answer format the prompt asks for.
 - `trl-sft`: `prompt`/`completion` (conversational for chat models: trl's loss covers the answer only).
@@ -28,8 +28,7 @@ import pyarrow.parquet as pq
 
 from engine.data.loaders import LoadedDataset
 from engine.errors import UserError
-from engine.judge.ground_truth import ground_truth_from_problem
-from engine.judge.reward import DATA_FILES
+from engine.judge.ground_truth import DATA_FILES, ground_truth_from_problem
 from engine.problem import Problem
 from engine.prompts.templates import (
     Message,

@@ -56,7 +56,7 @@ def main() -> None:
 
 def _judged(run_dir: Path, step: int, index: int, *, versioned: bool = True, scored: bool = True) -> dict:
     from engine.judge.ground_truth import RewardTests
-    from engine.judge.reward import DATA_FILES, TRAIN_FILE
+    from engine.judge.ground_truth import DATA_FILES, TRAIN_FILE
     from engine.reward import compute_score
 
     truth = RewardTests(problem_id="p", kind="stdio", stdio_tests=[{"input": "", "output": "1\n"}]).model_dump_json()

@@ -14,7 +14,8 @@ import pytest
 
 from engine.files import read_jsonl
 from engine.judge.ground_truth import RewardTests
-from engine.judge.reward import DATA_FILES, REWARD_RECORDS, TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
+from engine.judge.ground_truth import DATA_FILES, TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
+from engine.judge.reward import REWARD_RECORDS
 from engine.train import verl_overrides
 
 REWARD_PY = Path(__file__).resolve().parents[2] / "engine" / "reward.py"

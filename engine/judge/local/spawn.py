@@ -82,7 +82,6 @@ def start(cpu: int | None, python: str) -> subprocess.Popen:
 
 _early: list[tuple[tuple, subprocess.Popen]] = []
 _early_lock = threading.Lock()  # a pool starts its workers from several threads at once
-_at_exit: list[bool] = []
 
 
 def _key(cpu: int | None, python: str) -> tuple:
@@ -93,9 +92,6 @@ def start_early(cpus: list[int | None], python: str) -> None:
     """Start one worker per entry of `cpus` now, for the pool this process makes next."""
     started = [(_key(cpu, python), start(cpu, python)) for cpu in cpus]
     with _early_lock:
-        if not _at_exit:
-            atexit.register(close_early)
-            _at_exit.append(True)
         _early.extend(started)
 
 
@@ -128,6 +124,9 @@ def close_early() -> None:
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+atexit.register(close_early)  # nothing to close unless start_early ran
 
 
 def start_early_for(config: "JudgeConfig") -> None:
