@@ -18,7 +18,7 @@ from engine.cli import main as cli_main
 from engine.data.idlist import write_idlist
 from engine.errors import UserError
 from engine.isolation.validate import validate_spec
-from engine.judge.reward import DATA_FILES, TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
+from engine.judge.ground_truth import DATA_FILES, TRAIN_AND_VAL_FILE, TRAIN_FILE, VAL_FILE
 from engine.plan.expand import plan
 from engine.plan.model import Run
 from engine.reward import compute_score
