@@ -57,7 +57,7 @@ allow:
 """
 VARIANT = """\
 variants:
-  sft_slow: {phase: sft, hparams: {learning_rate: 1.0e-3, max_steps: 40, per_device_train_batch_size: 4, save_steps: 20}}
+  sft_slow: {phase: sft, hparams: {learning_rate: 1.0e-3, max_steps: 160, per_device_train_batch_size: 4, save_steps: 40}}
 """
 
 
@@ -149,8 +149,17 @@ def history(small_model, tmp_path_factory):
     second = runner(spec, runs)
     [victim] = wait_for(second, runs, lambda r: r.variant == "sft_slow" and r.seed == 2 and r.kind == "sft"
                         and r.state is RunState.running and r.pid, "the variant's SFT of seed 2 running")
-    time.sleep(3)  # inside training, not at its first line
-    os.killpg(victim.pid, signal.SIGKILL)
+    # Inside training, not at its first line: once its first checkpoint is written (120 steps
+    # to go, so it is still training when the kill lands, on a fast machine too).
+    checkpoint = runs / NAME / victim.id / "checkpoints" / "checkpoint-40" / "trainer_state.json"
+    deadline = time.time() + 600
+    while not checkpoint.exists() and second.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert checkpoint.exists(), f"the variant's SFT of seed 2 wrote no first checkpoint: {checkpoint}"
+    try:
+        os.killpg(victim.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        raise AssertionError("the variant's SFT of seed 2 ended before the kill; give it more steps") from None
     out, _ = second.communicate(timeout=1200)
     assert second.returncode != 0, out[-3000:]
     # 3. Fixed (nothing to fix but the kill): run again; it finishes what is left.
