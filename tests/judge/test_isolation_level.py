@@ -46,6 +46,29 @@ def test_the_version_ends_with_the_level_obtained():
         assert judge.judge(ADD, GOOD, code_is_program=True).accepted
 
 
+_FROM_CWD = """
+import json
+from engine.judge.api import Judge, JudgeConfig
+from engine.problem import FunctionTests, Problem
+add = Problem(id="toy/add", source="toy", split="test", kind="function", statement="add", entry_point="add",
+              function_tests=FunctionTests(asserts=["assert add(1, 2) == 3"]))
+with Judge(JudgeConfig(workers=1)) as judge:
+    print(json.dumps([judge.backend.isolation_level(), judge.judge(add, "def add(a, b):\\n    return a + b\\n",
+                                                                   code_is_program=True).accepted]))
+"""
+
+
+@pytest.mark.parametrize("cwd", ["/tmp", "/var/tmp"])
+def test_a_judge_started_from_a_fresh_mount_point_isolates_fully(cwd):
+    # The working directory is hidden from samples; /tmp itself was then covered again after the
+    # worker's fresh /tmp held its work directory and the interpreter's staged directories.
+    run = subprocess.run([sys.executable, "-c", _FROM_CWD], cwd=cwd, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    level, accepted = json.loads(run.stdout.splitlines()[-1])
+    assert not missing_isolation(level) and accepted, level
+
+
 _UNSANDBOXED = """
 import json, sys
 from engine.judge.api import Judge, JudgeConfig, UnsandboxedJudge

@@ -174,10 +174,14 @@ def _forbid_ipc_objects(notes: list[str]) -> bool:
 WORKDIR_INODES = 65536  # files and directories a sample may hold in its work directory
 
 
+# Replaced by an empty tmpfs of their own (size) in every worker's view.
+_FRESH = (("/tmp", "1m"), ("/var/tmp", "1m"), ("/run", "1m"), ("/sys", "1k"))
+
+
 def _private_filesystem(hide: list[str], keep: list[str], workdir: str, uid: int | None) -> None:
     """The worker's view, which its nursery copies (and makes read-only, `lock_filesystem`)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for path, size in (("/tmp", "1m"), ("/var/tmp", "1m"), ("/run", "1m"), ("/sys", "1k")):
+    for path, size in _FRESH:
         if os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=755")
     os.mkdir(workdir, 0o700)
@@ -189,6 +193,11 @@ def _private_filesystem(hide: list[str], keep: list[str], workdir: str, uid: int
     _private_dev()
     hidden = []
     for path in sorted({os.path.abspath(h) for h in hide if os.path.isdir(h)}, key=len):
+        # A fresh tmpfs (or a directory in one) hides nothing more, and covering it again would cover
+        # the work directory and the interpreter's staged directories in /tmp (run from /tmp: the
+        # judge's working directory is one of `hide`).
+        if any(_under(path, fresh) for fresh, _ in _FRESH):
+            continue
         if not any(_under(path, outer) for outer in hidden):  # gone from view once its parent is covered
             hidden.append(path)
     kept = [k for k in keep if any(_under(k, h) for h in hidden)]
